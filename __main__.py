@@ -1,0 +1,3 @@
+from anydev.cli import main
+
+raise SystemExit(main())

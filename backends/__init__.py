@@ -1,0 +1,1 @@
+"""Built-in backends: cpu (reference), nvidia, moore, metax."""

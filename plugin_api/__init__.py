@@ -1,0 +1,21 @@
+"""anydev's device-API contract, version :data:`CONTRACT_VERSION`.
+
+* :class:`DeviceRuntime` (``runtime.py``) is what a vendor implements; its docstrings are the spec.
+* :mod:`.objects` wraps a runtime in the objects users hold (Backend, Device, DeviceBuffer,
+  HostBuffer, Stream, Event, Communicator).
+* :mod:`.hookspecs` is the pluggy hook every backend plugin implements; :mod:`.discovery` finds them.
+"""
+from .discovery import Registry, get_registry, load_backend
+from .errors import (
+    AnydevError, BackendUnavailableError, ClosedError, CollectiveTimeoutError, ContractVersionError,
+    InvalidArgumentError, NotSupportedError, OutOfMemoryError, PluginError, RuntimeCallError,
+    UnknownBackendError,
+)
+from .hookspecs import ENTRY_POINT_GROUP, BackendPlugin, hookimpl
+from .objects import Backend, Communicator, Device, DeviceBuffer, Event, HostBuffer, Stream
+from .runtime import OPTIONAL_CALLS, REQUIRED_CALLS, DeviceRuntime
+from .types import (
+    DTYPE_SIZES, REDUCE_OPS, REQUIRED_COLLECTIVE_DTYPES, REQUIRED_REDUCE_OPS, CopyKind, MemoryInfo,
+    RuntimeInfo, dtype_name,
+)
+from .version import CONTRACT_VERSION, check_compatible

@@ -1,0 +1,137 @@
+"""Finding backends: built-in plugin modules and third-party entry points, through one pluggy hook.
+
+Nothing here falls back: asking for a backend by name gives that backend or a typed error (unknown
+name → the known names; broken plugin → its name and cause; unavailable runtime → what was searched).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+import threading
+from dataclasses import dataclass
+
+import pluggy
+
+from . import hookspecs
+from .errors import BackendUnavailableError, PluginError, UnknownBackendError
+from .objects import Backend
+from .runtime import REQUIRED_CALLS, DeviceRuntime
+from .version import check_compatible
+
+BUILTIN_PLUGINS = (
+    "anydev.backends.cpu.plugin",
+    "anydev.backends.nvidia.plugin",
+    "anydev.backends.moore.plugin",
+    "anydev.backends.metax.plugin",
+)
+#: Environment variable naming the backend to use when a program is given none.
+DEVICE_ENV = "ANYDEV_DEVICE"
+
+
+@dataclass(frozen=True)
+class BrokenPlugin:
+    """A plugin that could not be imported, registered or accepted, with the cause."""
+
+    name: str
+    source: str
+    cause: str
+
+
+class Registry:
+    """The backends known to this process. ``Registry()`` discovers them; ``load(name)`` loads one."""
+
+    def __init__(self, builtin_modules=BUILTIN_PLUGINS, entry_point_group: str | None = hookspecs.ENTRY_POINT_GROUP):
+        self.plugin_manager = pluggy.PluginManager(hookspecs.PROJECT)
+        self.plugin_manager.add_hookspecs(hookspecs.BackendHookSpecs)
+        self.plugins: dict[str, hookspecs.BackendPlugin] = {}
+        self.sources: dict[str, str] = {}
+        self.broken: dict[str, BrokenPlugin] = {}
+        self._loaded: dict[str, Backend] = {}
+        self._lock = threading.Lock()
+        for module_name in builtin_modules:
+            self._register(module_name, f"built-in module {module_name}", lambda m=module_name: importlib.import_module(m))
+        if entry_point_group:
+            for ep in importlib.metadata.entry_points(group=entry_point_group):
+                self._register(ep.name, f"entry point {ep.name} = {ep.value}", ep.load)
+        self._collect()
+
+    def _register(self, name: str, source: str, load) -> None:
+        try:
+            self.plugin_manager.register(load(), name=source)
+        except Exception as exc:  # reported, not swallowed: see names() / load()
+            self.broken[name] = BrokenPlugin(name, source, f"{type(exc).__name__}: {exc}")
+
+    def _collect(self) -> None:
+        for impl in self.plugin_manager.hook.anydev_backends.get_hookimpls():
+            source = impl.plugin_name
+            try:
+                declared = impl.function()
+                declared = [declared] if isinstance(declared, hookspecs.BackendPlugin) else list(declared or [])
+            except Exception as exc:
+                self.broken[source] = BrokenPlugin(source, source, f"anydev_backends() raised {type(exc).__name__}: {exc}")
+                continue
+            for plugin in declared:
+                try:
+                    if not isinstance(plugin, hookspecs.BackendPlugin):
+                        raise PluginError(f"anydev_backends() returned {plugin!r}, not a BackendPlugin")
+                    check_compatible(plugin.name, plugin.contract_version)
+                    if plugin.name in self.plugins:
+                        raise PluginError(
+                            f"backend name '{plugin.name}' is registered twice ({self.sources[plugin.name]} and {source})"
+                        )
+                except PluginError as exc:
+                    name = getattr(plugin, "name", source)
+                    self.broken[name] = BrokenPlugin(name, source, str(exc))
+                    continue
+                self.plugins[plugin.name] = plugin
+                self.sources[plugin.name] = source
+
+    def names(self) -> list[str]:
+        """Every backend name, registered or broken, sorted."""
+        return sorted(set(self.plugins) | set(self.broken))
+
+    def load(self, name: str) -> Backend:
+        """The backend ``name``, loaded once per registry. Never substitutes another backend."""
+        if name in self.broken:
+            broken = self.broken[name]
+            raise PluginError(f"backend plugin '{name}' ({broken.source}) is broken: {broken.cause}")
+        if name not in self.plugins:
+            raise UnknownBackendError(name, self.names())
+        with self._lock:
+            backend = self._loaded.get(name)
+            if backend is None or backend.closed:
+                backend = Backend(self._build_runtime(self.plugins[name]))
+                self._loaded[name] = backend
+            return backend
+
+    def _build_runtime(self, plugin: hookspecs.BackendPlugin) -> DeviceRuntime:
+        runtime = plugin.load()
+        if not isinstance(runtime, DeviceRuntime):
+            raise PluginError(f"backend '{plugin.name}': load() returned {type(runtime).__name__}, not a DeviceRuntime")
+        check_compatible(plugin.name, runtime.contract_version)
+        missing = [call for call in REQUIRED_CALLS if not callable(getattr(runtime, call, None))]
+        if missing:
+            raise PluginError(f"backend '{plugin.name}' lacks required calls: {', '.join(missing)}")
+        return runtime
+
+
+_default_registry: Registry | None = None
+_default_lock = threading.Lock()
+
+
+def get_registry() -> Registry:
+    """The process-wide registry (discovered on first use)."""
+    global _default_registry
+    with _default_lock:
+        if _default_registry is None:
+            _default_registry = Registry()
+        return _default_registry
+
+
+def load_backend(name: str | None = None) -> Backend:
+    """Load the backend ``name`` (default: ``$ANYDEV_DEVICE``, else ``cpu``)."""
+    return get_registry().load(name or os.environ.get(DEVICE_ENV) or "cpu")
+
+
+__all__ = ["Registry", "BrokenPlugin", "get_registry", "load_backend", "BackendUnavailableError"]

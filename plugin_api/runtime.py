@@ -1,0 +1,229 @@
+"""The device-API contract: the one class a vendor implements.
+
+A backend is a :class:`DeviceRuntime`: a thin, handle-based wrapper over the vendor runtime and
+collective library. Pointers, streams, events and communicators cross this boundary as plain Python
+ints (opaque handles; ``0`` is never a valid stream, event or communicator handle). Users never call
+a runtime directly: :mod:`anydev.plugin_api.objects` wraps it in devices, buffers, streams, events and
+communicators that validate arguments, track ownership and make ``close()`` safe.
+
+Rules every method follows:
+
+* **Errors.** A failing runtime call raises :class:`~anydev.plugin_api.errors.RuntimeCallError`
+  (``OutOfMemoryError`` for allocations that do not fit) carrying the backend name, the call name and
+  the runtime's own error name and message. Never return an error code; never swallow an error.
+* **Current device.** Calls that create something (``malloc``, ``malloc_host``, ``stream_create``,
+  ``event_create``, ``comm_init_rank``) and ``memory_info``/``device_synchronize`` act on the calling
+  thread's current device, chosen by ``set_device``. The current device is per thread, as in CUDA.
+* **Stream order.** ``*_async`` calls and collectives are enqueued on ``stream`` and return without
+  waiting. Work on one stream runs in the order it was enqueued; work on different streams is ordered
+  only through events (``event_record`` + ``stream_wait_event``).
+* **Threads.** A runtime object is shared by all threads of the process; every method must be safe to
+  call from several threads at once, each driving its own device and streams.
+
+Optional calls (added in later minor versions) have a default body that raises
+:class:`~anydev.plugin_api.errors.NotSupportedError`; ``supports(name)`` tells whether a runtime
+overrides one.
+"""
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import Sequence
+
+from .errors import NotSupportedError
+from .types import CopyKind, MemoryInfo, RuntimeInfo
+
+REQUIRED_CALLS = (
+    "device_count", "set_device", "get_device", "device_synchronize", "memory_info",
+    "malloc", "free", "malloc_host", "free_host", "memset_async", "memcpy_async",
+    "stream_create", "stream_synchronize", "stream_wait_event", "stream_destroy",
+    "event_create", "event_record", "event_query", "event_synchronize", "event_elapsed_ms",
+    "event_destroy",
+    "comm_init_all", "comm_unique_id", "comm_init_rank", "comm_destroy",
+    "all_reduce", "all_gather", "broadcast",
+    "torch_device", "tensor_from_pointer", "torch_stream",
+)
+OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info",)
+
+
+class DeviceRuntime(abc.ABC):
+    """A vendor runtime. Subclass it, set the class attributes, implement every abstract method.
+
+    Construction loads the vendor libraries and must raise
+    :class:`~anydev.plugin_api.errors.BackendUnavailableError` (saying what was searched) when they
+    cannot be loaded; it must not create a device context.
+    """
+
+    #: The backend's name, as users type it (``--device NAME``).
+    name: str = ""
+    #: The contract version this runtime implements, ``(major, minor)``.
+    contract_version: tuple[int, int] = (0, 0)
+    #: The torch device type of this backend's memory (``"cuda"``, ``"musa"``, ``"cpu"``).
+    torch_device_type: str = ""
+    #: Element types the collectives accept (names from ``anydev.plugin_api.types.DTYPE_SIZES``).
+    collective_dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16", "int32")
+    #: Reduce ops ``all_reduce`` accepts.
+    reduce_ops: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
+    #: Where this runtime runs, for reports: a hardware name, or ``"emulated runtime"``.
+    hardware_label: str = "hardware"
+
+    @classmethod
+    def supports(cls, call: str) -> bool:
+        """True when this runtime implements ``call`` (always true for required calls)."""
+        if call in REQUIRED_CALLS:
+            return True
+        impl = getattr(cls, call, None)
+        return impl is not None and impl is not getattr(DeviceRuntime, call, None)
+
+    # ---- devices -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """Number of devices visible to this process (0 is allowed; never raises for 0)."""
+
+    @abc.abstractmethod
+    def set_device(self, index: int) -> None:
+        """Make device ``index`` current for the calling thread."""
+
+    @abc.abstractmethod
+    def get_device(self) -> int:
+        """The calling thread's current device."""
+
+    @abc.abstractmethod
+    def device_synchronize(self) -> None:
+        """Block until all work on the current device has finished."""
+
+    @abc.abstractmethod
+    def memory_info(self) -> MemoryInfo:
+        """Free and total bytes of the current device."""
+
+    # ---- memory --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def malloc(self, nbytes: int) -> int:
+        """Allocate ``nbytes`` (0 allowed) on the current device; return the address.
+
+        The address is aligned to at least 256 bytes. Raise ``OutOfMemoryError`` when it does not fit.
+        A 0-byte allocation may return 0; ``free(0)`` must then succeed.
+        """
+
+    @abc.abstractmethod
+    def free(self, ptr: int) -> None:
+        """Free device memory from ``malloc``. Implicitly synchronising, as in CUDA."""
+
+    @abc.abstractmethod
+    def malloc_host(self, nbytes: int) -> int:
+        """Allocate page-locked host memory usable by async copies; return its address."""
+
+    @abc.abstractmethod
+    def free_host(self, ptr: int) -> None:
+        """Free memory from ``malloc_host``."""
+
+    @abc.abstractmethod
+    def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        """Enqueue: set ``nbytes`` bytes at device address ``ptr`` to the byte ``value``."""
+
+    @abc.abstractmethod
+    def memcpy_async(self, dst: int, src: int, nbytes: int, kind: CopyKind, stream: int) -> None:
+        """Enqueue a copy of ``nbytes`` from ``src`` to ``dst`` in direction ``kind``.
+
+        Host addresses may be pageable or from ``malloc_host``; the caller keeps them valid until the
+        stream has passed the copy.
+        """
+
+    # ---- streams -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def stream_create(self) -> int:
+        """Create a stream on the current device that does not synchronise with the legacy default
+        stream (CUDA's ``cudaStreamNonBlocking``); return its handle."""
+
+    @abc.abstractmethod
+    def stream_synchronize(self, stream: int) -> None:
+        """Block until everything enqueued on ``stream`` so far has finished."""
+
+    @abc.abstractmethod
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Make work enqueued on ``stream`` after this call wait for ``event``'s last record."""
+
+    @abc.abstractmethod
+    def stream_destroy(self, stream: int) -> None:
+        """Destroy a stream; work already enqueued still completes."""
+
+    # ---- events --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def event_create(self, timing: bool) -> int:
+        """Create an event on the current device; ``timing=False`` disables elapsed-time queries."""
+
+    @abc.abstractmethod
+    def event_record(self, event: int, stream: int) -> None:
+        """Record ``event`` at the current tail of ``stream``."""
+
+    @abc.abstractmethod
+    def event_query(self, event: int) -> bool:
+        """True when the work before the event's last record has finished (or it was never
+        recorded); False when it is still running. Never blocks."""
+
+    @abc.abstractmethod
+    def event_synchronize(self, event: int) -> None:
+        """Block until the event's last record has completed."""
+
+    @abc.abstractmethod
+    def event_elapsed_ms(self, start: int, end: int) -> float:
+        """Milliseconds between two completed, timing-enabled events."""
+
+    @abc.abstractmethod
+    def event_destroy(self, event: int) -> None:
+        """Destroy an event."""
+
+    # ---- collectives ---------------------------------------------------------------------
+    @abc.abstractmethod
+    def comm_init_all(self, devices: Sequence[int]) -> list[int]:
+        """Create one communicator per device for all ranks of this process (rank i on
+        ``devices[i]``), for thread-per-rank engines; return their handles in rank order."""
+
+    @abc.abstractmethod
+    def comm_unique_id(self) -> bytes:
+        """A new unique id for ``comm_init_rank`` (to be sent to every process of the group)."""
+
+    @abc.abstractmethod
+    def comm_init_rank(self, unique_id: bytes, nranks: int, rank: int) -> int:
+        """Join the group ``unique_id`` as ``rank`` of ``nranks`` on the current device. Blocks
+        until all ranks have joined."""
+
+    @abc.abstractmethod
+    def comm_destroy(self, comm: int) -> None:
+        """Destroy a communicator."""
+
+    @abc.abstractmethod
+    def all_reduce(self, send: int, recv: int, count: int, dtype: str, op: str, comm: int, stream: int) -> None:
+        """Enqueue: ``recv[i] = op over ranks of send[i]`` for ``count`` elements (``send == recv``
+        allowed)."""
+
+    @abc.abstractmethod
+    def all_gather(self, send: int, recv: int, count: int, dtype: str, comm: int, stream: int) -> None:
+        """Enqueue: ``recv[r*count:(r+1)*count] = send of rank r`` for every rank r."""
+
+    @abc.abstractmethod
+    def broadcast(self, send: int, recv: int, count: int, dtype: str, root: int, comm: int, stream: int) -> None:
+        """Enqueue: ``recv = send of rank root`` on every rank (``send`` is read on root only)."""
+
+    # ---- torch bridge --------------------------------------------------------------------
+    @abc.abstractmethod
+    def torch_device(self, index: int):
+        """The ``torch.device`` of device ``index``."""
+
+    @abc.abstractmethod
+    def tensor_from_pointer(self, ptr: int, nbytes: int, index: int, owner: object):
+        """A 1-D ``torch.uint8`` tensor viewing ``nbytes`` at ``ptr`` on device ``index``, without
+        copying. The tensor keeps ``owner`` alive; freeing the memory invalidates the tensor."""
+
+    @abc.abstractmethod
+    def torch_stream(self, stream: int, index: int) -> contextlib.AbstractContextManager:
+        """A context manager under which torch enqueues its kernels on ``stream``, so that torch math,
+        memsets and collectives are ordered on one stream."""
+
+    # ---- optional ------------------------------------------------------------------------
+    def runtime_info(self) -> RuntimeInfo:
+        """Versions and library paths for ``anydev list-backends`` (optional, contract 1.0)."""
+        raise NotSupportedError(f"{self.name} does not report runtime info")
+
+    def close(self) -> None:
+        """Release process-wide resources (optional to override). Called once by the Backend."""

@@ -1,0 +1,36 @@
+"""The device-API contract version and the compatibility rule.
+
+The contract is versioned ``(major, minor)``:
+
+* A **minor** bump adds optional calls (with a default in :mod:`anydev.plugin_api.contract` that
+  raises :class:`NotSupportedError`, and an entry in ``Backend.supports``). Plugins written for an
+  older or a newer minor version of the same major version load unchanged.
+* A **major** bump changes or removes a call. Plugins declaring another major version are refused at
+  registration, with a message naming both versions.
+"""
+from __future__ import annotations
+
+from .errors import ContractVersionError
+
+CONTRACT_VERSION: tuple[int, int] = (1, 0)
+
+
+def format_version(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def check_compatible(plugin_name: str, plugin_version, host_version: tuple[int, int] = CONTRACT_VERSION) -> None:
+    """Raise :class:`ContractVersionError` unless ``plugin_version`` can be used by this host."""
+    try:
+        major, minor = (int(part) for part in plugin_version)
+    except (TypeError, ValueError):
+        raise ContractVersionError(
+            f"plugin '{plugin_name}' declares contract version {plugin_version!r}; expected a "
+            f"(major, minor) pair such as {CONTRACT_VERSION}"
+        ) from None
+    if major != host_version[0]:
+        raise ContractVersionError(
+            f"plugin '{plugin_name}' implements device-API contract {major}.{minor}, but this anydev "
+            f"implements {format_version(host_version)}; major versions must match. Install a build of "
+            f"the plugin for contract {host_version[0]}.x, or an anydev release for contract {major}.x."
+        )
