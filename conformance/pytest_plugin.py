@@ -1,0 +1,1 @@
+"""pytest plugin of the conformance suite (placeholder until the suite lands)."""
