@@ -60,6 +60,10 @@ class Backend(Closable):
     def torch_device_type(self) -> str:
         return self.runtime.torch_device_type
 
+    def supports(self, call: str) -> bool:
+        """True when the runtime provides ``call`` (required calls always; optional ones if overridden)."""
+        return self.runtime.supports(call)
+
     def device_count(self) -> int:
         self._check_open()
         return self.runtime.device_count()

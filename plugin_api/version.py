@@ -2,7 +2,7 @@
 
 The contract is versioned ``(major, minor)``:
 
-* A **minor** bump adds optional calls (with a default in :mod:`anydev.plugin_api.contract` that
+* A **minor** bump adds optional calls (with a default in :mod:`anydev.plugin_api.runtime` that
   raises :class:`NotSupportedError`, and an entry in ``Backend.supports``). Plugins written for an
   older or a newer minor version of the same major version load unchanged.
 * A **major** bump changes or removes a call. Plugins declaring another major version are refused at
@@ -19,8 +19,10 @@ def format_version(version: tuple[int, int]) -> str:
     return f"{version[0]}.{version[1]}"
 
 
-def check_compatible(plugin_name: str, plugin_version, host_version: tuple[int, int] = CONTRACT_VERSION) -> None:
-    """Raise :class:`ContractVersionError` unless ``plugin_version`` can be used by this host."""
+def check_compatible(plugin_name: str, plugin_version, host_version: tuple[int, int] | None = None) -> None:
+    """Raise :class:`ContractVersionError` unless ``plugin_version`` can be used by this host
+    (``host_version``, default: :data:`CONTRACT_VERSION` as it is when called)."""
+    host_version = host_version or CONTRACT_VERSION
     try:
         major, minor = (int(part) for part in plugin_version)
     except (TypeError, ValueError):

@@ -1,0 +1,124 @@
+"""Contract evolution: minor versions add optional calls without breaking plugins; majors are refused.
+
+A plugin here is a real pluggy plugin module (put in ``sys.modules``) whose runtime implements the
+contract as it is today (1.0). The "later anydev" is simulated by monkeypatching the host's contract
+version and adding an optional call to ``DeviceRuntime``, exactly as a minor release would.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from anydev.plugin_api import (
+    BackendPlugin, ContractVersionError, DeviceRuntime, NotSupportedError, PluginError, Registry,
+    hookimpl, runtime as runtime_module, version,
+)
+from anydev.plugin_api import discovery
+
+NEW_CALL = "stream_priority_range"
+
+
+def _runtime_class(name: str, contract_version: tuple[int, int]) -> type[DeviceRuntime]:
+    """A runtime implementing every call of contract 1.0 (and nothing newer), declaring ``contract_version``."""
+
+    def make_call(call):
+        def body(self, *args, **kwargs):
+            return f"{call} called"
+        body.__name__ = call
+        return body
+
+    methods = {call: make_call(call) for call in runtime_module.REQUIRED_CALLS}
+    attrs = dict(methods, name=name, contract_version=contract_version, torch_device_type="cpu")
+    return type(f"Runtime_{name}", (DeviceRuntime,), attrs)
+
+
+def _install_plugin(monkeypatch, name: str, declared: tuple[int, int], runtime_version=None) -> str:
+    """Put a plugin module declaring ``declared`` in sys.modules; return its module name."""
+    runtime_cls = _runtime_class(name, runtime_version or declared)
+    module = types.ModuleType(f"evolution_plugin_{name}")
+
+    @hookimpl
+    def anydev_backends():
+        return [BackendPlugin(name=name, contract_version=declared, load=runtime_cls)]
+
+    module.anydev_backends = anydev_backends
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module.__name__
+
+
+@pytest.fixture
+def host_1_1(monkeypatch):
+    """Make this process look like anydev with contract 1.1, which added the optional call NEW_CALL."""
+    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 1))
+
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(least, greatest) stream priority (optional, contract 1.1)."""
+        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.1)")
+
+    monkeypatch.setattr(DeviceRuntime, NEW_CALL, stream_priority_range, raising=False)
+    monkeypatch.setattr(runtime_module, "OPTIONAL_CALLS", runtime_module.OPTIONAL_CALLS + (NEW_CALL,))
+
+
+def test_1_0_plugin_loads_on_a_1_1_host_without_the_new_optional_call(monkeypatch, host_1_1):
+    module_name = _install_plugin(monkeypatch, "old10", (1, 0))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert registry.broken == {}
+    backend = registry.load("old10")
+    assert backend.runtime.contract_version == (1, 0)
+    assert backend.supports("device_count")
+    assert NEW_CALL in runtime_module.OPTIONAL_CALLS
+    assert not backend.supports(NEW_CALL)
+    with pytest.raises(NotSupportedError, match=NEW_CALL):
+        getattr(backend.runtime, NEW_CALL)()
+    # The old plugin's own calls still work.
+    assert backend.runtime.device_count() == "device_count called"
+
+
+def test_1_1_plugin_that_implements_the_new_call_reports_it(monkeypatch, host_1_1):
+    module_name = _install_plugin(monkeypatch, "new11", (1, 1))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    runtime_cls = registry.plugins["new11"].load
+    monkeypatch.setattr(runtime_cls, NEW_CALL, lambda self: (-1, 0), raising=False)
+    backend = registry.load("new11")
+    assert backend.supports(NEW_CALL)
+    assert getattr(backend.runtime, NEW_CALL)() == (-1, 0)
+
+
+def test_newer_minor_plugin_loads_on_an_older_minor_host(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "ahead", (1, 7))
+    backend = Registry(builtin_modules=(module_name,), entry_point_group=None).load("ahead")
+    assert backend.runtime.contract_version == (1, 7)
+
+
+def test_plugin_for_another_major_version_is_refused_at_registration(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "future", (2, 0))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert "future" not in registry.plugins
+    cause = registry.broken["future"].cause
+    assert "2.0" in cause and "1.0" in cause
+    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.0"):
+        registry.load("future")
+
+
+def test_runtime_whose_version_contradicts_its_plugin_is_refused_at_load(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "liar", (1, 0), runtime_version=(2, 3))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert "liar" in registry.plugins
+    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.0"):
+        registry.load("liar")
+
+
+def test_host_major_bump_refuses_plugins_of_the_old_major(monkeypatch):
+    monkeypatch.setattr(version, "CONTRACT_VERSION", (2, 0))
+    module_name = _install_plugin(monkeypatch, "stale", (1, 0))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert "1.0" in registry.broken["stale"].cause and "2.0" in registry.broken["stale"].cause
+
+
+def test_malformed_contract_version_is_refused_with_the_expected_shape(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "garbled", "1.0")
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert "(major, minor)" in registry.broken["garbled"].cause
+    assert discovery.check_compatible("ok", (1, 0)) is None
