@@ -1,0 +1,110 @@
+"""Checkpoints: one interface over HF directories, GGUF files and the embedded demo model.
+
+    ckpt = open_checkpoint("/models/Llama-3.2-1B")     # or "model.Q4_K_M.gguf"
+    ckpt.config.num_hidden_layers, ckpt.tokenizer.encode("hi")
+    w = ckpt.load("model.layers.0.self_attn.q_proj.weight")   # CPU tensor, HF layout [out, in]
+
+Every problem with the input is raised as :class:`ModelLoadError` with a one-line message.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from .checkpoint_errors import ModelLoadError
+from .config import SUPPORTED_ARCHITECTURES, ModelConfig, expected_tensor_names
+from .tokenizer import ChatTemplateError, Tokenizer
+
+__all__ = [
+    "Checkpoint", "ChatTemplateError", "InMemoryStore", "ModelConfig", "ModelLoadError", "SUPPORTED_ARCHITECTURES",
+    "TensorStore", "Tokenizer", "demo_checkpoint", "open_checkpoint",
+]
+
+
+class TensorStore(Protocol):
+    """Where a checkpoint's tensors come from; names and tensors in HF layout."""
+
+    def names(self) -> list[str]: ...
+    def load(self, name: str) -> torch.Tensor: ...
+    def close(self) -> None: ...
+
+
+class InMemoryStore:
+    """A TensorStore over a dict of CPU tensors (the demo model; tests)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]):
+        self._tensors = dict(tensors)
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+    def load(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def close(self) -> None:
+        pass   # nothing is held open; the tensors stay usable for other Checkpoint handles
+
+
+class Checkpoint:
+    """A model's config, tokenizer and weights. ``load`` may be called from several threads."""
+
+    def __init__(self, config: ModelConfig, tokenizer: Tokenizer, store: TensorStore, source: str):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.source = source
+        self._store = store
+        stored = set(store.names())
+        missing = [name for name in expected_tensor_names(config) if name not in stored]
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" (+{len(missing) - 3} more)" if len(missing) > 3 else "")
+            raise ModelLoadError(f"{source}: checkpoint lacks tensors the config requires: {shown}")
+        # lm_head is left out when tied, even if the file also stores it.
+        self._names = [n for n in store.names() if not (config.tie_word_embeddings and n == "lm_head.weight")]
+
+    def tensor_names(self) -> list[str]:
+        return list(self._names)
+
+    def load(self, name: str) -> torch.Tensor:
+        """The tensor ``name`` on the CPU, HF layout, stored dtype (GGUF quants dequantized to float32)."""
+        if name not in self._names:
+            raise KeyError(f"{self.source} has no tensor '{name}'")
+        return self._store.load(name)
+
+    def close(self) -> None:
+        self._store.close()
+
+    def __enter__(self) -> Checkpoint:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Checkpoint({self.source!r}, {c.architecture}, layers={c.num_hidden_layers}, "
+                f"hidden={c.hidden_size}, vocab={c.vocab_size})")
+
+
+def open_checkpoint(path) -> Checkpoint:
+    """Open an HF model directory or a ``.gguf`` file."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path does not exist: {path}")
+    if path.is_dir():
+        from .hf_loader import read_hf_directory
+        config, tokenizer, store = read_hf_directory(path)
+    elif path.suffix.lower() == ".gguf":
+        from .gguf_loader import read_gguf_file
+        config, tokenizer, store = read_gguf_file(path)
+    else:
+        raise ModelLoadError(f"{path}: not a model; give an HF model directory or a .gguf file")
+    return Checkpoint(config, tokenizer, store, str(path))
+
+
+def demo_checkpoint(seed: int = 0) -> Checkpoint:
+    """The embedded demo model: small, llama-shaped, weights generated in code from ``seed``."""
+    from .demo_model import build_demo_model
+    config, tokenizer, store = build_demo_model(seed)
+    return Checkpoint(config, tokenizer, store, "embedded demo")

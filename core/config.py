@@ -1,0 +1,166 @@
+"""ModelConfig: the model shape the engine needs, parsed from HF ``config.json`` +
+``generation_config.json`` (GGUF metadata is parsed in :mod:`.gguf_loader`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checkpoint_errors import ModelLoadError
+
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+_ARCHITECTURE_CLASSES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+}
+# rope types the engine implements; "default" is normalised to ``rope_scaling=None``.
+SUPPORTED_ROPE_TYPES = ("llama3", "linear")
+
+
+@dataclass
+class ModelConfig:
+    architecture: str            # "llama" | "mistral" | "qwen2"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None    # None, or an HF dict whose "rope_type" is in SUPPORTED_ROPE_TYPES
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool         # q/k/v projections have a bias (qwen2: always)
+    torch_dtype: str | None      # as stored ("bfloat16", ...)
+    bos_token_id: int | None
+    eos_token_ids: list[int]     # union of config + generation_config
+    # Extensions beyond the agreed interface (defaults keep older callers working):
+    attention_output_bias: bool = False   # o_proj has a bias (llama with attention_bias=True)
+    sliding_window: int | None = None     # mistral/qwen2 window; None means full attention
+
+
+def as_id_list(value) -> list[int]:
+    """An HF token-id field (None, an int, or a list of ints) as a list."""
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def union_ids(*id_lists: list[int]) -> list[int]:
+    """The ids of every list, first occurrence first, without repeats."""
+    merged: list[int] = []
+    for ids in id_lists:
+        merged.extend(i for i in ids if i not in merged)
+    return merged
+
+
+def architecture_of(config: dict, source: str) -> str:
+    """The supported architecture name a config.json describes, or ModelLoadError."""
+    model_type = config.get("model_type")
+    if model_type in SUPPORTED_ARCHITECTURES:
+        return model_type
+    for class_name in config.get("architectures") or []:
+        if class_name in _ARCHITECTURE_CLASSES:
+            return _ARCHITECTURE_CLASSES[class_name]
+    described = model_type or ", ".join(config.get("architectures") or []) or "(none given)"
+    raise ModelLoadError(
+        f"{source}: unsupported architecture '{described}'; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def normalize_rope_scaling(scaling: dict | None, source: str) -> dict | None:
+    """An HF rope-scaling dict with its type under "rope_type", or None for plain rope.
+
+    Raises ModelLoadError for a type the engine does not implement (yarn, dynamic, longrope, ...).
+    """
+    if not scaling:
+        return None
+    rope_type = scaling.get("rope_type", scaling.get("type"))
+    if rope_type in (None, "default"):
+        return None
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ModelLoadError(
+            f"{source}: unsupported rope scaling type '{rope_type}'; supported: none, "
+            + ", ".join(SUPPORTED_ROPE_TYPES))
+    normalized = {k: v for k, v in scaling.items() if k not in ("type", "rope_theta")}
+    normalized["rope_type"] = rope_type
+    if "factor" not in normalized:
+        raise ModelLoadError(f"{source}: rope scaling '{rope_type}' has no 'factor'")
+    return normalized
+
+
+def _first_set(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def _required(config: dict, key: str, source: str):
+    if config.get(key) is None:
+        raise ModelLoadError(f"{source}: config.json has no '{key}'")
+    return config[key]
+
+
+def model_config_from_hf(config: dict, generation_config: dict | None, source: str) -> ModelConfig:
+    """Build a ModelConfig from the parsed config.json (and generation_config.json, if any).
+
+    Understands both transformers 4 (top-level ``rope_theta`` / ``rope_scaling``) and transformers 5
+    (``rope_parameters``) spellings.
+    """
+    generation_config = generation_config or {}
+    architecture = architecture_of(config, source)
+    if config.get("hidden_act", "silu") != "silu":
+        raise ModelLoadError(f"{source}: hidden_act '{config['hidden_act']}' is not supported (only silu)")
+    if config.get("mlp_bias"):
+        raise ModelLoadError(f"{source}: mlp_bias=true is not supported")
+
+    hidden_size = int(_required(config, "hidden_size", source))
+    heads = int(_required(config, "num_attention_heads", source))
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    rope = config.get("rope_parameters") or config.get("rope_scaling")
+    rope_theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta") or 10000.0
+
+    if architecture == "qwen2":
+        attention_bias, output_bias = True, False
+        sliding_window = config.get("sliding_window") if config.get("use_sliding_window") else None
+    else:
+        attention_bias = output_bias = bool(config.get("attention_bias", False))
+        sliding_window = config.get("sliding_window") if architecture == "mistral" else None
+
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=int(_required(config, "vocab_size", source)),
+        hidden_size=hidden_size,
+        intermediate_size=int(_required(config, "intermediate_size", source)),
+        num_hidden_layers=int(_required(config, "num_hidden_layers", source)),
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=int(config.get("head_dim") or hidden_size // heads),
+        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(rope_theta),
+        rope_scaling=normalize_rope_scaling(rope, source),
+        max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_bias=attention_bias,
+        torch_dtype=config.get("torch_dtype") or config.get("dtype"),
+        bos_token_id=_first_set(config.get("bos_token_id"), generation_config.get("bos_token_id")),
+        eos_token_ids=union_ids(as_id_list(config.get("eos_token_id")),
+                                as_id_list(generation_config.get("eos_token_id"))),
+        attention_output_bias=output_bias,
+        sliding_window=int(sliding_window) if sliding_window else None,
+    )
+
+
+def expected_tensor_names(config: ModelConfig) -> list[str]:
+    """The HF tensor names a checkpoint of this config must hold (lm_head only when untied)."""
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    if not config.tie_word_embeddings:
+        names.append("lm_head.weight")
+    for i in range(config.num_hidden_layers):
+        layer = f"model.layers.{i}"
+        names += [f"{layer}.self_attn.{p}_proj.weight" for p in "qkvo"]
+        if config.attention_bias:
+            names += [f"{layer}.self_attn.{p}_proj.bias" for p in "qkv"]
+        if config.attention_output_bias:
+            names.append(f"{layer}.self_attn.o_proj.bias")
+        names += [f"{layer}.mlp.{p}_proj.weight" for p in ("gate", "up", "down")]
+        names += [f"{layer}.input_layernorm.weight", f"{layer}.post_attention_layernorm.weight"]
+    return names
