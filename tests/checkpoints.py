@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -125,3 +128,143 @@ def hf_state_dict(directory) -> dict[str, torch.Tensor]:
 
 def read_index(directory) -> dict:
     return json.loads((Path(directory) / "model.safetensors.index.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------- GGUF
+GGUF_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+              "lm_head.weight": "output.weight"}
+GGUF_LAYER_PARTS = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+}
+K_QUANTS = ("Q4_K", "Q6_K")   # encoded by tests/kquants.py; gguf only decodes them
+
+
+def gguf_name(hf: str) -> str:
+    if hf in GGUF_NAMES:
+        return GGUF_NAMES[hf]
+    _, _, layer, rest = hf.split(".", 3)
+    part, kind = rest.rsplit(".", 1)
+    return f"blk.{layer}.{GGUF_LAYER_PARTS[part]}.{kind}"
+
+
+def llama_cpp_permute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf.py ``LlamaModel.permute``: HF rotary halves → interleaved pairs."""
+    return rows.reshape(n_head, 2, rows.shape[0] // n_head // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def llama3_rope_freqs(scaling: dict, theta: float, head_dim: int) -> np.ndarray:
+    """The ``rope_freqs`` tensor llama.cpp's converter writes for llama3 rope scaling."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    factors = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / head_dim)
+        if wavelen < old_context / high:
+            factors.append(1.0)
+        elif wavelen > old_context / low:
+            factors.append(factor)
+        else:
+            smooth = (old_context / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+def encode_gguf_tensor(array: np.ndarray, tensor_type: str):
+    """(data, raw_dtype, decoded) for ``GGUFWriter.add_tensor``; ``decoded`` is what a reader gets
+    back (float32), i.e. the weights the model really has after quantization."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+    import kquants
+    kind = GGMLQuantizationType[tensor_type]
+    if tensor_type == "F32":
+        return array, None, array
+    if tensor_type == "F16":
+        data = array.astype(np.float16)
+        return data, None, data.astype(np.float32)
+    encoders = {"Q4_K": kquants.quantize_q4_k, "Q6_K": kquants.quantize_q6_k}
+    data = encoders[tensor_type](array) if tensor_type in encoders else quantize(array, kind)
+    return data, kind, dequantize(data, kind).reshape(array.shape)
+
+
+@dataclass
+class WrittenGGUF:
+    path: Path
+    state_dict: dict[str, torch.Tensor]   # HF names and layout, float32, the weights as stored (dequantized)
+    hf_config: object                     # the transformers config of the same model
+    tokenizer: Tokenizer                  # the tokenizer written into the metadata
+
+
+def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: str = "llama",
+                          tied: bool = False, pre_tokenizer: str = "default", **overrides) -> WrittenGGUF:
+    """Write a tiny random model as a GGUF file the way llama.cpp's converter would (q/k rows permuted
+    for the llama architecture, 1-D tensors in F32, the rest in ``tensor_type``), with a gpt2-style BPE
+    tokenizer, special tokens and a chat template in the metadata.
+
+    K-quants need rows of 256 values, so those models are 256 wide; the others are 64 wide.
+    ``overrides`` go to the transformers config (``rope_scaling={"rope_type": "llama3", ...}`` also
+    writes llama.cpp's ``rope_freqs`` tensor). Returns the path, the dequantized HF state dict (load it
+    into a transformers model built from ``hf_config`` for reference outputs) and the config.
+    """
+    import gguf
+    import transformers
+    path = Path(path)
+    spec = _tokenizer_spec("qwen2" if arch == "qwen2" else "llama")
+    backend = build_bpe_tokenizer(spec["specials"], spec["bos"])
+    vocab = backend.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    ids = {token: vocab[token] for token in spec["specials"]}
+    width = dict(hidden_size=256, intermediate_size=512) if tensor_type in K_QUANTS else {}
+    config = hf_config(arch, tied, vocab_size=len(tokens), bos_token_id=ids.get(spec["bos"]),
+                       eos_token_id=ids[spec["eos"]], **{**width, **overrides})
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize_weights(model, seed)
+    head_dim = config.hidden_size // config.num_attention_heads
+    theta = config.rope_parameters["rope_theta"]
+
+    writer = gguf.GGUFWriter(path, arch)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(theta)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(pre_tokenizer)
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in ids else 1 for t in tokens])   # 3: control
+    merges = json.loads(backend.to_str())["model"]["merges"]
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    if spec["bos"] is not None:
+        writer.add_bos_token_id(ids[spec["bos"]])
+    writer.add_eos_token_id(ids[spec["eos"]])
+    writer.add_add_bos_token(spec["bos"] is not None)
+    writer.add_chat_template(spec["template"])
+
+    state_dict = {}
+    for name, param in model.state_dict().items():
+        if name == "lm_head.weight" and tied:
+            continue
+        array = param.detach().numpy().astype(np.float32)
+        data, raw_dtype, decoded = encode_gguf_tensor(array, tensor_type) if array.ndim == 2 else (array, None, array)
+        state_dict[name] = torch.from_numpy(np.array(decoded, dtype=np.float32))
+        if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+            # Quantization works on whole rows, so permuting the encoded rows equals encoding permuted rows.
+            heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
+            data = llama_cpp_permute(data, heads)
+        writer.add_tensor(gguf_name(name), data, raw_dtype=raw_dtype)
+    scaling = config.rope_parameters
+    if scaling.get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, theta, head_dim))
+    if tied:
+        state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return WrittenGGUF(path, state_dict, config, backend)

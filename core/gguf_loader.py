@@ -1,0 +1,229 @@
+"""Reading a GGUF file (llama.cpp's format): weights in HF layout, config and tokenizer from metadata.
+
+Weights: every tensor type the ``gguf`` package can dequantize; F32/F16/BF16 keep their dtype,
+quantized types come back as float32. llama.cpp's converter permutes the rows of q_proj/k_proj for
+its rotary layout (llama architecture only); we undo that, so tensors equal HF's.
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.quants import dequantize
+
+from .checkpoint_errors import ModelLoadError
+from .config import ModelConfig, normalize_rope_scaling
+from .gguf_tokenizer import gguf_tokenizer
+from .tokenizer import Tokenizer
+
+# GGUF architectures we read, and the ModelConfig architecture each becomes (mistral GGUFs say "llama").
+GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+}
+_LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+ROPE_FREQS = "rope_freqs.weight"   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The HF name of a GGUF tensor name, or None when it has none."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    match = _LAYER_TENSOR.fullmatch(gguf_name)
+    if match and match.group(2) in _LAYER_NAMES:
+        layer, part, kind = match.groups()
+        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+    return None
+
+
+def unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Undo llama.cpp's ``permute`` of q/k rows (per head: interleaved pairs → two halves)."""
+    head_dim = rows.shape[0] // n_head
+    return rows.reshape(n_head, head_dim // 2, 2, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
+
+
+def read_metadata(reader: GGUFReader) -> dict:
+    """Metadata fields as Python values; of the array fields only the tokenizer's (others, e.g. per-layer
+    lists, are skipped: we do not use them and they can be large)."""
+    values = {}
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or not field.types:
+            continue
+        if field.types[0] == GGUFValueType.ARRAY and name not in _NEEDED_ARRAYS:
+            continue
+        values[name] = field.contents()
+    return values
+
+
+_NEEDED_ARRAYS = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                  "tokenizer.ggml.token_type"}
+
+
+def _open_reader(path: Path) -> GGUFReader:
+    try:
+        return GGUFReader(path)
+    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, OSError) as err:
+        raise ModelLoadError(f"{path}: corrupt GGUF header ({err})") from err
+
+
+class GGUFStore:
+    """The tensors of an open GGUF file under HF names, decoded on ``load`` (thread-safe: reads only)."""
+
+    def __init__(self, reader: GGUFReader, path: Path, permuted_heads: dict[str, int]):
+        self._reader = reader
+        self._path = path
+        self._tensors = {hf_name(t.name): t for t in reader.tensors if hf_name(t.name)}
+        # HF name → head count to un-permute its rows with (q/k of the llama architecture).
+        self._permuted_heads = permuted_heads
+
+    def names(self) -> list[str]:
+        return list(self._tensors)
+
+    def load(self, name: str) -> torch.Tensor:
+        if self._reader is None:
+            raise ModelLoadError(f"{self._path}: the checkpoint is closed")
+        tensor = decode_tensor(self._tensors[name], self._path)
+        if name in self._permuted_heads:
+            tensor = unpermute_rows(tensor, self._permuted_heads[name])
+        return tensor
+
+    def close(self) -> None:
+        self._reader = None   # drops the memory map once no loaded tensor refers to it
+        self._tensors = {}
+
+
+def decode_tensor(tensor, path: Path) -> torch.Tensor:
+    """A GGUF tensor as a CPU tensor in HF shape: F32/F16/BF16 keep their dtype, every quantized type
+    is dequantized to float32. The result owns its memory (no view of the file)."""
+    shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
+    kind = tensor.tensor_type
+    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        return torch.from_numpy(np.array(tensor.data.reshape(shape)))
+    if kind == GGMLQuantizationType.BF16:
+        return torch.from_numpy(np.array(tensor.data.view(np.int16).reshape(shape))).view(torch.bfloat16)
+    try:
+        return torch.from_numpy(dequantize(tensor.data, kind).reshape(shape))
+    except NotImplementedError as err:
+        raise ModelLoadError(f"{path}: tensor '{tensor.name}' has type {kind.name}, which the gguf "
+                             f"package cannot dequantize (upgrade gguf, or use another quantization)") from err
+
+
+def _llama3_rope_scaling(factors: np.ndarray, theta: float, head_dim: int, source: str,
+                         original_context: int | None) -> dict:
+    """Recover HF's llama3 rope-scaling dict from llama.cpp's ``rope_freqs`` factors.
+
+    llama.cpp stores one factor per rotary frequency, computed from (factor, low_freq_factor,
+    high_freq_factor, original_max_position_embeddings). Every released Llama 3.x uses low=1, high=4
+    and an original context of 8192, with ``factor`` = the largest stored value; we rebuild the factors
+    from those and accept them only if they match, so an unknown scheme is an error, not a wrong model.
+    """
+    scaling = {"rope_type": "llama3", "factor": float(factors.max()), "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": original_context or 8192}
+    old_context = scaling["original_max_position_embeddings"]
+    low_wavelen = old_context / scaling["low_freq_factor"]
+    high_wavelen = old_context / scaling["high_freq_factor"]
+    expected = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * theta ** (i / head_dim)
+        if wavelen < high_wavelen:
+            expected.append(1.0)
+        elif wavelen > low_wavelen:
+            expected.append(scaling["factor"])
+        else:
+            smooth = (old_context / wavelen - scaling["low_freq_factor"]) / (
+                scaling["high_freq_factor"] - scaling["low_freq_factor"])
+            expected.append(1 / ((1 - smooth) / scaling["factor"] + smooth))
+    if len(expected) != factors.size or not np.allclose(factors, expected, rtol=1e-3):
+        raise ModelLoadError(f"{source}: rope_freqs does not match llama3 rope scaling; this scheme is unsupported")
+    return scaling
+
+
+def _rope_scaling(meta: dict, arch: str, reader: GGUFReader, theta: float, head_dim: int, source: str):
+    freqs = next((t for t in reader.tensors if t.name == ROPE_FREQS), None)
+    original_context = meta.get(f"{arch}.rope.scaling.original_context_length")
+    if freqs is not None:
+        factors = decode_tensor(freqs, Path(source)).float().numpy()
+        return _llama3_rope_scaling(factors, theta, head_dim, source, original_context)
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    if kind in (None, "none"):
+        return None
+    scaling = {"rope_type": kind, "factor": meta.get(f"{arch}.rope.scaling.factor")}
+    if original_context:
+        scaling["original_max_position_embeddings"] = original_context
+    return normalize_rope_scaling(scaling, source)
+
+
+def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, source: str) -> ModelConfig:
+    gguf_arch = meta.get("general.architecture")
+    if gguf_arch not in GGUF_ARCHITECTURES:
+        raise ModelLoadError(f"{source}: unsupported GGUF architecture '{gguf_arch}'; supported: "
+                             + ", ".join(GGUF_ARCHITECTURES))
+
+    def key(name: str, default=None):
+        value = meta.get(f"{gguf_arch}.{name}", default)
+        if value is None:
+            raise ModelLoadError(f"{source}: GGUF metadata lacks '{gguf_arch}.{name}'")
+        return value
+
+    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
+    head_dim = int(key("attention.key_length", hidden // heads))
+    rope_dims = int(key("rope.dimension_count", head_dim))
+    if rope_dims != head_dim:
+        raise ModelLoadError(f"{source}: partial rotary embeddings ({rope_dims} of {head_dim} dims) are unsupported")
+    theta = float(key("rope.freq_base", 10000.0))
+    embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
+    if embedding is None:
+        raise ModelLoadError(f"{source}: GGUF file has no token_embd.weight tensor")
+    return ModelConfig(
+        architecture=GGUF_ARCHITECTURES[gguf_arch],
+        vocab_size=int(embedding.shape[1]),
+        hidden_size=hidden,
+        intermediate_size=int(key("feed_forward_length")),
+        num_hidden_layers=int(key("block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(key("attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        rope_theta=theta,
+        rope_scaling=_rope_scaling(meta, gguf_arch, reader, theta, head_dim, source),
+        max_position_embeddings=int(key("context_length")),
+        tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+        attention_bias=any(t.name == "blk.0.attn_q.bias" for t in reader.tensors),
+        torch_dtype=None,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_ids=list(tokenizer.eos_token_ids),
+    )
+
+
+def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:
+    """Parse a GGUF file. Raises ModelLoadError naming the file and the problem."""
+    source = str(path)
+    reader = _open_reader(path)
+    try:
+        meta = read_metadata(reader)
+    except (ValueError, IndexError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{path}: corrupt GGUF metadata ({err})") from err
+    tokenizer = gguf_tokenizer(meta, source)
+    config = gguf_model_config(meta, reader, tokenizer, source)
+    unexpected = [t.name for t in reader.tensors if hf_name(t.name) is None and t.name != ROPE_FREQS]
+    if unexpected:
+        raise ModelLoadError(f"{source}: unexpected tensors for a {config.architecture} model: "
+                             + ", ".join(unexpected[:3]))
+    permuted = {}
+    if meta["general.architecture"] == "llama":   # llama.cpp permutes q/k only for llama's rope layout
+        for i in range(config.num_hidden_layers):
+            for proj, n_head in (("q_proj", config.num_attention_heads), ("k_proj", config.num_key_value_heads)):
+                for kind in ("weight", "bias"):
+                    permuted[f"model.layers.{i}.self_attn.{proj}.{kind}"] = n_head
+    return config, tokenizer, GGUFStore(reader, path, permuted)
