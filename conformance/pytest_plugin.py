@@ -1,1 +1,133 @@
-"""pytest plugin of the conformance suite (placeholder until the suite lands)."""
+"""pytest plugin of the conformance suite: its command-line options and its report.
+
+pytest loads this module in every session of an environment where anydev is installed (pytest11 entry
+point), so it imports nothing heavy and acts only on the suite's own checks: those carry the
+``anydev_backend`` user property (set in ``conftest.py``). A session that collects no conformance
+check prints nothing and writes nothing.
+
+Options (the long ``--anydev-*`` spellings are aliases):
+
+* ``--device NAME[,NAME]`` (repeatable), ``all`` for every registered backend, available or not;
+  default ``$ANYDEV_DEVICE`` or ``cpu``.
+* ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
+  (default: min(device count, 4)).
+* ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
+* ``--anydev-emulated moore,metax``: build the emulated vendor runtimes with gcc before the session and
+  point the moore and metax plugins at them, so their code runs on a machine without the cards.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import tempfile
+
+from .report import ResultCollector, failure_lines, markdown_matrix, write_report
+
+EMULATED_VENDORS = ("moore", "metax")
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("anydev", "anydev conformance suite (python -m anydev.conformance)")
+    group.addoption(
+        "--device", "--anydev-device", dest="anydev_device", action="append", default=None, metavar="NAME",
+        help="backend(s) to certify: a name, a comma list, or 'all' (default: $ANYDEV_DEVICE or cpu)",
+    )
+    group.addoption(
+        "--tp", "--anydev-tp", dest="anydev_tp", type=int, default=None, metavar="N",
+        help="largest rank count of the collective/parallel-init/inference checks (default: min(device count, 4))",
+    )
+    group.addoption(
+        "--report", "--anydev-report", dest="anydev_report", default=None, metavar="FILE",
+        help="write the conformance report as JSON to FILE and the Markdown matrix next to it",
+    )
+    group.addoption(
+        "--anydev-emulated", dest="anydev_emulated", default=None, metavar="VENDORS",
+        help="build emulated vendor runtimes (comma list of: moore, metax) and load the real plugins on them",
+    )
+
+
+def pytest_configure(config) -> None:
+    tp = config.getoption("anydev_tp")
+    if tp is not None and tp < 1:
+        raise _usage_error(f"--tp must be at least 1, got {tp}")
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
+        return
+    emulated = _set_up_emulation(config.getoption("anydev_emulated"))
+    config.pluginmanager.register(ConformanceReporter(config, emulated), "anydev-conformance-reporter")
+
+
+def _set_up_emulation(option: str | None) -> dict[str, dict[str, str]]:
+    """Build the requested emulated runtimes and export their env vars (inherited by xdist workers)."""
+    if not option:
+        return {}
+    vendors = [v.strip() for v in option.split(",") if v.strip()]
+    unknown = sorted(set(vendors) - set(EMULATED_VENDORS))
+    if unknown:
+        raise _usage_error(f"--anydev-emulated: no emulated runtime for {', '.join(unknown)}; choose from {', '.join(EMULATED_VENDORS)}")
+    from .emulated import build_emulated_runtime
+
+    out_dir = tempfile.mkdtemp(prefix="anydev-emulated-")
+    exported = {}
+    for vendor in vendors:
+        env = build_emulated_runtime(vendor, os.path.join(out_dir, vendor))
+        os.environ.update(env)
+        exported[vendor] = env
+    return exported
+
+
+def _usage_error(message: str):
+    import pytest
+
+    return pytest.UsageError(message)
+
+
+class ConformanceReporter:
+    """Collects the suite's results on the controller; prints the matrix and writes the report."""
+
+    def __init__(self, config, emulated: dict):
+        self.config = config
+        self.emulated = emulated
+        self.collector = ResultCollector()
+
+    def pytest_runtest_logreport(self, report) -> None:
+        self.collector.add(report)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        results = self.collector.results()
+        if not results:
+            return
+        terminalreporter.write_sep("=", "anydev conformance matrix")
+        terminalreporter.write(markdown_matrix(results))
+        for line in failure_lines(results):
+            terminalreporter.write_line(line)
+        path = self.config.getoption("anydev_report")
+        if path:
+            json_path, md_path = write_report(path, results, self._meta())
+            terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
+
+    def _meta(self) -> dict:
+        from anydev.plugin_api import CONTRACT_VERSION
+
+        return {
+            "command": _command_line(),
+            "pytest_args": [str(a) for a in self.config.invocation_params.args],
+            "host": platform.node(),
+            "python": platform.python_version(),
+            "contract_version": list(CONTRACT_VERSION),
+            "devices": self.config.getoption("anydev_device") or [],
+            "tp": self.config.getoption("anydev_tp"),
+            "emulated": self.emulated,
+        }
+
+
+def _command_line() -> str:
+    """What the user ran, as they would type it."""
+    program = sys.argv[0]
+    if program.endswith(os.path.join("conformance", "__main__.py")):
+        program = "python -m anydev.conformance"
+    elif program.endswith(os.path.join("pytest", "__main__.py")):
+        program = "python -m pytest"
+    else:
+        program = os.path.basename(program)
+    return " ".join([program, *sys.argv[1:]])

@@ -1,0 +1,65 @@
+"""Instantiates every check once per selected backend (like PyTorch's device-generic tests).
+
+A check takes the ``backend`` fixture. For a backend that cannot be used here the fixture skips with
+the :class:`BackendUnavailableError` text; for a broken plugin it fails with the cause. Either way the
+check never passes without having run on the backend.
+
+Test modules import helpers absolutely (``anydev.conformance.support``): pytest may import this
+folder under another package name.
+"""
+from __future__ import annotations
+
+import pytest
+
+from anydev.conformance.report import BACKEND_KEY, GROUP_KEY, HARDWARE_KEY
+from anydev.conformance.support import load_outcome, selected_backends
+from anydev.plugin_api import Backend, BackendUnavailableError
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "backend_name" in metafunc.fixturenames:
+        metafunc.parametrize("backend_name", selected_backends(metafunc.config), scope="session")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Tag each check with its backend and group, for the report (also read under xdist)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "backend_name" in params:
+            group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+            item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group)]
+
+
+@pytest.fixture
+def backend(request, backend_name) -> Backend:
+    """The backend under test, loaded once per process; skips or fails when it cannot be loaded."""
+    outcome = load_outcome(backend_name)
+    where = request.node.user_properties
+    if isinstance(outcome, BackendUnavailableError):
+        where.append((HARDWARE_KEY, "unavailable"))
+        pytest.skip(str(outcome))
+    if isinstance(outcome, BaseException):
+        where.append((HARDWARE_KEY, "broken plugin"))
+        pytest.fail(f"backend '{backend_name}' cannot be loaded: {type(outcome).__name__}: {outcome}", pytrace=False)
+    where.append((HARDWARE_KEY, outcome.runtime.hardware_label))
+    if outcome.device_count() == 0:
+        pytest.skip(f"backend '{backend_name}' is loaded but reports 0 devices")
+    return outcome
+
+
+@pytest.fixture
+def device(backend):
+    """Device 0 of the backend under test, current on the test's thread."""
+    dev = backend.device(0)
+    dev.set_current()
+    return dev
+
+
+@pytest.fixture
+def stream(device):
+    """A fresh stream on device 0, synchronised and closed after the check."""
+    s = device.create_stream()
+    yield s
+    if not s.closed:
+        s.synchronize()
+        s.close()

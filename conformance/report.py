@@ -1,0 +1,179 @@
+"""The conformance report: one result per check, a JSON file and a Markdown matrix.
+
+pytest reports each check in up to three phases (setup, call, teardown); :class:`ResultCollector`
+folds them into one :class:`CheckResult`. It runs on the pytest controller, also under pytest-xdist,
+and reads what the suite attached to each check as ``user_properties`` (backend, group, where it ran),
+so it never needs the test items themselves.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+#: The check groups, in the order the matrix shows them (a test module ``test_<group>.py`` each).
+GROUPS = ("contract", "memory", "streams_events", "collectives", "parallel_init", "inference")
+
+# user_properties keys the suite sets on each check.
+BACKEND_KEY = "anydev_backend"
+GROUP_KEY = "anydev_group"
+HARDWARE_KEY = "anydev_hardware"
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+@dataclass
+class CheckResult:
+    """One check of one backend."""
+
+    backend: str
+    check: str  # the pytest node id
+    group: str
+    status: str  # "pass" | "fail" | "skip"
+    reason: str  # why it failed or was skipped ("" for a pass)
+    duration: float  # seconds, all phases
+    hardware: str  # where it ran: the runtime's hardware_label, "unavailable" or "broken plugin"
+
+
+class ResultCollector:
+    """Folds pytest's per-phase reports into one :class:`CheckResult` per check."""
+
+    def __init__(self) -> None:
+        self._results: dict[str, CheckResult] = {}
+
+    def add(self, report) -> None:
+        """Take one pytest ``TestReport``; reports of tests outside the suite are ignored."""
+        props = dict(report.user_properties)
+        if BACKEND_KEY not in props:
+            return
+        result = self._results.get(report.nodeid)
+        if result is None:
+            result = CheckResult(
+                backend=props[BACKEND_KEY], check=report.nodeid, group=props.get(GROUP_KEY, "other"),
+                status=PASS, reason="", duration=0.0, hardware="",
+            )
+            self._results[report.nodeid] = result
+        result.duration += report.duration
+        result.hardware = props.get(HARDWARE_KEY, result.hardware)
+        if report.failed:
+            if result.status != FAIL:  # the first failure is the cause; later ones follow from it
+                result.status, result.reason = FAIL, failure_reason(report)
+        elif report.skipped and result.status == PASS:
+            result.status, result.reason = SKIP, skip_reason(report)
+
+    def results(self) -> list[CheckResult]:
+        return sorted(self._results.values(), key=lambda r: (r.backend, GROUP_ORDER.get(r.group, 99), r.check))
+
+
+GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}
+
+
+def skip_reason(report) -> str:
+    """The text given to ``pytest.skip`` (pytest stores ``(path, line, "Skipped: text")``)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return _last_line(report.longreprtext)
+
+
+def failure_reason(report) -> str:
+    """The failing line's message (the exception type and text), else the report's last line."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = getattr(crash, "message", "") if crash is not None else ""
+    where = "" if report.when == "call" else f"[{report.when}] "
+    return where + (message or _last_line(report.longreprtext))
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# ---- summary and rendering ---------------------------------------------------------------------
+
+def summarise(results: list[CheckResult]) -> dict[str, dict[str, Counter]]:
+    """``{backend: {group: Counter(pass=.., fail=.., skip=..)}}``."""
+    table: dict[str, dict[str, Counter]] = {}
+    for r in results:
+        table.setdefault(r.backend, {}).setdefault(r.group, Counter())[r.status] += 1
+    return table
+
+
+def hardware_labels(results: list[CheckResult]) -> dict[str, str]:
+    """Where each backend ran, from its checks (one label per backend)."""
+    labels: dict[str, str] = {}
+    for r in results:
+        if r.hardware and labels.get(r.backend) in (None, "", "unavailable"):
+            labels[r.backend] = r.hardware
+    return labels
+
+
+def matrix_cell(checks: list[CheckResult], width: int = 60) -> str:
+    """One cell: "12/12 pass", "3 fail, 9/12 pass", "skip: <reason>", "10/12 pass, 2 skip"."""
+    if not checks:
+        return "-"
+    counts = Counter(r.status for r in checks)
+    total = len(checks)
+    if counts[SKIP] == total:
+        reason = Counter(r.reason for r in checks).most_common(1)[0][0]
+        return _cell_text(f"skip: {reason}", width)
+    parts = []
+    if counts[FAIL]:
+        parts.append(f"{counts[FAIL]} fail")
+    parts.append(f"{counts[PASS]}/{total} pass")
+    if counts[SKIP]:
+        parts.append(f"{counts[SKIP]} skip")
+    return ", ".join(parts)
+
+
+def _cell_text(text: str, width: int) -> str:
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def markdown_matrix(results: list[CheckResult]) -> str:
+    """Backend × check group, with where each backend ran; groups with no check are left out."""
+    groups = [g for g in GROUPS if any(r.group == g for r in results)]
+    groups += sorted({r.group for r in results} - set(groups))
+    labels = hardware_labels(results)
+    lines = [
+        "| backend | where it ran | " + " | ".join(groups) + " |",
+        "|---|---|" + "---|" * len(groups),
+    ]
+    for backend in sorted({r.backend for r in results}):
+        cells = [matrix_cell([r for r in results if r.backend == backend and r.group == g]) for g in groups]
+        lines.append(f"| {backend} | {labels.get(backend) or '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def failure_lines(results: list[CheckResult], limit: int = 30) -> list[str]:
+    """One line per failed check (the matrix says how many; this says which and why)."""
+    failed = [r for r in results if r.status == FAIL]
+    lines = [f"FAIL {r.check}: {_cell_text(r.reason, 200)}" for r in failed[:limit]]
+    if len(failed) > limit:
+        lines.append(f"... and {len(failed) - limit} more failures (see the JSON report)")
+    return lines
+
+
+def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tuple[Path, Path]:
+    """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    summary = {
+        backend: {group: dict(counts) for group, counts in groups.items()}
+        for backend, groups in summarise(results).items()
+    }
+    document = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **meta,
+        "hardware": hardware_labels(results),
+        "summary": summary,
+        "checks": [asdict(r) for r in results],
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    md_path = path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
+    header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
+    md_path.write_text(header + markdown_matrix(results))
+    return path, md_path

@@ -1,0 +1,133 @@
+"""Helpers the checks share: loading a backend or explaining why not, rank counts, the torch bridge,
+and running one function per rank on its own thread."""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+from anydev.plugin_api import Backend, BackendUnavailableError, get_registry
+from anydev.plugin_api.discovery import DEVICE_ENV
+
+#: Rank count of the collective, parallel-init and inference checks when ``--tp`` is not given.
+DEFAULT_MAX_RANKS = 4
+#: A collective or an engine init that has not finished after this long is reported as hung.
+HANG_TIMEOUT_S = 120.0
+
+_outcomes: dict[str, object] = {}
+_outcomes_lock = threading.Lock()
+
+
+def selected_backends(config) -> list[str]:
+    """The backend names from ``--device`` (``all``: every registered one, broken ones included)."""
+    requested = config.getoption("anydev_device") or [os.environ.get(DEVICE_ENV) or "cpu"]
+    names = list(dict.fromkeys(n.strip() for item in requested for n in item.split(",") if n.strip()))
+    known = get_registry().names()
+    if "all" in names:
+        return known
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise pytest.UsageError(
+            f"--device: unknown backend(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            " (run `anydev list-backends`)"
+        )
+    return names
+
+
+def rank_counts(config) -> list[int]:
+    """1..N, N from ``--tp`` (default :data:`DEFAULT_MAX_RANKS`, capped at run time by the devices)."""
+    return list(range(1, (config.getoption("anydev_tp") or DEFAULT_MAX_RANKS) + 1))
+
+
+def load_outcome(name: str):
+    """The loaded backend ``name``, or the exception loading it raised (remembered per process)."""
+    with _outcomes_lock:
+        outcome = _outcomes.get(name)
+        if outcome is None or (isinstance(outcome, Backend) and outcome.closed):
+            try:
+                outcome = get_registry().load(name)
+            except Exception as exc:  # kept and reported by every check of this backend
+                outcome = exc
+            _outcomes[name] = outcome
+        return outcome
+
+
+def max_ranks(backend: Backend, config) -> int:
+    """``--tp`` if given, else min(device count, :data:`DEFAULT_MAX_RANKS`)."""
+    return config.getoption("anydev_tp") or min(backend.device_count(), DEFAULT_MAX_RANKS)
+
+
+def require_devices(backend: Backend, n: int) -> None:
+    """Skip unless the backend has at least ``n`` devices."""
+    count = backend.device_count()
+    if n > count:
+        pytest.skip(f"needs {n} devices; backend '{backend.name}' has {count}")
+
+
+def require_torch_bridge(backend: Backend) -> None:
+    """Skip unless torch can use this backend's memory (its torch device exists in this torch build).
+
+    An emulated MUSA runtime has no torch_musa; an emulated MACA runtime's device type is ``cuda`` but
+    this torch has no CUDA. Only the typed "unavailable" errors of the contract skip; others fail.
+    """
+    import torch
+
+    try:
+        device = backend.device(0).torch_device
+    except (BackendUnavailableError, NotImplementedError) as exc:
+        pytest.skip(f"the torch bridge is unavailable: {exc}")
+    device = torch.device(device)
+    if device.type == "cpu":
+        return
+    module = getattr(torch, device.type, None)
+    available = module is not None and hasattr(module, "is_available") and module.is_available()
+    if not available:
+        hint = " (needs torch_musa)" if device.type == "musa" else ""
+        pytest.skip(
+            f"the torch bridge needs torch device '{device.type}', which this torch build "
+            f"({torch.__version__}) does not have{hint}"
+        )
+
+
+def run_ranks(n: int, fn: Callable[[int], object], what: str, timeout: float = HANG_TIMEOUT_S) -> list:
+    """Run ``fn(rank)`` for ranks 0..n-1, one daemon thread each; return their results in rank order.
+
+    Raises the first failing rank's exception (noting the rank); fails the check instead of hanging
+    the session when a rank has not returned after ``timeout`` seconds (its thread is then left
+    behind, as a daemon, so that it cannot block the interpreter's exit).
+    """
+    results: list = [None] * n
+    errors: dict[int, BaseException] = {}
+    done: set[int] = set()
+    finished = threading.Semaphore(0)
+
+    def body(rank: int) -> None:
+        try:
+            results[rank] = fn(rank)
+            done.add(rank)
+        except BaseException as exc:  # handed to the caller below
+            errors[rank] = exc
+        finally:
+            finished.release()
+
+    for rank in range(n):
+        threading.Thread(target=body, args=(rank,), name=f"conformance-rank-{rank}", daemon=True).start()
+    deadline = time.monotonic() + timeout
+    for _ in range(n):
+        if not finished.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            if errors:
+                break  # a failed rank usually explains the others waiting
+            hung = sorted(set(range(n)) - done)
+            pytest.fail(f"{what}: rank(s) {hung} did not finish within {timeout:.0f} s (hang?)", pytrace=False)
+        if errors:
+            break
+    if errors:
+        rank = min(errors)
+        exc = errors[rank]
+        if hasattr(exc, "add_note"):  # Python 3.11+
+            exc.add_note(f"(raised by rank {rank} of {n} in: {what})")
+        raise exc
+    return results

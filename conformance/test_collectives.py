@@ -1,0 +1,206 @@
+"""Collectives: all_reduce (every op the backend offers), all_gather and broadcast, for every required
+dtype, on 1..N thread ranks (one communicator, device, stream and thread per rank), against a torch
+reference computed on the host.
+
+Inputs are small integers, so every dtype (bfloat16 included) holds them and the results exactly;
+only ``avg`` (a division) is compared with a tolerance.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anydev.conformance.support import rank_counts, require_devices, require_torch_bridge, max_ranks, run_ranks
+from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES
+from anydev.plugin_api.types import REDUCE_OPS
+
+COUNT = 1031  # elements per rank: odd, not a power of two
+TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32}
+AVG_TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
+# avg of integers is left to the library (it truncates or rounds); the contract does not define it.
+REDUCE_CASES = [(op, dt) for op in REDUCE_OPS for dt in REQUIRED_COLLECTIVE_DTYPES if (op, dt) != ("avg", "int32")]
+
+
+def pytest_generate_tests(metafunc):
+    if "nranks" in metafunc.fixturenames:
+        metafunc.parametrize("nranks", rank_counts(metafunc.config), ids=lambda n: f"{n}ranks")
+
+
+def rank_input(rank: int, dtype: str, op: str = "sum") -> torch.Tensor:
+    """Rank ``rank``'s input on the host: small integers (1 or 2 for prod, so 2**ranks stays exact)."""
+    i = torch.arange(COUNT, dtype=torch.int64)
+    values = (i + rank) % 2 + 1 if op == "prod" else (i * 7 + rank * 13) % 41 - 20
+    return values.to(TORCH_DTYPES[dtype])
+
+
+def reference_reduce(inputs: list[torch.Tensor], op: str, dtype: str) -> torch.Tensor:
+    stacked = torch.stack([t.to(torch.float64) for t in inputs])
+    result = {
+        "sum": lambda: stacked.sum(0), "prod": lambda: stacked.prod(0), "max": lambda: stacked.max(0).values,
+        "min": lambda: stacked.min(0).values, "avg": lambda: stacked.mean(0),
+    }[op]()
+    return result.to(TORCH_DTYPES[dtype])
+
+
+@pytest.fixture(scope="session")
+def communicator_cache():
+    """Communicators per (backend, rank count), created once per process and destroyed at the end."""
+    cache: dict = {}
+    yield cache
+    for comms in cache.values():
+        for comm in comms:
+            comm.close()
+
+
+@pytest.fixture
+def communicators(backend, communicator_cache, nranks):
+    require_devices(backend, nranks)
+    key = (backend.name, nranks)
+    if key not in communicator_cache:
+        communicator_cache[key] = backend.create_communicators([backend.device(i) for i in range(nranks)])
+    comms = communicator_cache[key]
+    assert [c.rank for c in comms] == list(range(nranks)) and all(c.nranks == nranks for c in comms)
+    return comms
+
+
+def run_collective(comms, inputs, recv_count: int, dtype: str, call) -> list[torch.Tensor]:
+    """Per rank thread: copy ``inputs[rank]`` to the device, ``call(comm, send, recv, stream)``, copy
+    ``recv`` back; return the host results in rank order."""
+    torch_dtype = TORCH_DTYPES[dtype]
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+
+    def rank_body(rank: int) -> torch.Tensor:
+        comm = comms[rank]
+        device = comm.device
+        device.set_current()
+        stream = device.create_stream()
+        send, recv = device.alloc(COUNT * itemsize), device.alloc(recv_count * itemsize)
+        out = torch.empty(recv_count, dtype=torch_dtype)
+        try:
+            stream.memset_async(recv, 0xFF)  # so a collective that writes nothing cannot pass
+            stream.memcpy_async(send, inputs[rank])
+            call(comm, send, recv, stream)
+            stream.memcpy_async(out, recv)
+            stream.synchronize()
+        finally:
+            stream.synchronize()
+            send.free()
+            recv.free()
+            stream.close()
+        return out
+
+    return run_ranks(len(comms), rank_body, "collective")
+
+
+def assert_same(got: torch.Tensor, expected: torch.Tensor, what: str, atol: float = 0.0) -> None:
+    if atol:
+        close = torch.isclose(got.to(torch.float64), expected.to(torch.float64), rtol=atol, atol=atol)
+    else:
+        close = got == expected
+    if not bool(close.all()):
+        first = int((~close).nonzero()[0])
+        pytest.fail(f"{what}: element {first} is {got[first].item()}, expected {expected[first].item()}", pytrace=False)
+
+
+@pytest.mark.parametrize("op,dtype", REDUCE_CASES, ids=[f"{op}-{dt}" for op, dt in REDUCE_CASES])
+def test_all_reduce(backend, communicators, op, dtype):
+    if op not in backend.runtime.reduce_ops:
+        pytest.skip(f"'{backend.name}' does not offer the optional reduce op '{op}'")
+    n = len(communicators)
+    inputs = [rank_input(r, dtype, op) for r in range(n)]
+    results = run_collective(
+        communicators, inputs, COUNT, dtype,
+        lambda comm, send, recv, s: comm.all_reduce(send, recv, op=op, stream=s, count=COUNT, dtype=dtype),
+    )
+    expected = reference_reduce(inputs, op, dtype)
+    for rank, got in enumerate(results):
+        assert_same(got, expected, f"all_reduce {op} {dtype}, rank {rank} of {n}", AVG_TOLERANCE.get(dtype, 0) if op == "avg" else 0)
+
+
+@pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
+def test_all_reduce_in_place(communicators, dtype):
+    n = len(communicators)
+    inputs = [rank_input(r, dtype) for r in range(n)]
+
+    def in_place(comm, send, recv, s):
+        comm.all_reduce(send, op="sum", stream=s, count=COUNT, dtype=dtype)
+        s.memcpy_async(recv, send)
+
+    results = run_collective(communicators, inputs, COUNT, dtype, in_place)
+    expected = reference_reduce(inputs, "sum", dtype)
+    for rank, got in enumerate(results):
+        assert_same(got, expected, f"in-place all_reduce sum {dtype}, rank {rank} of {n}")
+
+
+@pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
+def test_all_gather(communicators, dtype):
+    n = len(communicators)
+    inputs = [rank_input(r, dtype) for r in range(n)]
+    results = run_collective(
+        communicators, inputs, n * COUNT, dtype,
+        lambda comm, send, recv, s: comm.all_gather(send, recv, stream=s, count=COUNT, dtype=dtype),
+    )
+    expected = torch.cat(inputs)
+    for rank, got in enumerate(results):
+        assert_same(got, expected, f"all_gather {dtype}, rank {rank} of {n}")
+
+
+@pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
+def test_broadcast(communicators, dtype):
+    n = len(communicators)
+    root = n - 1  # not 0, so that a library ignoring `root` fails
+    inputs = [rank_input(r, dtype) for r in range(n)]
+    results = run_collective(
+        communicators, inputs, COUNT, dtype,
+        lambda comm, send, recv, s: comm.broadcast(send, recv, root=root, stream=s, count=COUNT, dtype=dtype),
+    )
+    for rank, got in enumerate(results):
+        assert_same(got, inputs[root], f"broadcast {dtype} from root {root}, rank {rank} of {n}")
+
+
+@pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
+def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig, dtype):
+    """all_gather, then broadcast and all_reduce in place, on zero-copy torch views, with torch's own
+    copies enqueued on the backend's stream (``stream.torch_stream()``), on the largest rank count."""
+    require_torch_bridge(backend)
+    n = max_ranks(backend, pytestconfig)
+    require_devices(backend, n)
+    key = (backend.name, n)
+    if key not in communicator_cache:
+        communicator_cache[key] = backend.create_communicators([backend.device(i) for i in range(n)])
+    comms = communicator_cache[key]
+    torch_dtype = TORCH_DTYPES[dtype]
+    inputs = [rank_input(r, dtype) for r in range(n)]
+    itemsize = inputs[0].element_size()
+
+    def rank_body(rank: int):
+        comm = comms[rank]
+        device = comm.device
+        device.set_current()
+        stream = device.create_stream()
+        reduced, gathered = device.alloc(COUNT * itemsize), device.alloc(n * COUNT * itemsize)
+        try:
+            t_reduced = reduced.as_tensor(torch_dtype, (COUNT,))
+            t_gathered = gathered.as_tensor(torch_dtype, (n, COUNT))
+            with stream.torch_stream():
+                t_reduced.copy_(inputs[rank].to(t_reduced.device))
+            comm.all_gather(t_reduced, t_gathered, stream=stream)
+            comm.broadcast(t_reduced, root=n - 1, stream=stream)  # in place: every rank gets rank n-1's
+            comm.all_reduce(t_reduced, op="sum", stream=stream)  # in place: n * rank n-1's input
+            out = (torch.empty(COUNT, dtype=torch_dtype), torch.empty((n, COUNT), dtype=torch_dtype))
+            with stream.torch_stream():  # a real copy: .to("cpu") would alias memory freed below
+                out[0].copy_(t_reduced)
+                out[1].copy_(t_gathered)
+            stream.synchronize()
+            return out
+        finally:
+            stream.synchronize()
+            reduced.free()
+            gathered.free()
+            stream.close()
+
+    results = run_ranks(n, rank_body, "collectives on torch tensors")
+    expected = reference_reduce([inputs[n - 1]] * n, "sum", dtype)
+    for rank, (got_reduced, got_gathered) in enumerate(results):
+        assert_same(got_gathered.reshape(-1), torch.cat(inputs), f"torch all_gather {dtype}, rank {rank} of {n}")
+        assert_same(got_reduced, expected, f"torch broadcast then all_reduce {dtype}, rank {rank} of {n}")
