@@ -4,33 +4,23 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
 
 import pytest
+from dist_info import write_dist_info
 
 from anydev import scaffold
-from anydev.plugin_api import REQUIRED_CALLS, DeviceRuntime, NotSupportedError, Registry, hookspecs
-
-
-def _install_without_pip(root, distribution: str) -> None:
-    """Make ``root`` importable and give it a dist-info built from its own pyproject's entry points,
-    as ``pip install -e`` would, so that anydev's entry-point discovery finds it."""
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    entry_points = project["entry-points"][hookspecs.ENTRY_POINT_GROUP]
-    dist_info = root / f"{distribution.replace('-', '_')}-{project['version']}.dist-info"
-    dist_info.mkdir()
-    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {project['version']}\n")
-    lines = [f"[{hookspecs.ENTRY_POINT_GROUP}]"] + [f"{name} = {target}" for name, target in entry_points.items()]
-    (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+from anydev.plugin_api import REQUIRED_CALLS, DeviceRuntime, NotSupportedError, Registry
 
 
 @pytest.fixture
 def skeleton(tmp_path, monkeypatch):
     """The backend 'scaffoldtest' generated into tmp_path and put on sys.path with its dist-info."""
     root = scaffold.new_backend("scaffoldtest", tmp_path / "pkg")
-    _install_without_pip(root, "anydev-scaffoldtest")
+    write_dist_info(root, into=root)
     monkeypatch.syspath_prepend(str(root))
     yield root
     for module in [m for m in sys.modules if m.startswith("anydev_scaffoldtest")]:
@@ -99,3 +89,24 @@ def test_command_line_writes_the_skeleton_and_says_what_next(tmp_path, capsys):
     assert "python -m anydev.conformance --device xyz" in capsys.readouterr().out
     assert (tmp_path / "x" / "anydev_xyz" / "runtime.py").is_file()
     assert scaffold.main(["Bad Name", "--dir", str(tmp_path / "y")]) == 2
+
+
+def test_conformance_run_fails_only_on_stubbed_calls_each_named(skeleton, tmp_path):
+    try:
+        import anydev.conformance.__main__  # noqa: F401
+    except ImportError:
+        pytest.skip("the conformance suite (anydev.conformance) is not in this checkout yet")
+    report_file = tmp_path / "skeleton.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(skeleton), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--device", "scaffoldtest", "--report", str(report_file)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode != 0, "a skeleton of stubs must not pass the conformance suite"
+    checks = json.loads(report_file.read_text())["checks"]
+    failures = [c for c in checks if c["status"] == "fail"]
+    assert failures, result.stdout[-3000:]
+    stub_message = re.compile(r"(\w+) is not implemented yet: fill it in in runtime.py")
+    for check in failures:
+        named = stub_message.search(check["reason"] or "")
+        assert named and named.group(1) in REQUIRED_CALLS, f"{check['check']} failed for another reason: {check['reason']}"

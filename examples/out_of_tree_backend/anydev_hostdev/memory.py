@@ -41,9 +41,11 @@ class VirtualDeviceMemory:
     def holds(self, address: int, nbytes: int) -> bool:
         return self._arena is not None and self._arena.holds(address, nbytes)
 
-    def release_region(self) -> None:
+    def release_region_if_unused(self) -> None:
+        """Give the region back to libc unless a block is still allocated (its tensor views must not
+        dangle, so such a region lives until the process ends)."""
         with self._lock:
-            if self._arena is not None:
+            if self._arena is not None and self._arena.free_bytes() == self.size:
                 libc.release(self._arena.base)
                 self._arena = None
 

@@ -286,7 +286,7 @@ class HostDevRuntime(DeviceRuntime):
             except Exception as exc:  # raised below, after the memory is released
                 errors.append(exc)
         for memory in self._memory:
-            memory.release_region()
+            memory.release_region_if_unused()
         with self._lock:
             host, self._host_allocations = self._host_allocations, {}
         for address in host:
