@@ -66,6 +66,7 @@ def test_whole_conformance_suite_passes_on_hostdev(hostdev_path, tmp_path):
     failed = [f"{c['check']}: {c['reason']}" for c in checks if c["status"] not in ("pass", "skip")]
     assert not failed, failed
     passed_groups = {c["group"] for c in checks if c["status"] == "pass"}
+    assert passed_groups == {c["group"] for c in checks}, report["summary"]  # no group only skipped
     assert {"contract", "memory"} <= passed_groups, report["summary"]
     assert report["hardware"]["hostdev"] == "host CPU (hostdev example backend)"
 

@@ -69,7 +69,7 @@ class HostDevRuntime(DeviceRuntime):
     hardware_label = "host CPU (hostdev example backend)"
 
     def __init__(self):
-        self.num_devices = _env_number(DEVICES_ENV, 2)
+        self.num_devices = _env_number(DEVICES_ENV, 4)
         self.memory_mb = _env_number(MEMORY_ENV, 1024)
         self.collective_timeout_s = _env_number(TIMEOUT_ENV, 60.0, float)
         self._memory = [VirtualDeviceMemory(i, self.memory_mb << 20) for i in range(self.num_devices)]
