@@ -192,6 +192,7 @@ def encode_gguf_tensor(array: np.ndarray, tensor_type: str):
 class WrittenGGUF:
     path: Path
     state_dict: dict[str, torch.Tensor]   # HF names and layout, float32, the weights as stored (dequantized)
+    original: dict[str, torch.Tensor]     # the float32 weights before quantization
     hf_config: object                     # the transformers config of the same model
     tokenizer: Tokenizer                  # the tokenizer written into the metadata
 
@@ -245,13 +246,14 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     writer.add_add_bos_token(spec["bos"] is not None)
     writer.add_chat_template(spec["template"])
 
-    state_dict = {}
+    state_dict, original = {}, {}
     for name, param in model.state_dict().items():
         if name == "lm_head.weight" and tied:
             continue
         array = param.detach().numpy().astype(np.float32)
         data, raw_dtype, decoded = encode_gguf_tensor(array, tensor_type) if array.ndim == 2 else (array, None, array)
         state_dict[name] = torch.from_numpy(np.array(decoded, dtype=np.float32))
+        original[name] = torch.from_numpy(array.copy())
         if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
             # Quantization works on whole rows, so permuting the encoded rows equals encoding permuted rows.
             heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
@@ -262,9 +264,10 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, theta, head_dim))
     if tied:
         state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]
+        original["lm_head.weight"] = original["model.embed_tokens.weight"]
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return WrittenGGUF(path, state_dict, config, backend)
+    return WrittenGGUF(path, state_dict, original, config, backend)
