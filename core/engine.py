@@ -1,0 +1,390 @@
+"""InferEngine: Llama-family generation over N tensor-parallel ranks, written only against the
+device API (``anydev.plugin_api``); torch does the math on tensors viewed from our device buffers.
+
+Start-up follows InfiniLM's fixed design: the engine makes every communicator at once, creates every
+rank worker, and only then waits for all of them. Each rank zeroes its KV cache with one async
+memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from concurrent.futures import FIRST_EXCEPTION, wait
+from dataclasses import dataclass
+
+import torch
+
+from anydev.plugin_api import load_backend
+
+from .errors import EngineConfigError, EngineInitError
+from .models.llama import SUPPORTED_ARCHITECTURES
+from .models.sharding import check_tp, rank_shard
+from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
+from .sampling import SamplingParams, sample
+from .scheduler import BlockAllocator, Sequence, build_step
+from .timeline import PHASES, PhaseRecord, Timeline
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+INIT_MODES = ("parallel", "serial")
+
+
+@dataclass
+class EngineConfig:
+    device: str = "cpu"
+    tp: int = 1
+    dtype: str | None = None          # default: bfloat16 on accelerators, float32 on cpu
+    block_size: int = 16
+    num_blocks: int | None = None     # default: what fits in free memory x memory_fraction, capped
+    memory_fraction: float = 0.9      # share of the memory left after weights the KV cache may take
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    max_num_seqs: int = 32
+    init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour, for benchmarks)
+    #: Test hook: rank r raises during phase p (one of ``PHASES``), to exercise the failure path.
+    fail_at: tuple[int, str] | None = None
+
+
+@dataclass
+class GenerationOutput:
+    prompt_token_ids: list[int]
+    token_ids: list[int]       # generated tokens, the EOS token included when it ended the sequence
+    text: str
+    finish_reason: str         # "eos" | "length"
+
+
+@dataclass
+class GenerationStats:
+    """Token counts and wall time of the last generate call (prefill steps vs decode steps)."""
+
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        return self.prefill_tokens / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+
+class InferEngine:
+    """Loads a checkpoint onto ``config.tp`` ranks and generates. Use as a context manager or call
+    :meth:`close`. ``timeline`` holds each rank's init phases."""
+
+    def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False):
+        self.config = config = config or EngineConfig()
+        self.timeline: list[PhaseRecord] = []
+        self.workers: list[RankWorker] = []
+        self.communicators = []
+        self.last_stats = GenerationStats()
+        self._closed = False
+        self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
+        if self._owns_checkpoint:
+            from .checkpoint import open_checkpoint
+
+            self.checkpoint = open_checkpoint(checkpoint_or_path)
+        else:
+            self.checkpoint = checkpoint_or_path
+        try:
+            self._start(progress)
+        except BaseException:
+            self._closed = True
+            if self._owns_checkpoint:
+                self.checkpoint.close()
+            raise
+
+    # ---- start-up ----------------------------------------------------------------------------
+    def _start(self, progress: bool) -> None:
+        config, model = self.config, self.checkpoint.config
+        _validate(config, model)
+        self.max_model_len = config.max_model_len or model.max_position_embeddings
+        self.backend = load_backend(config.device)
+        count = self.backend.device_count()
+        if config.tp > count:
+            raise EngineConfigError(
+                f"tp={config.tp} needs {config.tp} devices, but backend '{config.device}' has {count}"
+            )
+        self.dtype = _resolve_dtype(config, self.backend)
+        devices = [self.backend.device(rank) for rank in range(config.tp)]
+        self.communicators = self.backend.create_communicators(devices)
+
+        blocks_per_seq = -(-self.max_model_len // config.block_size)
+        kv = KVRequest(config.block_size, config.num_blocks, config.max_num_seqs * blocks_per_seq,
+                       blocks_per_seq, config.memory_fraction)
+        self._cancel = threading.Event()
+        self._timeline = Timeline()
+        setups = [
+            RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
+                      rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
+                      config.fail_at, progress)
+            for rank in range(config.tp)
+        ]
+        start = time.perf_counter()
+        try:
+            if config.init_mode == "parallel":
+                for s in setups:                                                # every worker first...
+                    self._new_worker(s)
+                self._wait_for_init([w.submit(w.init) for w in self.workers])  # ...then wait for all
+            else:
+                for s in setups:                                                # one after another
+                    worker = self._new_worker(s)
+                    self._wait_for_init([worker.submit(worker.init)])
+        except BaseException as exc:
+            self._release_all(exc)
+            if isinstance(exc, EngineInitError) and isinstance(exc.cause, EngineConfigError):
+                raise exc.cause from None   # e.g. the KV cache does not fit: a config problem, said as such
+            raise
+        self.init_seconds = time.perf_counter() - start
+        self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
+        self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
+        self.allocator = BlockAllocator(self.num_blocks)
+
+    def _new_worker(self, setup: RankSetup) -> RankWorker:
+        worker = RankWorker(setup, self._timeline, self._cancel)
+        self.workers.append(worker)
+        return worker
+
+    def _wait_for_init(self, futures) -> None:
+        """Wait for the ranks' init; on the first failure stop the others and raise it."""
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:   # e.g. Ctrl-C while waiting: stop every rank before unwinding
+            self._cancel.set()
+            wait(futures)
+            raise
+        failed = [f for f in done if f.exception() is not None]
+        if not failed:
+            return
+        self._cancel.set()
+        wait(futures)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        real = [e for e in errors if not isinstance(e, InitCancelled)]
+        raise min(real, key=lambda e: getattr(e, "rank", 0)) if real else errors[0]
+
+    def _release_all(self, error: BaseException | None = None) -> None:
+        """Free every rank's memory on its own thread, join the threads, close the communicators.
+
+        Errors met while releasing are attached to ``error`` as notes, or raised when there is none.
+        """
+        problems = []
+        for worker in self.workers:
+            try:
+                problems += worker.submit(worker.release).result()
+            except Exception as exc:
+                problems.append(exc)
+        for worker in self.workers:
+            worker.shutdown()
+        for comm in self.communicators:
+            try:
+                comm.close()
+            except Exception as exc:
+                problems.append(exc)
+        self.workers, self.communicators = [], []
+        if problems and error is not None:
+            for p in problems:
+                error.add_note(f"while releasing: {type(p).__name__}: {p}")
+        elif problems:
+            raise problems[0]
+
+    # ---- generation ----------------------------------------------------------------------------
+    def generate(self, prompts: list[str], sampling: SamplingParams | None = None,
+                 use_chat_template: bool = True) -> list[GenerationOutput]:
+        """Generate for text prompts; the chat template is applied when the tokenizer has one and
+        ``use_chat_template`` is true."""
+        tokenizer = self.checkpoint.tokenizer
+        if tokenizer is None:
+            raise EngineConfigError(f"{self.checkpoint.source} has no tokenizer; call generate_ids with token ids")
+        if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
+            raise EngineConfigError("prompts must be a list of strings")
+        ids = []
+        for prompt in prompts:
+            if use_chat_template and tokenizer.has_chat_template:
+                text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+                ids.append(tokenizer.encode(text, add_special_tokens=False))
+            else:
+                ids.append(tokenizer.encode(prompt, add_special_tokens=True))
+        return self.generate_ids(ids, sampling)
+
+    def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams | None = None) -> list[GenerationOutput]:
+        """Generate for prompts given as token ids. Sequences run in batches of up to
+        ``max_num_seqs``; a finished one makes room for the next (continuous batching)."""
+        self._check_open()
+        sampling = sampling or SamplingParams()
+        sampling.validate()
+        seqs = [self._new_sequence(i, ids, sampling) for i, ids in enumerate(prompt_ids)]
+        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        eos = self._eos_ids()
+        stats = GenerationStats()
+        waiting, running = deque(seqs), []
+        while waiting or running:
+            admitted = []
+            while (waiting and len(running) + len(admitted) < self.config.max_num_seqs
+                   and waiting[0].blocks_needed(self.config.block_size) <= self.allocator.num_free):
+                seq = waiting.popleft()
+                seq.blocks = self.allocator.allocate(seq.blocks_needed(self.config.block_size))
+                admitted.append(seq)
+            step = list(admitted or running)    # prefill newcomers first, else decode everyone
+            batch = build_step(step, self.config.block_size, self.checkpoint.config.sliding_window)
+            start = time.perf_counter()
+            result = self._run_step(batch, sampling.is_greedy)
+            seconds = time.perf_counter() - start
+            if admitted:
+                stats.prefill_tokens += batch.num_tokens
+                stats.prefill_seconds += seconds
+            else:
+                stats.decode_tokens += batch.num_tokens
+                stats.decode_seconds += seconds
+            next_tokens = result if sampling.is_greedy else sample(result, sampling, generator)
+            running += admitted
+            for seq, token in zip(step, next_tokens.tolist()):
+                seq.num_cached = len(seq.tokens)
+                seq.output.append(token)
+                if token in eos:
+                    seq.finish_reason = "eos"
+                elif len(seq.output) >= seq.max_new_tokens:
+                    seq.finish_reason = "length"
+                if seq.finish_reason:
+                    self.allocator.release(seq.blocks)
+                    seq.blocks = []
+                    running.remove(seq)
+        self.last_stats = stats
+        tokenizer = self.checkpoint.tokenizer
+        return [
+            GenerationOutput(seq.prompt, seq.output,
+                             tokenizer.decode(seq.output, skip_special_tokens=True) if tokenizer else "",
+                             seq.finish_reason)
+            for seq in seqs
+        ]
+
+    def _new_sequence(self, index: int, ids, sampling: SamplingParams) -> Sequence:
+        vocab = self.checkpoint.config.vocab_size
+        ids = list(ids)
+        if not ids:
+            raise EngineConfigError(f"prompt {index} is empty")
+        if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+            raise EngineConfigError(f"prompt {index} has token ids outside the vocabulary (0..{vocab - 1})")
+        if len(ids) >= self.max_model_len:
+            raise EngineConfigError(
+                f"prompt {index} has {len(ids)} tokens, but the context (max_model_len) is {self.max_model_len} "
+                f"tokens, leaving no room to generate; shorten the prompt or raise max_model_len (--max-cache-len)"
+            )
+        seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)))
+        needed = seq.blocks_needed(self.config.block_size)
+        if needed > self.num_blocks:
+            raise EngineConfigError(
+                f"prompt {index} needs {needed} KV blocks ({len(ids)} + {seq.max_new_tokens} tokens), but the "
+                f"cache has {self.num_blocks}; raise num_blocks (--num-blocks) or lower max_new_tokens"
+            )
+        return seq
+
+    def _eos_ids(self) -> set[int]:
+        eos = set(self.checkpoint.config.eos_token_ids or [])
+        tokenizer = self.checkpoint.tokenizer
+        if tokenizer is not None:
+            eos |= set(tokenizer.eos_token_ids or [])
+        return eos
+
+    def _run_step(self, batch, greedy: bool) -> torch.Tensor:
+        """Run one forward step on every rank; rank 0's result (token ids or logits)."""
+        futures = [w.submit(w.forward, batch, greedy) for w in self.workers]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future in done and future.exception() is not None:
+                raise future.exception()
+        return futures[0].result()
+
+    # ---- inspection and teardown ---------------------------------------------------------------
+    def kv_cache_to_host(self, rank: int) -> torch.Tensor:
+        """A host copy of rank ``rank``'s whole KV pool, [layers, 2, slots, KV heads, head_dim]."""
+        self._check_open()
+        worker = self.workers[rank]
+        return worker.submit(worker.kv_to_host).result()
+
+    @property
+    def kv_zero_device_ms(self) -> list[float]:
+        """Per rank: device time of the KV zeroing, measured with timing events."""
+        return [w.kv_zero_device_ms for w in self.workers]
+
+    @property
+    def kv_cache_bytes(self) -> list[int]:
+        return [w.kv.layout.nbytes for w in self.workers]
+
+    def close(self) -> None:
+        """Free every device buffer, stream and communicator, and join every rank thread."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._release_all()
+        finally:
+            if self._owns_checkpoint:
+                self.checkpoint.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineConfigError("this InferEngine is closed; create a new one")
+
+    def __enter__(self) -> "InferEngine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _validate(config: EngineConfig, model) -> None:
+    """Raise :class:`EngineConfigError` for the first bad setting."""
+    if model.architecture not in SUPPORTED_ARCHITECTURES:
+        raise EngineConfigError(
+            f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    check_tp(model, config.tp)
+    if config.init_mode not in INIT_MODES:
+        raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
+    for name in ("block_size", "max_num_seqs"):
+        value = getattr(config, name)
+        if not _positive_int(value):
+            raise EngineConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if config.num_blocks is not None and not _positive_int(config.num_blocks):
+        raise EngineConfigError(f"num_blocks must be an integer >= 1 or None, got {config.num_blocks!r}")
+    if not isinstance(config.memory_fraction, (int, float)) or not 0 < config.memory_fraction <= 1:
+        raise EngineConfigError(f"memory_fraction must be in (0, 1], got {config.memory_fraction!r}")
+    if config.max_model_len is not None:
+        if not _positive_int(config.max_model_len) or config.max_model_len < 2:
+            raise EngineConfigError(f"max_model_len must be an integer >= 2 or None, got {config.max_model_len!r}")
+        if config.max_model_len > model.max_position_embeddings:
+            raise EngineConfigError(
+                f"max_model_len {config.max_model_len} exceeds the model's context of "
+                f"{model.max_position_embeddings} tokens (max_position_embeddings)"
+            )
+    if config.dtype is not None and config.dtype not in DTYPES:
+        raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
+    if config.fail_at is not None:
+        rank, phase = config.fail_at
+        if phase not in PHASES:
+            raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _resolve_dtype(config: EngineConfig, backend) -> torch.dtype:
+    if config.dtype is not None:
+        dtype = DTYPES[config.dtype]
+    else:
+        dtype = torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16
+    name = str(dtype).removeprefix("torch.")
+    if config.tp > 1 and name not in backend.runtime.collective_dtypes:
+        raise EngineConfigError(
+            f"backend '{backend.name}' cannot all-reduce {name}; choose a dtype among "
+            f"{', '.join(backend.runtime.collective_dtypes)}"
+        )
+    return dtype

@@ -1,0 +1,126 @@
+"""Tensor-parallel sharding, gpt-fast style: the model code only sees its rank's local shapes; this
+module says which slice of each HF tensor a rank holds.
+
+q/k/v and gate/up are column-parallel (a rank holds some heads / some intermediate rows), o_proj and
+down_proj are row-parallel (the matching input columns; their outputs are summed by all_reduce).
+Embeddings, norms, lm_head and the o_proj bias are replicated. When ``tp`` exceeds the KV heads, each KV head is
+replicated on the ``tp // num_kv_heads`` ranks whose query heads use it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import EngineConfigError
+
+
+@dataclass(frozen=True)
+class RankShard:
+    """What rank ``rank`` of ``tp`` holds: local head counts and where its slices start."""
+
+    tp: int
+    rank: int
+    num_heads: int           # local query heads
+    num_kv_heads: int        # local KV heads
+    head_dim: int
+    intermediate_size: int   # local MLP width
+    first_head: int
+    first_kv_head: int
+
+
+def check_tp(config, tp: int) -> None:
+    """Raise :class:`EngineConfigError` when ``tp`` cannot split this model evenly."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise EngineConfigError(f"tp must be an integer >= 1, got {tp!r}")
+    if heads % tp:
+        raise EngineConfigError(
+            f"tp={tp} does not divide the model's {heads} attention heads; "
+            f"use one of {[d for d in range(1, heads + 1) if heads % d == 0]}"
+        )
+    if kv_heads % tp and tp % kv_heads:
+        raise EngineConfigError(
+            f"tp={tp} and the model's {kv_heads} KV heads: one must divide the other to share KV heads evenly"
+        )
+    if config.intermediate_size % tp:
+        raise EngineConfigError(f"tp={tp} does not divide the MLP width {config.intermediate_size}")
+
+
+def rank_shard(config, tp: int, rank: int) -> RankShard:
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    local_heads = heads // tp
+    if tp <= kv_heads:
+        local_kv, first_kv = kv_heads // tp, rank * (kv_heads // tp)
+    else:  # KV heads replicated: this rank's query heads all use one KV head
+        local_kv, first_kv = 1, rank * kv_heads // tp
+    return RankShard(tp, rank, local_heads, local_kv, config.head_dim, config.intermediate_size // tp,
+                     rank * local_heads, first_kv)
+
+
+def weight_names(config) -> list[str]:
+    """HF names of the tensors the engine loads (``lm_head.weight`` only when untied)."""
+    names = ["model.embed_tokens.weight"]
+    for i in range(config.num_hidden_layers):
+        p = f"model.layers.{i}."
+        names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
+        if config.attention_bias:
+            names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
+        if getattr(config, "attention_output_bias", False):
+            names.append(p + "self_attn.o_proj.bias")
+        names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
+        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+    names.append("model.norm.weight")
+    if not config.tie_word_embeddings:
+        names.append("lm_head.weight")
+    return names
+
+
+def full_shape(name: str, config) -> tuple[int, ...]:
+    """The shape of ``name`` in the checkpoint (HF layout, [out, in])."""
+    h, d = config.hidden_size, config.head_dim
+    q, kv, inter = config.num_attention_heads * d, config.num_key_value_heads * d, config.intermediate_size
+    kind = name.rsplit(".", 2)[-2]
+    shapes = {
+        "embed_tokens": (config.vocab_size, h), "lm_head": (config.vocab_size, h),
+        "q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q),
+        "gate_proj": (inter, h), "up_proj": (inter, h), "down_proj": (h, inter),
+    }
+    shape = shapes.get(kind, (h,))
+    return shape[:1] if name.endswith(".bias") else shape
+
+
+def _slice(name: str, shard: RankShard) -> tuple[int, int, int] | None:
+    """(dim, start, length) of the rank's slice of ``name``, or None when replicated."""
+    d = shard.head_dim
+    kind = name.rsplit(".", 2)[-2]
+    if name.endswith(".bias") and kind in ("o_proj", "down_proj"):
+        return None   # a row-parallel bias is added once, after the all-reduce
+    if kind == "q_proj":
+        return 0, shard.first_head * d, shard.num_heads * d
+    if kind in ("k_proj", "v_proj"):
+        return 0, shard.first_kv_head * d, shard.num_kv_heads * d
+    if kind in ("gate_proj", "up_proj"):
+        return 0, shard.rank * shard.intermediate_size, shard.intermediate_size
+    if kind == "o_proj":
+        return 1, shard.first_head * d, shard.num_heads * d
+    if kind == "down_proj":
+        return 1, shard.rank * shard.intermediate_size, shard.intermediate_size
+    return None
+
+
+def local_shape(name: str, config, shard: RankShard) -> tuple[int, ...]:
+    shape = list(full_shape(name, config))
+    cut = _slice(name, shard)
+    if cut is not None:
+        shape[cut[0]] = cut[2]
+    return tuple(shape)
+
+
+def shard_tensor(name: str, tensor: torch.Tensor, shard: RankShard) -> torch.Tensor:
+    """The rank's part of the host tensor ``name`` (a view; the caller makes it contiguous)."""
+    cut = _slice(name, shard)
+    if cut is None:
+        return tensor
+    dim, start, length = cut
+    return tensor.narrow(dim, start, length)

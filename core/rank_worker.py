@@ -1,0 +1,214 @@
+"""One tensor-parallel rank on its own thread, as in InfiniLM's RankWorker.
+
+Every command for a rank runs on that rank's thread (a one-thread executor), so its device stays
+current and its stream is driven by one thread; torch and cffi release the GIL, so ranks overlap.
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from anydev.plugin_api import Communicator, Device
+
+from .errors import EngineConfigError, EngineInitError
+from .kv_cache import KVLayout, PagedKVCache, check_fits
+from .models.batch import StepBatch
+from .models.llama import LlamaRank
+from .models.rope import inverse_frequencies
+from .models.sharding import RankShard
+from .timeline import Timeline
+from .weights import RankWeights
+
+
+class InitCancelled(Exception):
+    """Raised inside a rank's init when another rank failed and the engine asked everyone to stop."""
+
+
+@dataclass(frozen=True)
+class KVRequest:
+    """How the engine wants each rank's KV cache sized."""
+
+    block_size: int
+    num_blocks: int | None      # None: as many as fit, up to ``max_blocks``
+    max_blocks: int             # what max_num_seqs sequences of max_model_len need
+    min_blocks: int             # what one sequence of max_model_len needs
+    memory_fraction: float
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """Everything a rank needs to initialise itself (shared objects are read-only or locked)."""
+
+    rank: int
+    device: Device
+    comm: Communicator
+    checkpoint: object
+    shard: RankShard
+    dtype: torch.dtype
+    kv: KVRequest
+    serial_zero: bool                       # the old KV zeroing (host zeros, a sync per layer)
+    fail_at: tuple[int, str] | None         # fault injection for tests
+    progress: bool
+
+
+class RankWorker:
+    def __init__(self, setup: RankSetup, timeline: Timeline, cancel: threading.Event):
+        self.setup = setup
+        self.rank = setup.rank
+        self.device = setup.device
+        self.timeline = timeline
+        self.cancel = cancel
+        self.stream = None
+        self.weights: RankWeights | None = None
+        self.kv: PagedKVCache | None = None
+        self.model: LlamaRank | None = None
+        self.kv_zero_device_ms: float | None = None
+        self._zero_events = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
+
+    def submit(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` on this rank's thread."""
+        return self._executor.submit(fn, *args)
+
+    # ---- init ------------------------------------------------------------------------------
+    def init(self) -> None:
+        """All init phases in order. Raises :class:`EngineInitError` naming the phase, or
+        :class:`InitCancelled` when another rank failed first."""
+        phase = "device setup"
+        try:
+            with self._phase(phase):
+                self.device.set_current()
+                self.stream = self.device.create_stream()
+            phase = "weights"
+            with self._phase(phase):
+                self._load_weights()
+            phase = "kv alloc"
+            with self._phase(phase):
+                self.kv = PagedKVCache(self.device, self._kv_layout())
+            phase = "kv zero"
+            with self._phase(phase):
+                self._zero_kv()
+            phase = "sync"
+            with self._phase(phase):
+                self.stream.synchronize()   # the one wait: weights copies and the KV memset
+            self._measure_kv_zero()
+            phase = "ready"
+            with self._phase(phase):
+                self._build_model()
+        except InitCancelled:
+            raise
+        except BaseException as exc:
+            raise EngineInitError(self.rank, phase, exc) from exc
+
+    def _phase(self, phase: str):
+        if self.cancel.is_set():
+            raise InitCancelled(f"rank {self.rank} stopped before '{phase}'")
+        if self.setup.fail_at == (self.rank, phase):
+            raise RuntimeError(f"injected fault (EngineConfig.fail_at={self.setup.fail_at!r})")
+        return self.timeline.phase(self.rank, phase)
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise InitCancelled(f"rank {self.rank} stopped while loading weights")
+
+    def _load_weights(self) -> None:
+        s = self.setup
+        self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype)
+        with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
+                  position=self.rank, leave=True, disable=not s.progress) as bar:
+            self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update)
+
+    def _kv_layout(self) -> KVLayout:
+        s, config = self.setup, self.setup.checkpoint.config
+        layout = KVLayout(config.num_hidden_layers, 1, s.kv.block_size, s.shard.num_kv_heads,
+                          config.head_dim, s.dtype)
+        free = self.device.memory_info().free
+        if s.kv.num_blocks is not None:
+            layout = _with_blocks(layout, s.kv.num_blocks)
+            check_fits(layout, free, s.kv.memory_fraction, self.rank)
+            return layout
+        fit = int(free * s.kv.memory_fraction) // layout.block_bytes
+        if fit < s.kv.min_blocks:
+            raise EngineConfigError(
+                f"rank {self.rank}: only {fit} KV blocks of {s.kv.block_size} tokens fit in the memory left after "
+                f"weights, but one sequence of the full context needs {s.kv.min_blocks}; lower max_model_len "
+                f"(--max-cache-len) or raise memory_fraction"
+            )
+        return _with_blocks(layout, min(fit, s.kv.max_blocks))
+
+    def _zero_kv(self) -> None:
+        self._zero_events = (self.device.create_event(timing=True), self.device.create_event(timing=True))
+        self.stream.record(self._zero_events[0])
+        if self.setup.serial_zero:
+            self.kv.zero_serial(self.stream)
+        else:
+            self.kv.zero_async(self.stream)
+        self.stream.record(self._zero_events[1])
+
+    def _measure_kv_zero(self) -> None:
+        start, end = self._zero_events
+        self.kv_zero_device_ms = start.elapsed_ms(end)
+        start.close()
+        end.close()
+        self._zero_events = None
+
+    def _build_model(self) -> None:
+        s, config = self.setup, self.setup.checkpoint.config
+        with self.stream.torch_stream():
+            inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+            inv_freq = inv_freq.to(self.device.torch_device)
+        all_reduce = None
+        if s.shard.tp > 1:
+            def all_reduce(tensor):
+                s.comm.all_reduce(tensor, op="sum", stream=self.stream)
+        kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
+        self.model = LlamaRank(config, s.shard, self.weights.tensors, kv_layers, inv_freq, all_reduce)
+
+    # ---- serving ---------------------------------------------------------------------------
+    def forward(self, batch: StepBatch, greedy: bool) -> torch.Tensor | None:
+        """One step. Rank 0 returns the host result: token ids [B] when ``greedy``, else float32
+        logits [B, vocab]; other ranks return None."""
+        with self.stream.torch_stream():
+            logits = self.model.forward(batch.to(self.device.torch_device))
+            if self.rank != 0:
+                return None
+            result = logits.argmax(dim=-1) if greedy else logits.float()
+            return result.cpu()
+
+    def kv_to_host(self) -> torch.Tensor:
+        """A host copy of the whole KV pool, through the device API."""
+        layout = self.kv.layout
+        host = torch.empty(layout.nbytes, dtype=torch.uint8)
+        self.stream.memcpy_async(host, self.kv.buffer)
+        self.stream.synchronize()
+        return host.view(layout.dtype).view(layout.shape)
+
+    # ---- teardown --------------------------------------------------------------------------
+    def release(self) -> list[BaseException]:
+        """Free everything this rank allocated (on its thread). Returns the errors met on the way,
+        so the caller can report them without losing the first one."""
+        self.model = None
+        errors = []
+        events = getattr(self, "_zero_events", None) or ()
+        for obj in (*events, self.kv, self.weights, self.stream):
+            if obj is None:
+                continue
+            try:
+                obj.close()
+            except Exception as exc:  # collected and reported by the engine
+                errors.append(exc)
+        self._zero_events = None
+        self.kv = self.weights = self.stream = None
+        return errors
+
+    def shutdown(self) -> None:
+        """Join this rank's thread (after its queued commands finish)."""
+        self._executor.shutdown(wait=True)
+
+
+def _with_blocks(layout: KVLayout, num_blocks: int) -> KVLayout:
+    return KVLayout(layout.num_layers, num_blocks, layout.block_size, layout.num_kv_heads, layout.head_dim, layout.dtype)

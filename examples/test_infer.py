@@ -1,0 +1,124 @@
+"""Run a model on any anydev backend: the README's main command.
+
+    python examples/test_infer.py                         # embedded demo model on the cpu backend
+    python examples/test_infer.py --device nvidia --tp 2  # the demo on two GPUs, checked against cpu
+    python examples/test_infer.py --device nvidia --model /models/Llama-3.2-1B-Instruct --prompt "Hi"
+
+Flags follow InfiniLM's test_infer.py. Without --model the embedded demo model runs, and its greedy
+tokens are checked against the cpu reference backend (float32, one rank); a mismatch exits with 1.
+Any anydev error prints one line, ``error: ...``, and exits with 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
+from anydev.plugin_api import AnydevError
+
+DEFAULT_PROMPT = "Hello, world! What is a device?"
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = _OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cpu", help="anydev backend: cpu, nvidia, moore, metax, ... (default cpu)")
+    p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    p.add_argument("--enable-paged-attn", action="store_true", help="accepted for InfiniLM compatibility; paging is always on")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--batch-size", type=int, default=1, help="how many copies of the prompt to run at once")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank (default: from free memory)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument("--max-cache-len", type=int, default=None, help="context length (default: the model's)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")
+    p.add_argument("--init-mode", default="parallel", choices=("parallel", "serial"),
+                   help="rank start-up: parallel (default) or the old serial one")
+    p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except AnydevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
+    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+
+    is_demo = args.model is None
+    checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
+    sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+    sampling.validate()
+    if args.batch_size < 1:
+        raise_config(f"--batch-size must be >= 1, got {args.batch_size}")
+    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+                          num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
+                          max_num_seqs=args.batch_size, init_mode=args.init_mode)
+    prompts = [args.prompt] * args.batch_size
+    use_template = not args.no_chat_template
+    print(f"model: {checkpoint!r}")
+    with InferEngine(checkpoint, config, progress=True) as engine:
+        print(f"device: {args.device} x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
+              f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s")
+        print("init timeline:")
+        print(format_timeline(engine.timeline))
+        outputs = engine.generate(prompts, sampling, use_chat_template=use_template)
+        stats = engine.last_stats
+        for i, out in enumerate(outputs):
+            print(f"--- output {i} ({len(out.token_ids)} tokens, {out.finish_reason}) ---")
+            print(out.text)
+        print(f"prefill: {stats.prefill_tokens} tokens, {stats.prefill_tokens_per_s:.1f} tokens/s")
+        print(f"decode:  {stats.decode_tokens} tokens, {stats.decode_tokens_per_s:.1f} tokens/s")
+        if not is_demo:
+            return 0
+        greedy = SamplingParams(args.max_new_tokens)
+        if sampling.is_greedy and engine.dtype.is_floating_point and str(engine.dtype) == "torch.float32":
+            tokens = [o.token_ids for o in outputs]
+        else:
+            tokens = None   # checked below at float32: bf16/fp16 rounding flips near-tie greedy choices
+    if tokens is None:
+        with InferEngine(checkpoint, _with(config, dtype="float32")) as engine:
+            tokens = [o.token_ids for o in engine.generate(prompts, greedy, use_chat_template=use_template)]
+    with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=1, dtype="float32",
+                                                     max_num_seqs=args.batch_size)) as reference:
+        expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
+    match = tokens == expected
+    print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
+          f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1)")
+    if not match:
+        for i, (got, want) in enumerate(zip(tokens, expected)):
+            if got != want:
+                first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+                print(f"  output {i}: first difference at token {first}: got {got[first:first + 5]}, "
+                      f"cpu has {want[first:first + 5]}")
+    return 0 if match else 1
+
+
+def _with(config: EngineConfig, **changes) -> EngineConfig:
+    from dataclasses import replace
+
+    return replace(config, **changes)
+
+
+def raise_config(message: str):
+    from anydev.core import EngineConfigError
+
+    raise EngineConfigError(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
