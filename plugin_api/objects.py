@@ -426,26 +426,29 @@ class Communicator(Closable):
             raise InvalidArgumentError(f"{self.runtime.name}: reduce op {op!r} not supported; use one of {self.runtime.reduce_ops}")
         send_ptr, n, dt = self._span(send, count, dtype)
         recv_ptr, _, _ = self._span(send if recv is None else recv, n, dt)
-        self.runtime.all_reduce(send_ptr, recv_ptr, n, dt, op, self.handle, self._stream(stream))
+        self.runtime.all_reduce(send_ptr, recv_ptr, n, dt, op, self.handle, self._stream(stream, send, recv))
 
     def all_gather(self, send, recv, *, stream: Stream, count=None, dtype=None) -> None:
         """``count`` is the element count each rank sends; ``recv`` holds ``nranks * count``."""
         send_ptr, n, dt = self._span(send, count, dtype)
         recv_ptr, _, _ = self._span(recv, n * self.nranks, dt)
-        self.runtime.all_gather(send_ptr, recv_ptr, n, dt, self.handle, self._stream(stream))
+        self.runtime.all_gather(send_ptr, recv_ptr, n, dt, self.handle, self._stream(stream, send, recv))
 
     def broadcast(self, send, recv=None, *, root: int = 0, stream: Stream, count=None, dtype=None) -> None:
         if not 0 <= root < self.nranks:
             raise InvalidArgumentError(f"broadcast root {root} is outside 0..{self.nranks - 1}")
         send_ptr, n, dt = self._span(send, count, dtype)
         recv_ptr, _, _ = self._span(send if recv is None else recv, n, dt)
-        self.runtime.broadcast(send_ptr, recv_ptr, n, dt, root, self.handle, self._stream(stream))
+        self.runtime.broadcast(send_ptr, recv_ptr, n, dt, root, self.handle, self._stream(stream, send, recv))
 
-    def _stream(self, stream: Stream) -> int:
+    def _stream(self, stream: Stream, *memory) -> int:
+        """``stream``'s handle, after checks; torch tensors in ``memory`` stay alive until its next
+        ``synchronize()``, as pageable copies do, so a temporary cannot be freed under the collective."""
         self._check_open()
         stream._check_open()
         if stream.device is not self.device:
             raise InvalidArgumentError(f"{self._what} used with a stream on {stream.device}")
+        stream._keepalive.extend(m for m in memory if m is not None and not isinstance(m, DeviceBuffer))
         return stream.handle
 
     def _span(self, memory, count, dtype) -> tuple[int, int, str]:
