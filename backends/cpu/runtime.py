@@ -301,7 +301,7 @@ class CpuRuntime(DeviceRuntime):
     # ---- lookups and checks --------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise ClosedError("cpu runtime (its backend was closed)")
+            raise ClosedError("backend 'cpu'")
 
     def _check_device(self, index) -> None:
         if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < self.config.num_devices:
