@@ -42,6 +42,9 @@ typedef void (*emu_release_fn)(void *arg);
 /* Enqueue work on `stream` (0: the current device's default stream). Returns a runtime error code. */
 int API(AnydevEnqueue)(uintptr_t stream, emu_work_fn work, void *arg, emu_release_fn release);
 
+/* The runtime's public device count, used by the MCCL to check device lists. */
+int API(GetDeviceCount)(int *count);
+
 /* Deadline `seconds` from now on CLOCK_REALTIME (for pthread_cond_timedwait). */
 static inline struct timespec emu_deadline(double seconds) {
     struct timespec t;

@@ -1,0 +1,107 @@
+"""Build the emulated vendor runtimes, so the real moore and metax plugins run without their hardware.
+
+``build_emulated_runtime("moore", out_dir)`` compiles ``emulated/runtime.c`` (the MUSA runtime API,
+prefix ``musa``) and ``emulated/mccl.c`` (MCCL) with gcc into ``out_dir``, reusing an earlier build of
+the same sources, and returns the environment variables that point the moore plugin at them
+(``ANYDEV_MUSART_LIBRARY``, ``ANYDEV_MUSA_MCCL_LIBRARY``). ``"metax"`` does the same for the MACA
+runtime API (prefix ``mc``, without ``mcGetErrorName``/``mcRuntimeGetVersion``, as MACA).
+
+The libraries emulate devices over host memory; see the header of ``emulated/runtime.c`` for what is
+emulated and for the environment variables that configure them (device count, memory per device,
+collective timeout). The torch bridge is unavailable on them: the plugin says so.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE_DIR = Path(__file__).with_name("emulated")
+SOURCES = ("emulated.h", "runtime.c", "mccl.c")
+CFLAGS = ("-shared", "-fPIC", "-O2", "-pthread")
+
+
+class EmulatedBuildError(RuntimeError):
+    """The emulated runtime could not be compiled (no compiler, or a compile error)."""
+
+
+@dataclass(frozen=True)
+class EmulatedVendor:
+    rt: str                     # symbol prefix
+    runtime_file: str           # file name (and soname) of the runtime library
+    defines: tuple[str, ...]    # which optional functions the vendor runtime has
+    spec_module: str            # where the plugin declares its library env vars
+
+
+VENDORS = {
+    "moore": EmulatedVendor("musa", "libmusart.so", ("HAS_ERROR_NAME", "HAS_RUNTIME_VERSION"), "anydev.backends.moore.spec"),
+    "metax": EmulatedVendor("mc", "libmcruntime.so", (), "anydev.backends.metax.spec"),
+}
+CCL_FILE = "libmccl.so"
+
+
+def build_emulated_runtime(vendor: str, out_dir, extra_defines: tuple[str, ...] = ()) -> dict[str, str]:
+    """Compile (or reuse) the emulated runtime of ``vendor`` ("moore" or "metax") under ``out_dir``;
+    return ``{env var: library path}`` for the plugin's exact-library variables.
+
+    ``extra_defines`` (e.g. ``("EMU_NOT_READY_CODE=34",)``) builds a variant, for tests of the
+    plugin's load-time resolution. Raises :class:`EmulatedBuildError` without a C compiler.
+    """
+    if vendor not in VENDORS:
+        raise ValueError(f"no emulated runtime for {vendor!r}; choose one of {', '.join(VENDORS)}")
+    emulated = VENDORS[vendor]
+    compiler = _compiler()
+    defines = (f"RT={emulated.rt}", *emulated.defines, *extra_defines)
+    build_dir = Path(out_dir) / f"{vendor}-{_fingerprint(defines)}"
+    runtime_path, ccl_path = build_dir / emulated.runtime_file, build_dir / CCL_FILE
+    if not (runtime_path.exists() and ccl_path.exists()):
+        _build(compiler, emulated, defines, build_dir)
+    spec = importlib.import_module(emulated.spec_module).SPEC
+    return {spec.runtime_library.env_var: str(runtime_path), spec.ccl_library.env_var: str(ccl_path)}
+
+
+def _compiler() -> str:
+    name = os.environ.get("CC") or "gcc"
+    path = shutil.which(name)
+    if path is None:
+        raise EmulatedBuildError(
+            f"C compiler {name!r} not found on $PATH: the emulated moore/metax runtimes are compiled at test "
+            "time; install gcc (e.g. apt-get install gcc) or set $CC"
+        )
+    return path
+
+
+def _fingerprint(defines: tuple[str, ...]) -> str:
+    digest = hashlib.sha256(" ".join((*CFLAGS, *defines)).encode())
+    for name in SOURCES:
+        digest.update((SOURCE_DIR / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _build(compiler: str, emulated: EmulatedVendor, defines: tuple[str, ...], build_dir: Path) -> None:
+    """Compile into a fresh directory, then rename it into place (safe with parallel test workers)."""
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=build_dir.name + ".", dir=build_dir.parent))
+    flags = [*CFLAGS, *(f"-D{d}" for d in defines)]
+    _run([compiler, *flags, f"-Wl,-soname,{emulated.runtime_file}", str(SOURCE_DIR / "runtime.c"),
+          "-o", str(staging / emulated.runtime_file)])
+    # The MCCL finds the runtime next to itself ($ORIGIN), by the soname the plugin already loaded.
+    _run([compiler, *flags, f"-Wl,-soname,{CCL_FILE}", str(SOURCE_DIR / "mccl.c"), "-o", str(staging / CCL_FILE),
+          f"-L{staging}", f"-l:{emulated.runtime_file}", "-Wl,-rpath,$ORIGIN"])
+    try:
+        staging.rename(build_dir)
+    except OSError:
+        if not build_dir.is_dir():  # not a concurrent build that finished first
+            raise
+        shutil.rmtree(staging)
+
+
+def _run(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise EmulatedBuildError(f"compiling the emulated runtime failed: {' '.join(command)}\n{result.stderr}")

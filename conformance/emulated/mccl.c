@@ -1,0 +1,428 @@
+/* An emulated MCCL (NCCL's API with the prefix mccl) over the emulated runtime's host memory.
+ *
+ * Build: gcc -shared -fPIC -O2 -pthread -DRT=musa mccl.c -L<dir> -l:libmusart.so -Wl,-rpath,'$ORIGIN'
+ *
+ * Ranks are threads of one process (host memory is not shared between processes). Each collective is
+ * enqueued on the rank's stream; when the worker reaches it, it publishes its buffers, waits at a
+ * barrier for every rank, computes its own result into a scratch buffer from all ranks' inputs, waits
+ * at a second barrier (so in-place operations never overwrite an input a peer still reads), and
+ * stores the result. A barrier that waits longer than ANYDEV_EMULATED_COLLECTIVE_TIMEOUT seconds
+ * (default 30) breaks the group: the stream reports ErrorLaunchTimeout, later collectives fail fast,
+ * and nothing hangs. Reductions accumulate in double (floats) or 64-bit integers; float16 and
+ * bfloat16 are converted in software.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "emulated.h"
+
+#define CCL(name) CAT(mccl, name)
+#define EMU_CCL_VERSION 10000  /* reported as "1.0.0" */
+#define COMM_MAGIC 0x6d63636cu
+#define ID_BYTES 128
+
+typedef int cclResult_t;
+enum { CCL_SUCCESS = 0, CCL_UNHANDLED_RUNTIME_ERROR = 1, CCL_SYSTEM_ERROR = 2, CCL_INTERNAL_ERROR = 3,
+       CCL_INVALID_ARGUMENT = 4, CCL_INVALID_USAGE = 5 };
+/* NCCL's data types and reduce ops. */
+enum { T_INT8, T_UINT8, T_INT32, T_UINT32, T_INT64, T_UINT64, T_FLOAT16, T_FLOAT32, T_FLOAT64, T_BFLOAT16, T_COUNT };
+enum { OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AVG, OP_COUNT };
+enum { ALL_REDUCE, ALL_GATHER, BROADCAST };
+
+typedef struct { char internal[ID_BYTES]; } cclUniqueId;
+
+static const size_t TYPE_SIZE[T_COUNT] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+static double timeout_seconds(void) {
+    const char *text = getenv("ANYDEV_EMULATED_COLLECTIVE_TIMEOUT");
+    double value = text ? atof(text) : 0;
+    return value > 0 ? value : 30.0;
+}
+
+/* ---- float16 / bfloat16 ---------------------------------------------------------------------- */
+static float bits_to_float(uint32_t bits) { float f; memcpy(&f, &bits, 4); return f; }
+static uint32_t float_to_bits(float f) { uint32_t bits; memcpy(&bits, &f, 4); return bits; }
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) {
+        float magnitude = (float)mantissa * (1.0f / 16777216.0f); /* zero or subnormal: mantissa * 2^-24 */
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 31) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));
+    return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+static uint16_t float_to_half(float f) { /* round to nearest even */
+    uint32_t x = float_to_bits(f), sign = (x >> 16) & 0x8000, magnitude = x & 0x7fffffffu;
+    if (magnitude >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (magnitude > 0x7f800000u ? 0x200 : 0));
+    if (magnitude >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* >= 65520 rounds to infinity */
+    if (magnitude < 0x38800000u) {                                 /* below 2^-14: subnormal or zero */
+        int exponent = (int)(magnitude >> 23);
+        if (exponent < 102) return (uint16_t)sign;
+        uint32_t mantissa = (magnitude & 0x7fffff) | 0x800000, shift = (uint32_t)(126 - exponent);
+        uint32_t h = mantissa >> shift, rest = mantissa & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+        if (rest > halfway || (rest == halfway && (h & 1))) h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = (magnitude >> 13) - (112u << 10), rest = magnitude & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+static float bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16); }
+
+static uint16_t float_to_bf16(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t x = float_to_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- element access -------------------------------------------------------------------------- */
+static int is_float(int type) { return type == T_FLOAT16 || type == T_FLOAT32 || type == T_FLOAT64 || type == T_BFLOAT16; }
+static int is_unsigned(int type) { return type == T_UINT8 || type == T_UINT32 || type == T_UINT64; }
+
+static double load_float(const void *p, size_t i, int type) {
+    switch (type) {
+        case T_FLOAT16: return half_to_float(((const uint16_t *)p)[i]);
+        case T_BFLOAT16: return bf16_to_float(((const uint16_t *)p)[i]);
+        case T_FLOAT32: return ((const float *)p)[i];
+        default: return ((const double *)p)[i];
+    }
+}
+
+static void store_float(void *p, size_t i, int type, double v) {
+    switch (type) {
+        case T_FLOAT16: ((uint16_t *)p)[i] = float_to_half((float)v); break;
+        case T_BFLOAT16: ((uint16_t *)p)[i] = float_to_bf16((float)v); break;
+        case T_FLOAT32: ((float *)p)[i] = (float)v; break;
+        default: ((double *)p)[i] = v; break;
+    }
+}
+
+static int64_t load_int(const void *p, size_t i, int type) {
+    switch (type) {
+        case T_INT8: return ((const int8_t *)p)[i];
+        case T_UINT8: return ((const uint8_t *)p)[i];
+        case T_INT32: return ((const int32_t *)p)[i];
+        case T_UINT32: return ((const uint32_t *)p)[i];
+        default: return ((const int64_t *)p)[i]; /* int64, uint64 (same bits) */
+    }
+}
+
+static void store_int(void *p, size_t i, int type, int64_t v) {
+    switch (type) {
+        case T_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+        case T_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+        case T_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+        case T_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+        default: ((int64_t *)p)[i] = v; break;
+    }
+}
+
+#define COMBINE(acc, v, op) \
+    ((op) == OP_PROD ? (acc) * (v) : (op) == OP_MAX ? ((v) > (acc) ? (v) : (acc)) \
+     : (op) == OP_MIN ? ((v) < (acc) ? (v) : (acc)) : (acc) + (v))
+
+/* ---- groups and communicators ---------------------------------------------------------------- */
+typedef struct {
+    int kind, type, op, root;
+    size_t count;
+    const void *send;
+    void *recv;
+} slot_t;
+
+typedef struct group {
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int nranks;
+    int refs;         /* communicators alive */
+    int arrived;      /* at the current barrier */
+    uint64_t barrier_generation;
+    int broken;       /* a barrier timed out: the group is unusable */
+    slot_t *slots;    /* per rank, the collective it is running */
+    /* joining through CommInitRank (guarded by g_join_lock) */
+    unsigned char id[ID_BYTES];
+    unsigned char *has_joined; /* per rank */
+    int joined;
+    struct group *next_joining;
+} group_t;
+
+typedef struct {
+    uint32_t magic;
+    group_t *group;
+    int rank;
+    int pending; /* collectives enqueued and not finished; guarded by group->lock */
+} comm_t;
+
+static group_t *group_new(int nranks) {
+    group_t *g = calloc(1, sizeof *g);
+    slot_t *slots = calloc((size_t)nranks, sizeof *slots);
+    unsigned char *has_joined = calloc((size_t)nranks, 1);
+    if (!g || !slots || !has_joined) { free(g); free(slots); free(has_joined); return NULL; }
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->changed, NULL);
+    g->nranks = nranks;
+    g->slots = slots;
+    g->has_joined = has_joined;
+    return g;
+}
+
+static void group_free(group_t *g) {
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->changed);
+    free(g->slots);
+    free(g->has_joined);
+    free(g);
+}
+
+static comm_t *comm_new(group_t *g, int rank) {
+    comm_t *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->magic = COMM_MAGIC; c->group = g; c->rank = rank;
+    return c;
+}
+
+static comm_t *resolve_comm(uintptr_t handle) {
+    comm_t *c = (comm_t *)handle;
+    return c && c->magic == COMM_MAGIC ? c : NULL;
+}
+
+/* Every rank waits here until all have arrived; 0, or ERR_LAUNCH_TIMEOUT when the group broke. */
+static int barrier(group_t *g) {
+    pthread_mutex_lock(&g->lock);
+    if (g->broken) { pthread_mutex_unlock(&g->lock); return ERR_LAUNCH_TIMEOUT; }
+    uint64_t generation = g->barrier_generation;
+    if (++g->arrived == g->nranks) {
+        g->arrived = 0;
+        g->barrier_generation++;
+        pthread_cond_broadcast(&g->changed);
+        pthread_mutex_unlock(&g->lock);
+        return 0;
+    }
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    while (generation == g->barrier_generation && !g->broken) {
+        if (pthread_cond_timedwait(&g->changed, &g->lock, &deadline) == ETIMEDOUT && generation == g->barrier_generation) {
+            g->broken = 1;
+            pthread_cond_broadcast(&g->changed);
+        }
+    }
+    int passed = generation != g->barrier_generation;
+    pthread_mutex_unlock(&g->lock);
+    return passed ? 0 : ERR_LAUNCH_TIMEOUT;
+}
+
+/* ---- collectives ----------------------------------------------------------------------------- */
+typedef struct { comm_t *comm; slot_t slot; } collective_t;
+
+static void reduce(const slot_t *slots, int nranks, void *out) {
+    const slot_t *mine = &slots[0];
+    int type = mine->type, op = mine->op;
+    for (size_t i = 0; i < mine->count; i++) {
+        if (is_float(type)) {
+            double acc = load_float(slots[0].send, i, type);
+            for (int r = 1; r < nranks; r++) { double v = load_float(slots[r].send, i, type); acc = COMBINE(acc, v, op); }
+            store_float(out, i, type, op == OP_AVG ? acc / nranks : acc);
+        } else if (is_unsigned(type)) {
+            uint64_t acc = (uint64_t)load_int(slots[0].send, i, type);
+            for (int r = 1; r < nranks; r++) { uint64_t v = (uint64_t)load_int(slots[r].send, i, type); acc = COMBINE(acc, v, op); }
+            store_int(out, i, type, (int64_t)(op == OP_AVG ? acc / (uint64_t)nranks : acc));
+        } else {
+            int64_t acc = load_int(slots[0].send, i, type);
+            for (int r = 1; r < nranks; r++) { int64_t v = load_int(slots[r].send, i, type); acc = COMBINE(acc, v, op); }
+            store_int(out, i, type, op == OP_AVG ? acc / nranks : acc);
+        }
+    }
+}
+
+static int same_collective(const slot_t *a, const slot_t *b) {
+    return a->kind == b->kind && a->type == b->type && a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+static int run_collective(void *arg) {
+    collective_t *work = arg;
+    group_t *g = work->comm->group;
+    int rank = work->comm->rank, nranks = g->nranks;
+    slot_t *slots = g->slots;
+    slots[rank] = work->slot; /* safe: peers finished reading our previous slot before the last barrier */
+    int err = barrier(g);
+    if (err) return err;
+    int matching = 1; /* every rank reaches the same verdict: some slot differs from each rank's own */
+    for (int r = 0; r < nranks; r++) matching &= same_collective(&slots[r], &slots[rank]);
+    size_t bytes = slots[rank].count * TYPE_SIZE[slots[rank].type];
+    size_t out_bytes = slots[rank].kind == ALL_GATHER ? bytes * (size_t)nranks : bytes;
+    unsigned char *scratch = matching ? malloc(out_bytes ? out_bytes : 1) : NULL;
+    if (scratch) {
+        switch (slots[rank].kind) {
+            case ALL_REDUCE: reduce(slots, nranks, scratch); break;
+            case ALL_GATHER:
+                for (int r = 0; r < nranks; r++) memcpy(scratch + (size_t)r * bytes, slots[r].send, bytes);
+                break;
+            default: memcpy(scratch, slots[slots[rank].root].send, bytes); break;
+        }
+    }
+    err = barrier(g); /* after it, no peer reads our inputs any more */
+    if (!err && !matching) err = ERR_INVALID_VALUE;
+    if (!err && !scratch) err = ERR_MEMORY_ALLOCATION;
+    if (!err) memcpy(slots[rank].recv, scratch, out_bytes);
+    free(scratch);
+    return err;
+}
+
+static void release_collective(void *arg) {
+    collective_t *work = arg;
+    group_t *g = work->comm->group;
+    pthread_mutex_lock(&g->lock);
+    work->comm->pending--;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+    free(work);
+}
+
+static cclResult_t enqueue_collective(int kind, uintptr_t send, uintptr_t recv, size_t count, int type, int op,
+                                      int root, uintptr_t handle, uintptr_t stream) {
+    comm_t *c = resolve_comm(handle);
+    if (!c || type < 0 || type >= T_COUNT || op < 0 || op >= OP_COUNT) return CCL_INVALID_ARGUMENT;
+    if (root < 0 || root >= c->group->nranks) return CCL_INVALID_ARGUMENT;
+    if (count && (!send || !recv)) return CCL_INVALID_ARGUMENT;
+    collective_t *work = malloc(sizeof *work);
+    if (!work) return CCL_SYSTEM_ERROR;
+    work->comm = c;
+    work->slot = (slot_t){kind, type, op, root, count, (const void *)send, (void *)recv};
+    pthread_mutex_lock(&c->group->lock);
+    c->pending++;
+    pthread_mutex_unlock(&c->group->lock);
+    return API(AnydevEnqueue)(stream, run_collective, work, release_collective) ? CCL_UNHANDLED_RUNTIME_ERROR : CCL_SUCCESS;
+}
+
+cclResult_t CCL(AllReduce)(uintptr_t send, uintptr_t recv, size_t count, int type, int op, uintptr_t comm, uintptr_t stream) {
+    return enqueue_collective(ALL_REDUCE, send, recv, count, type, op, 0, comm, stream);
+}
+
+cclResult_t CCL(AllGather)(uintptr_t send, uintptr_t recv, size_t count, int type, uintptr_t comm, uintptr_t stream) {
+    return enqueue_collective(ALL_GATHER, send, recv, count, type, OP_SUM, 0, comm, stream);
+}
+
+cclResult_t CCL(Broadcast)(uintptr_t send, uintptr_t recv, size_t count, int type, int root, uintptr_t comm, uintptr_t stream) {
+    return enqueue_collective(BROADCAST, send, recv, count, type, OP_SUM, root, comm, stream);
+}
+
+/* ---- communicator setup ---------------------------------------------------------------------- */
+cclResult_t CCL(CommInitAll)(uintptr_t *comms, int ndev, const int *devlist) {
+    int count;
+    if (!comms || ndev < 1 || API(GetDeviceCount)(&count) != 0) return CCL_INVALID_ARGUMENT;
+    for (int i = 0; i < ndev; i++)
+        if (devlist && (devlist[i] < 0 || devlist[i] >= count)) return CCL_INVALID_ARGUMENT;
+    group_t *g = group_new(ndev);
+    if (!g) return CCL_SYSTEM_ERROR;
+    for (int rank = 0; rank < ndev; rank++) {
+        comm_t *c = comm_new(g, rank);
+        if (!c) { /* undo */
+            for (int r = 0; r < rank; r++) free((comm_t *)comms[r]);
+            group_free(g);
+            return CCL_SYSTEM_ERROR;
+        }
+        comms[rank] = (uintptr_t)c;
+    }
+    g->refs = ndev;
+    return CCL_SUCCESS;
+}
+
+static pthread_mutex_t g_join_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_join_changed = PTHREAD_COND_INITIALIZER;
+static group_t *g_joining; /* groups whose ranks are still arriving in CommInitRank */
+
+cclResult_t CCL(GetUniqueId)(cclUniqueId *id) {
+    static uint64_t counter;
+    if (!id) return CCL_INVALID_ARGUMENT;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t fields[4] = {0x79646e61u /* "anyd" */, (uint64_t)getpid(), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED),
+                          (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec};
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, fields, sizeof fields);
+    return CCL_SUCCESS;
+}
+
+static void unlink_joining(group_t *g) {
+    for (group_t **link = &g_joining; *link; link = &(*link)->next_joining)
+        if (*link == g) { *link = g->next_joining; return; }
+}
+
+/* Join the group `id` as `rank`; blocks until all `nranks` ranks joined, or the timeout. */
+cclResult_t CCL(CommInitRank)(uintptr_t *comm, int nranks, cclUniqueId id, int rank) {
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return CCL_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_join_lock);
+    group_t *g = g_joining;
+    while (g && memcmp(g->id, id.internal, ID_BYTES) != 0) g = g->next_joining;
+    if (!g) {
+        if (!(g = group_new(nranks))) { pthread_mutex_unlock(&g_join_lock); return CCL_SYSTEM_ERROR; }
+        memcpy(g->id, id.internal, ID_BYTES);
+        g->next_joining = g_joining;
+        g_joining = g;
+    }
+    if (g->nranks != nranks || g->has_joined[rank]) {
+        pthread_mutex_unlock(&g_join_lock);
+        return CCL_INVALID_USAGE;
+    }
+    g->has_joined[rank] = 1;
+    if (++g->joined == nranks) { /* complete: every rank will hold a communicator */
+        g->refs = nranks;
+        unlink_joining(g);
+        pthread_cond_broadcast(&g_join_changed);
+    }
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    while (g->joined < nranks)
+        if (pthread_cond_timedwait(&g_join_changed, &g_join_lock, &deadline) == ETIMEDOUT) break;
+    int complete = g->joined == nranks;
+    if (!complete) { /* leave; the last to leave frees the group */
+        g->has_joined[rank] = 0;
+        if (--g->joined == 0) {
+            unlink_joining(g);
+            group_free(g);
+        }
+    }
+    pthread_mutex_unlock(&g_join_lock);
+    comm_t *c = complete ? comm_new(g, rank) : NULL;
+    if (!c) return CCL_SYSTEM_ERROR; /* (out of memory: the group is leaked) */
+    *comm = (uintptr_t)c;
+    return CCL_SUCCESS;
+}
+
+/* Waits for this communicator's queued collectives, then frees it (and the group with the last). */
+cclResult_t CCL(CommDestroy)(uintptr_t handle) {
+    comm_t *c = resolve_comm(handle);
+    if (!c) return CCL_INVALID_ARGUMENT;
+    group_t *g = c->group;
+    pthread_mutex_lock(&g->lock);
+    while (c->pending > 0) pthread_cond_wait(&g->changed, &g->lock);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&g->lock);
+    c->magic = 0;
+    free(c);
+    if (last) group_free(g);
+    return CCL_SUCCESS;
+}
+
+cclResult_t CCL(GetVersion)(int *version) {
+    if (!version) return CCL_INVALID_ARGUMENT;
+    *version = EMU_CCL_VERSION;
+    return CCL_SUCCESS;
+}
+
+const char *CCL(GetErrorString)(cclResult_t result) {
+    switch (result) {
+        case CCL_SUCCESS: return "no error";
+        case CCL_UNHANDLED_RUNTIME_ERROR: return "unhandled runtime error (the emulated runtime refused the work)";
+        case CCL_SYSTEM_ERROR: return "unhandled system error (emulated MCCL: out of memory, or peer ranks did not join in time)";
+        case CCL_INTERNAL_ERROR: return "internal error";
+        case CCL_INVALID_ARGUMENT: return "invalid argument";
+        case CCL_INVALID_USAGE: return "invalid usage";
+        default: return "unknown result code";
+    }
+}
