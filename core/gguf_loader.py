@@ -165,10 +165,7 @@ def _rope_scaling(meta: dict, arch: str, reader: GGUFReader, theta: float, head_
 
 
 def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, source: str) -> ModelConfig:
-    gguf_arch = meta.get("general.architecture")
-    if gguf_arch not in GGUF_ARCHITECTURES:
-        raise ModelLoadError(f"{source}: unsupported GGUF architecture '{gguf_arch}'; supported: "
-                             + ", ".join(GGUF_ARCHITECTURES))
+    gguf_arch = meta["general.architecture"]   # checked by read_gguf_file
 
     def key(name: str, default=None):
         value = meta.get(f"{gguf_arch}.{name}", default)
@@ -214,6 +211,9 @@ def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:
         meta = read_metadata(reader)
     except (ValueError, IndexError, UnicodeDecodeError) as err:
         raise ModelLoadError(f"{path}: corrupt GGUF metadata ({err})") from err
+    if meta.get("general.architecture") not in GGUF_ARCHITECTURES:
+        raise ModelLoadError(f"{source}: unsupported GGUF architecture '{meta.get('general.architecture')}'; "
+                             f"supported: {', '.join(GGUF_ARCHITECTURES)}")
     tokenizer = gguf_tokenizer(meta, source)
     config = gguf_model_config(meta, reader, tokenizer, source)
     unexpected = [t.name for t in reader.tensors if hf_name(t.name) is None and t.name != ROPE_FREQS]

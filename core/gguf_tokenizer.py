@@ -31,7 +31,13 @@ def byte_level_bpe(meta: dict, source: str) -> BackendTokenizer:
     if not merges:
         raise ModelLoadError(f"{source}: GGUF 'gpt2' tokenizer has no tokenizer.ggml.merges")
     vocab = {token: index for index, token in reversed(list(enumerate(tokens)))}   # first id wins
-    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges]))
+    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    # tokenizers aborts the process on a merge outside the vocabulary; refuse such files up front.
+    bad = next((m for m, p in zip(merges, pairs) if len(p) != 2 or p[0] not in vocab or p[1] not in vocab
+                or p[0] + p[1] not in vocab), None)
+    if bad is not None:
+        raise ModelLoadError(f"{source}: GGUF merge {bad!r} uses or makes a token missing from the vocabulary")
+    backend = BackendTokenizer(models.BPE(vocab=vocab, merges=pairs))
     split = PRE_TOKENIZER_SPLITS.get(meta.get("tokenizer.ggml.pre"))
     if split is None:
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

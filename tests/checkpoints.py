@@ -188,20 +188,36 @@ def encode_gguf_tensor(array: np.ndarray, tensor_type: str):
     return data, kind, dequantize(data, kind).reshape(array.shape)
 
 
+def sentencepiece_vocab() -> tuple[list[str], list[float], list[int]]:
+    """(tokens, scores, token types) of a small llama-style sentencepiece vocabulary: <unk> <s> </s>,
+    256 byte-fallback tokens, then "▁"-spelled pieces scored best-first (as llama.cpp stores them)."""
+    from tokenizers import SentencePieceBPETokenizer
+    trained = SentencePieceBPETokenizer()
+    trained.train_from_iterator(TRAINING_TEXT, vocab_size=200, show_progress=False)
+    vocab = trained.get_vocab()
+    pieces = sorted(vocab, key=vocab.get)
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)   # 2 unknown, 3 control, 6 byte, 1 normal
+    return tokens, scores, types
+
+
 @dataclass
 class WrittenGGUF:
     path: Path
     state_dict: dict[str, torch.Tensor]   # HF names and layout, float32, the weights as stored (dequantized)
     original: dict[str, torch.Tensor]     # the float32 weights before quantization
     hf_config: object                     # the transformers config of the same model
-    tokenizer: Tokenizer                  # the tokenizer written into the metadata
+    tokenizer: Tokenizer | None           # the BPE tokenizer written into the metadata (None for "llama")
 
 
 def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: str = "llama",
-                          tied: bool = False, pre_tokenizer: str = "default", **overrides) -> WrittenGGUF:
+                          tied: bool = False, pre_tokenizer: str = "default", tokenizer_model: str = "gpt2",
+                          **overrides) -> WrittenGGUF:
     """Write a tiny random model as a GGUF file the way llama.cpp's converter would (q/k rows permuted
-    for the llama architecture, 1-D tensors in F32, the rest in ``tensor_type``), with a gpt2-style BPE
-    tokenizer, special tokens and a chat template in the metadata.
+    for the llama architecture, 1-D tensors in F32, the rest in ``tensor_type``), with a tokenizer
+    (``tokenizer_model`` "gpt2": byte-level BPE; "llama": sentencepiece with scores), special tokens
+    and a chat template in the metadata.
 
     K-quants need rows of 256 values, so those models are 256 wide; the others are 64 wide.
     ``overrides`` go to the transformers config (``rope_scaling={"rope_type": "llama3", ...}`` also
@@ -212,10 +228,15 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     import transformers
     path = Path(path)
     spec = _tokenizer_spec("qwen2" if arch == "qwen2" else "llama")
-    backend = build_bpe_tokenizer(spec["specials"], spec["bos"])
-    vocab = backend.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
-    ids = {token: vocab[token] for token in spec["specials"]}
+    if tokenizer_model == "llama":
+        backend = None
+        tokens, scores, types = sentencepiece_vocab()
+    else:
+        backend = build_bpe_tokenizer(spec["specials"], spec["bos"])
+        vocab = backend.get_vocab()
+        tokens, scores = sorted(vocab, key=vocab.get), None
+        types = [3 if t in spec["specials"] else 1 for t in tokens]
+    ids = {token: tokens.index(token) for token in spec["specials"]}
     width = dict(hidden_size=256, intermediate_size=512) if tensor_type in K_QUANTS else {}
     config = hf_config(arch, tied, vocab_size=len(tokens), bos_token_id=ids.get(spec["bos"]),
                        eos_token_id=ids[spec["eos"]], **{**width, **overrides})
@@ -234,12 +255,16 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     writer.add_rope_freq_base(theta)
     writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre(pre_tokenizer)
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in ids else 1 for t in tokens])   # 3: control
-    merges = json.loads(backend.to_str())["model"]["merges"]
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    writer.add_token_types(types)
+    if tokenizer_model == "llama":
+        writer.add_token_scores(scores)
+        writer.add_unk_token_id(0)
+    else:
+        writer.add_tokenizer_pre(pre_tokenizer)
+        merges = json.loads(backend.to_str())["model"]["merges"]
+        writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
     if spec["bos"] is not None:
         writer.add_bos_token_id(ids[spec["bos"]])
     writer.add_eos_token_id(ids[spec["eos"]])
