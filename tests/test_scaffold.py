@@ -5,26 +5,41 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 from dist_info import write_dist_info
 
 from anydev import scaffold
-from anydev.plugin_api import REQUIRED_CALLS, DeviceRuntime, NotSupportedError, Registry
+from anydev.plugin_api import REQUIRED_CALLS, BackendUnavailableError, DeviceRuntime, NotSupportedError, Registry
+
+EMULATED_SOURCES = Path(scaffold.__file__).parent / "conformance" / "emulated"
+
+
+def _generate(tmp_path, monkeypatch, name: str, prefix: str | None = None):
+    """Generate backend ``name`` into tmp_path and put it on sys.path with its dist-info."""
+    root = scaffold.new_backend(name, tmp_path / "pkg", prefix=prefix)
+    write_dist_info(root, into=root)
+    monkeypatch.syspath_prepend(str(root))
+    yield root
+    for module in [m for m in sys.modules if m.startswith(f"anydev_{name}")]:
+        del sys.modules[module]
 
 
 @pytest.fixture
 def skeleton(tmp_path, monkeypatch):
-    """The backend 'scaffoldtest' generated into tmp_path and put on sys.path with its dist-info."""
-    root = scaffold.new_backend("scaffoldtest", tmp_path / "pkg")
-    write_dist_info(root, into=root)
-    monkeypatch.syspath_prepend(str(root))
-    yield root
-    for module in [m for m in sys.modules if m.startswith("anydev_scaffoldtest")]:
-        del sys.modules[module]
+    """The stubbed backend 'scaffoldtest'."""
+    yield from _generate(tmp_path, monkeypatch, "scaffoldtest")
+
+
+@pytest.fixture
+def prefix_skeleton(tmp_path, monkeypatch):
+    """The backend 'scaffoldxyz' for a CUDA-like runtime with the symbol prefix ``xyz``."""
+    yield from _generate(tmp_path, monkeypatch, "scaffoldxyz", prefix="xyz")
 
 
 def _dummy_arguments(call: str) -> list:
@@ -110,3 +125,55 @@ def test_conformance_run_fails_only_on_stubbed_calls_each_named(skeleton, tmp_pa
     for check in failures:
         named = stub_message.search(check["reason"] or "")
         assert named and named.group(1) in REQUIRED_CALLS, f"{check['check']} failed for another reason: {check['reason']}"
+
+
+# ---- --prefix: a runtime that mirrors CUDA's ------------------------------------------------------
+
+def test_prefix_skeleton_describes_the_runtime_for_the_cudalike_core(prefix_skeleton):
+    from anydev_scaffoldxyz.spec import SPEC
+
+    assert (SPEC.name, SPEC.rt, SPEC.ccl) == ("scaffoldxyz", "xyz", "xyzccl")
+    assert SPEC.runtime_library.env_var == "ANYDEV_SCAFFOLDXYZ_RUNTIME_LIBRARY"
+    assert not (prefix_skeleton / "anydev_scaffoldxyz" / "runtime.py").exists()
+
+
+def test_prefix_skeleton_without_its_libraries_is_unavailable_saying_what_was_searched(prefix_skeleton, monkeypatch):
+    monkeypatch.delenv("ANYDEV_SCAFFOLDXYZ_RUNTIME_LIBRARY", raising=False)
+    registry = Registry()
+    assert "scaffoldxyz" in registry.plugins, registry.broken.get("scaffoldxyz")
+    with pytest.raises(BackendUnavailableError) as raised:
+        registry.load("scaffoldxyz")
+    message = str(raised.value)
+    assert "libxyzrt" in message and "ANYDEV_SCAFFOLDXYZ_RUNTIME_LIBRARY" in message and "XYZ_HOME" in message
+
+
+def _build_emulated_xyz_runtime(out: Path) -> tuple[Path, Path]:
+    """The conformance suite's emulated CUDA-shaped runtime and MCCL, built with the prefixes xyz and
+    xyzccl: what a vendor's libxyzrt.so and libxyzccl.so would export."""
+    runtime, ccl = out / "libxyzrt.so", out / "libxyzccl.so"
+    common = ["gcc", "-shared", "-fPIC", "-O2", "-pthread", "-DRT=xyz", f"-I{EMULATED_SOURCES}"]
+    subprocess.run(common + ["-DHAS_ERROR_NAME", "-DHAS_RUNTIME_VERSION", str(EMULATED_SOURCES / "runtime.c"),
+                             "-o", str(runtime)], check=True, capture_output=True)
+    subprocess.run(common + ["-Dmccl=xyzccl", str(EMULATED_SOURCES / "mccl.c"), f"-L{out}", "-l:libxyzrt.so",
+                             "-Wl,-rpath,$ORIGIN", "-o", str(ccl)], check=True, capture_output=True)
+    return runtime, ccl
+
+
+def test_prefix_skeleton_passes_conformance_on_an_emulated_xyz_runtime(prefix_skeleton, tmp_path):
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is needed to build the emulated xyz runtime")
+    if not (EMULATED_SOURCES / "runtime.c").is_file():
+        pytest.skip("the conformance suite's emulated runtime sources are not in this checkout")
+    runtime, ccl = _build_emulated_xyz_runtime(tmp_path)
+    report_file = tmp_path / "xyz.json"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(prefix_skeleton), os.environ.get("PYTHONPATH", "")]),
+               ANYDEV_SCAFFOLDXYZ_RUNTIME_LIBRARY=str(runtime), ANYDEV_SCAFFOLDXYZ_CCL_LIBRARY=str(ccl))
+    result = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--device", "scaffoldxyz", "--report", str(report_file)],
+        env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    report = json.loads(report_file.read_text())
+    assert report["hardware"]["scaffoldxyz"] == "emulated runtime"
+    statuses = [c["status"] for c in report["checks"]]
+    assert "fail" not in statuses and statuses.count("pass") > len(statuses) // 2
