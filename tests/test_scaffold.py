@@ -106,6 +106,14 @@ def test_command_line_writes_the_skeleton_and_says_what_next(tmp_path, capsys):
     assert scaffold.main(["Bad Name", "--dir", str(tmp_path / "y")]) == 2
 
 
+def test_anydev_new_backend_subcommand_runs_the_scaffold(tmp_path, capsys):
+    from anydev.cli import main
+
+    assert main(["new-backend", "xyz", "--dir", str(tmp_path / "x"), "--prefix", "xyz"]) == 0
+    assert "spec.py" in capsys.readouterr().out
+    assert (tmp_path / "x" / "anydev_xyz" / "spec.py").is_file()
+
+
 def test_conformance_run_fails_only_on_stubbed_calls_each_named(skeleton, tmp_path):
     try:
         import anydev.conformance.__main__  # noqa: F401
