@@ -1,0 +1,127 @@
+"""Prefill and decode tokens/s of the engine against HF transformers' generate, same weights, same run.
+
+    python benchmarks/decode_bench.py --device nvidia --out results/decode.json       # ~1B llama shape
+    python benchmarks/decode_bench.py --layers 2 --prompt-len 16 --new-tokens 8        # cpu smoke run
+
+The model is Llama-shaped (default: hidden 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab
+32000) with random weights made in process; both sides generate greedily to exactly --new-tokens.
+HF's prefill time is a generate() of one token; its decode rate is the rest of a full generate().
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+
+import torch
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
+from anydev.plugin_api import AnydevError
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
+    p.add_argument("--batch-sizes", default="1,32")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--skip-hf", action="store_true", help="measure the engine only")
+    p.add_argument("--out", help="write the results as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except AnydevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    model = llama_config(num_hidden_layers=args.layers, max_position_embeddings=args.prompt_len + args.new_tokens + 16)
+    checkpoint = random_checkpoint(model)
+    generator = torch.Generator().manual_seed(0)
+    prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.prompt_len), generator=generator).tolist()
+    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+                          max_model_len=args.prompt_len + args.new_tokens + 1, max_num_seqs=max(batch_sizes))
+    rows = []
+    with InferEngine(checkpoint, config) as engine:
+        dtype = engine.dtype
+        torch_device = engine.backend.device(0).torch_device
+        print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}")
+        engine.generate_ids(prompts[:1], SamplingParams(max_new_tokens=4))   # warm-up
+        for batch in batch_sizes:
+            engine.generate_ids(prompts[:batch], SamplingParams(max_new_tokens=args.new_tokens))
+            s = engine.last_stats
+            rows.append(dict(engine="anydev", batch=batch, prefill_tokens_per_s=s.prefill_tokens_per_s,
+                             decode_tokens_per_s=s.decode_tokens_per_s))
+            print(_row(rows[-1]), flush=True)
+    if not args.skip_hf:
+        rows += hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype)
+    print()
+    print(f"{'engine':>12}  {'batch':>5}  {'prefill tok/s':>13}  {'decode tok/s':>12}")
+    for row in sorted(rows, key=lambda r: (r["batch"], r["engine"])):
+        print(_row(row))
+    if args.out:
+        report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
+                      device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."),
+                      prompt_len=args.prompt_len, new_tokens=args.new_tokens, layers=args.layers, rows=rows)
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype) -> list[dict]:
+    """The same model in HF transformers (sdpa attention, its own KV cache), timed the same way."""
+    import transformers
+
+    c = checkpoint.config
+    hf_config = transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_hidden_layers, num_attention_heads=c.num_attention_heads,
+        num_key_value_heads=c.num_key_value_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        max_position_embeddings=c.max_position_embeddings, rope_theta=c.rope_theta, tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+    with torch.device(torch_device):
+        model = transformers.LlamaForCausalLM(hf_config).to(dtype).eval()
+    model.load_state_dict({name: checkpoint.load(name) for name in checkpoint.tensor_names()})
+
+    def timed_generate(ids: torch.Tensor, new_tokens: int) -> float:
+        start = time.perf_counter()
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+        out.tolist()   # waits for the device
+        return time.perf_counter() - start
+
+    rows = []
+    with torch.inference_mode():
+        timed_generate(torch.tensor(prompts[:1], device=torch_device), 4)   # warm-up
+        for batch in batch_sizes:
+            ids = torch.tensor(prompts[:batch], device=torch_device)
+            prefill = timed_generate(ids, 1)
+            full = timed_generate(ids, args.new_tokens)
+            rows.append(dict(engine="transformers", batch=batch,
+                             prefill_tokens_per_s=batch * args.prompt_len / prefill,
+                             decode_tokens_per_s=batch * (args.new_tokens - 1) / max(full - prefill, 1e-9)))
+            print(_row(rows[-1]), flush=True)
+    return rows
+
+
+def _row(row: dict) -> str:
+    return f"{row['engine']:>12}  {row['batch']:>5}  {row['prefill_tokens_per_s']:>13.1f}  {row['decode_tokens_per_s']:>12.1f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
