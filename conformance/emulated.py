@@ -1,9 +1,9 @@
 """Build the emulated vendor runtimes, so the real moore and metax plugins run without their hardware.
 
 ``build_emulated_runtime("moore", out_dir)`` compiles ``emulated/runtime.c`` (the MUSA runtime API,
-prefix ``musa``) and ``emulated/mccl.c`` (MCCL) with gcc into ``out_dir``, reusing an earlier build of
-the same sources, and returns the environment variables that point the moore plugin at them
-(``ANYDEV_MUSART_LIBRARY``, ``ANYDEV_MUSA_MCCL_LIBRARY``). ``"metax"`` does the same for the MACA
+prefix ``musa``) and ``emulated/mccl.c`` (MCCL) with gcc into one library under ``out_dir`` (reusing an
+earlier build of the same sources; ``libmccl.so`` is a link to it), and returns the environment
+variables that point the moore plugin at them (``ANYDEV_MUSART_LIBRARY``, ``ANYDEV_MUSA_MCCL_LIBRARY``). ``"metax"`` does the same for the MACA
 runtime API (prefix ``mc``, without ``mcGetErrorName``/``mcRuntimeGetVersion``, as MACA).
 
 The libraries emulate devices over host memory; see the header of ``emulated/runtime.c`` for what is
@@ -84,15 +84,18 @@ def _fingerprint(defines: tuple[str, ...]) -> str:
 
 
 def _build(compiler: str, emulated: EmulatedVendor, defines: tuple[str, ...], build_dir: Path) -> None:
-    """Compile into a fresh directory, then rename it into place (safe with parallel test workers)."""
+    """Compile into a fresh directory, then rename it into place (safe with parallel test workers).
+
+    The runtime and the MCCL are one shared object; the MCCL's file name is a link to it, so loading it
+    by that path gives the very same library (the MCCL then always runs on its own runtime's streams,
+    even with two emulated builds in one process).
+    """
     build_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=build_dir.name + ".", dir=build_dir.parent))
-    flags = [*CFLAGS, *(f"-D{d}" for d in defines)]
-    _run([compiler, *flags, f"-Wl,-soname,{emulated.runtime_file}", str(SOURCE_DIR / "runtime.c"),
-          "-o", str(staging / emulated.runtime_file)])
-    # The MCCL finds the runtime next to itself ($ORIGIN), by the soname the plugin already loaded.
-    _run([compiler, *flags, f"-Wl,-soname,{CCL_FILE}", str(SOURCE_DIR / "mccl.c"), "-o", str(staging / CCL_FILE),
-          f"-L{staging}", f"-l:{emulated.runtime_file}", "-Wl,-rpath,$ORIGIN"])
+    _run([compiler, *CFLAGS, *(f"-D{d}" for d in defines), f"-Wl,-soname,{emulated.runtime_file}",
+          str(SOURCE_DIR / "runtime.c"), str(SOURCE_DIR / "mccl.c"), "-o", str(staging / emulated.runtime_file)])
+    (staging / CCL_FILE).symlink_to(emulated.runtime_file)
+    staging.chmod(0o755)  # mkdtemp made it private
     try:
         staging.rename(build_dir)
     except OSError:

@@ -1,7 +1,9 @@
 /* Shared by runtime.c and mccl.c: the symbol prefix, error codes, and the one internal entry point
  * the emulated MCCL uses to run work on the emulated runtime's streams.
  *
- * Build with -DRT=musa (Moore Threads) or -DRT=mc (MetaX). */
+ * Both files are compiled into ONE shared object (-DRT=musa for Moore Threads, -DRT=mc for MetaX);
+ * the MCCL library name is a link to it. So the MCCL always runs on its own runtime's streams, even
+ * when two emulated builds are loaded in one process. */
 #ifndef ANYDEV_EMULATED_H
 #define ANYDEV_EMULATED_H
 
@@ -39,8 +41,9 @@ enum {
 typedef int (*emu_work_fn)(void *arg);
 typedef void (*emu_release_fn)(void *arg);
 
-/* Enqueue work on `stream` (0: the current device's default stream). Returns a runtime error code. */
-int API(AnydevEnqueue)(uintptr_t stream, emu_work_fn work, void *arg, emu_release_fn release);
+/* Enqueue work on `stream` (0: the current device's default stream). Returns a runtime error code.
+ * Internal to the shared object (not exported). */
+__attribute__((visibility("hidden"))) int API(AnydevEnqueue)(uintptr_t stream, emu_work_fn work, void *arg, emu_release_fn release);
 
 /* The runtime's public device count, used by the MCCL to check device lists. */
 int API(GetDeviceCount)(int *count);

@@ -1,6 +1,6 @@
 /* An emulated MCCL (NCCL's API with the prefix mccl) over the emulated runtime's host memory.
  *
- * Build: gcc -shared -fPIC -O2 -pthread -DRT=musa mccl.c -L<dir> -l:libmusart.so -Wl,-rpath,'$ORIGIN'
+ * Built into the same shared object as runtime.c (see emulated.h and conformance/emulated.py).
  *
  * Ranks are threads of one process (host memory is not shared between processes). Each collective is
  * enqueued on the rank's stream; when the worker reaches it, it publishes its buffers, waits at a

@@ -1,7 +1,8 @@
 /* An emulated CUDA-shaped runtime over host memory, so anydev's CI runs the real moore and metax
  * backend code without their hardware.
  *
- * Build: gcc -shared -fPIC -O2 -pthread -DRT=musa [-DHAS_ERROR_NAME] [-DHAS_RUNTIME_VERSION] runtime.c
+ * Build: gcc -shared -fPIC -O2 -pthread -DRT=musa [-DHAS_ERROR_NAME] [-DHAS_RUNTIME_VERSION] runtime.c mccl.c
+ * (conformance/emulated.py does it).
  *
  * What it emulates (faithfully enough for the conformance suite):
  *  - N virtual devices (env ANYDEV_EMULATED_DEVICE_COUNT, default 4; 0 gives ErrorNoDevice), each with

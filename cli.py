@@ -1,0 +1,189 @@
+"""The ``anydev`` command (also ``python -m anydev``).
+
+Each subcommand is a :class:`Subcommand` in :data:`SUBCOMMANDS`: a name, a one-line help, a function
+that adds its arguments and a function that runs it and returns the exit code. To add one, write those
+two functions and call :func:`register`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from anydev.plugin_api import AnydevError, BackendUnavailableError, Registry
+from anydev.plugin_api.version import format_version
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+
+def register(subcommand: Subcommand) -> None:
+    SUBCOMMANDS[subcommand.name] = subcommand
+
+
+# ---- list-backends ------------------------------------------------------------------------------
+@dataclass
+class BackendRow:
+    """What ``anydev list-backends`` reports about one backend (``--json`` prints these fields)."""
+
+    name: str
+    source: str
+    available: bool = False
+    reason: str = ""
+    searched: list[str] = field(default_factory=list)
+    contract_version: str = ""
+    device_count: int | None = None
+    hardware: str = ""
+    runtime_version: str = ""
+    driver_version: str = ""
+    collective_library: str = ""
+    collective_version: str = ""
+    library_paths: list[str] = field(default_factory=list)
+    notes: str = ""
+
+
+def describe_backends(registry: Registry) -> list[BackendRow]:
+    """One row per backend the registry knows, broken plugins included; loads each available one."""
+    rows = []
+    for name in registry.names():
+        if name in registry.broken:
+            broken = registry.broken[name]
+            rows.append(BackendRow(name=name, source=broken.source, reason=f"the plugin is broken: {broken.cause}"))
+            continue
+        plugin = registry.plugins[name]
+        row = BackendRow(name=name, source=registry.sources[name],
+                         contract_version=format_version(plugin.contract_version))
+        try:
+            backend = registry.load(name)
+        except BackendUnavailableError as exc:
+            row.reason, row.searched = exc.reason, exc.searched
+        except Exception as exc:  # a plugin's own failure: reported on its row, the other rows still print
+            row.reason = f"loading failed: {type(exc).__name__}: {exc}"
+        else:
+            _describe_available(row, backend.runtime)
+        rows.append(row)
+    return rows
+
+
+def _describe_available(row: BackendRow, runtime) -> None:
+    row.available = True
+    row.device_count = runtime.device_count()
+    row.hardware = runtime.hardware_label
+    if not runtime.supports("runtime_info"):
+        row.notes = "the backend does not report runtime info"
+        return
+    try:
+        info = runtime.runtime_info()
+    except AnydevError as exc:
+        row.notes = f"runtime_info() failed: {exc}"
+        return
+    row.runtime_version, row.driver_version = info.runtime_version, info.driver_version
+    row.collective_library, row.collective_version = info.collective_library, info.collective_version
+    row.library_paths, row.notes = list(info.library_paths), info.notes
+
+
+COLUMNS = (("BACKEND", "name"), ("AVAILABLE", "available"), ("DEVICES", "device_count"), ("HARDWARE", "hardware"),
+           ("RUNTIME", "runtime_version"), ("DRIVER", "driver_version"), ("COLLECTIVES", "collectives"),
+           ("CONTRACT", "contract_version"), ("SOURCE", "source"))
+
+
+def format_table(rows: list[BackendRow]) -> str:
+    """A plain-text table, each row followed by its details (why it is unavailable, libraries, notes)."""
+    cells = [[header for header, _ in COLUMNS]] + [[_cell(row, key) for _, key in COLUMNS] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+
+    def line(values):
+        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
+
+    out = [line(cells[0])]
+    for row, values in zip(rows, cells[1:]):
+        out.append(line(values))
+        out.extend("    " + detail for detail in _details(row))
+    return "\n".join(out)
+
+
+def _cell(row: BackendRow, key: str) -> str:
+    if key == "available":
+        return "yes" if row.available else "no"
+    if key == "collectives":
+        return f"{row.collective_library} {row.collective_version}".strip() or "-"
+    if key == "source":
+        return "built-in" if row.source.startswith("built-in") else row.source
+    value = getattr(row, key)
+    return "-" if value in (None, "") else str(value)
+
+
+def _details(row: BackendRow) -> list[str]:
+    details = []
+    if row.reason:
+        details.append(f"why: {row.reason}")
+    if row.searched:
+        details.append("searched:")
+        details.extend(f"  {place}" for place in row.searched)
+    if row.library_paths:
+        details.append("libraries: " + ", ".join(row.library_paths))
+    if row.notes:
+        details.append(f"notes: {row.notes}")
+    return details
+
+
+def add_list_backends_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def list_backends(args: argparse.Namespace) -> int:
+    """Print every backend and whether it is usable here; exit 0 even when some are not."""
+    rows = describe_backends(Registry())
+    if args.json:
+        print(json.dumps([asdict(row) for row in rows], indent=2))
+    else:
+        print(format_table(rows))
+    return 0
+
+
+register(Subcommand("list-backends", "show every backend, whether it is available here, and why not",
+                    add_list_backends_arguments, list_backends))
+
+
+# ---- new-backend (scaffold.py) ------------------------------------------------------------------
+def _add_new_backend_arguments(parser: argparse.ArgumentParser) -> None:
+    from anydev import scaffold
+
+    scaffold.add_arguments(parser)
+
+
+def _new_backend(args: argparse.Namespace) -> int:
+    from anydev import scaffold
+
+    return scaffold.run(args)
+
+
+register(Subcommand("new-backend", "write the skeleton of an installable backend package",
+                    _add_new_backend_arguments, _new_backend))
+
+
+# ---- entry point --------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="anydev", description="anydev: a hardware-portable backend layer for LLM inference")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for subcommand in SUBCOMMANDS.values():
+        subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return SUBCOMMANDS[args.command].run(args)
