@@ -2,7 +2,9 @@
 ``generation_config.json`` (GGUF metadata is parsed in :mod:`.gguf_loader`)."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from .checkpoint_errors import ModelLoadError
 
@@ -36,6 +38,14 @@ class ModelConfig:
     # Extensions beyond the agreed interface (defaults keep older callers working):
     attention_output_bias: bool = False   # o_proj has a bias (llama with attention_bias=True)
     sliding_window: int | None = None     # mistral/qwen2 window; None means full attention
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file of the checkpoint, or ModelLoadError naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path}: cannot be read as JSON ({err})") from err
 
 
 def as_id_list(value) -> list[int]:

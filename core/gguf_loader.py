@@ -53,6 +53,10 @@ def unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
     return rows.reshape(n_head, head_dim // 2, 2, *rows.shape[1:]).transpose(1, 2).reshape(rows.shape)
 
 
+_NEEDED_ARRAYS = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                  "tokenizer.ggml.token_type"}
+
+
 def read_metadata(reader: GGUFReader) -> dict:
     """Metadata fields as Python values; of the array fields only the tokenizer's (others, e.g. per-layer
     lists, are skipped: we do not use them and they can be large)."""
@@ -60,14 +64,9 @@ def read_metadata(reader: GGUFReader) -> dict:
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or not field.types:
             continue
-        if field.types[0] == GGUFValueType.ARRAY and name not in _NEEDED_ARRAYS:
-            continue
-        values[name] = field.contents()
+        if field.types[0] != GGUFValueType.ARRAY or name in _NEEDED_ARRAYS:
+            values[name] = field.contents()
     return values
-
-
-_NEEDED_ARRAYS = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
-                  "tokenizer.ggml.token_type"}
 
 
 def _open_reader(path: Path) -> GGUFReader:
@@ -211,6 +210,9 @@ def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:
         meta = read_metadata(reader)
     except (ValueError, IndexError, UnicodeDecodeError) as err:
         raise ModelLoadError(f"{path}: corrupt GGUF metadata ({err})") from err
+    if meta.get("split.count", 1) > 1:
+        raise ModelLoadError(f"{source}: split GGUF files are not supported; merge the parts first "
+                             f"(llama-gguf-split --merge)")
     if meta.get("general.architecture") not in GGUF_ARCHITECTURES:
         raise ModelLoadError(f"{source}: unsupported GGUF architecture '{meta.get('general.architecture')}'; "
                              f"supported: {', '.join(GGUF_ARCHITECTURES)}")

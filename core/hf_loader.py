@@ -1,26 +1,18 @@
 """Reading an HF model directory: config, tokenizer and safetensors weights (single or sharded)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, model_config_from_hf
+from .config import ModelConfig, model_config_from_hf, read_json
 from .hf_tokenizer import load_hf_tokenizer
 from .tokenizer import Tokenizer
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ModelLoadError(f"{path}: cannot be read as JSON ({err})") from err
 
 
 class SafetensorsStore:
@@ -71,7 +63,9 @@ def weight_map_of(directory: Path) -> dict[str, Path]:
     if single.is_file():
         names = _open_safetensors(single).keys()
         return {name: single for name in names}
-    raise ModelLoadError(f"{directory}: no weights found (looked for {SINGLE_FILE} and {INDEX_FILE})")
+    hint = "; PyTorch .bin weights are not supported, convert them to safetensors" \
+        if any(directory.glob("*.bin")) else ""
+    raise ModelLoadError(f"{directory}: no weights found (looked for {SINGLE_FILE} and {INDEX_FILE}){hint}")
 
 
 def read_hf_directory(directory: Path) -> tuple[ModelConfig, Tokenizer, SafetensorsStore]:

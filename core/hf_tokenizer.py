@@ -1,13 +1,12 @@
 """The tokenizer of an HF model directory: tokenizer.json + tokenizer_config.json (+ chat_template.jinja)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import tokenizers
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, union_ids
+from .config import ModelConfig, read_json, union_ids
 from .tokenizer import Tokenizer
 
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
@@ -29,7 +28,7 @@ def _chat_template(directory: Path, tokenizer_config: dict) -> str | None:
         named = {t.get("name"): t.get("template") for t in template}
         template = named.get("default")
     if template is None and (directory / "chat_template.json").is_file():
-        template = json.loads((directory / "chat_template.json").read_text(encoding="utf-8")).get("chat_template")
+        template = read_json(directory / "chat_template.json").get("chat_template")
     return template
 
 
@@ -42,7 +41,7 @@ def load_hf_tokenizer(directory: Path, config: ModelConfig) -> Tokenizer:
     except Exception as err:  # tokenizers raises a bare Exception for malformed files
         raise ModelLoadError(f"{tokenizer_path}: not a valid tokenizer.json ({err})") from err
     config_path = directory / "tokenizer_config.json"
-    tokenizer_config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
+    tokenizer_config = read_json(config_path) if config_path.is_file() else {}
 
     special = {name: _token_text(tokenizer_config.get(name)) for name in SPECIAL_TOKEN_NAMES}
     bos_id = backend.token_to_id(special["bos_token"]) if special["bos_token"] else None

@@ -310,3 +310,11 @@ def test_demo_model_greedy_output_is_not_degenerate():
         generated = model.generate(prompt, max_new_tokens=24, do_sample=False, eos_token_id=None,
                                    pad_token_id=0)[0, prompt.shape[1]:].tolist()
     assert len(set(generated)) >= 8
+
+
+def test_pytorch_bin_weights_get_a_hint(checkpoints, tmp_path):
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    shutil.copy(checkpoints["llama"] / "config.json", directory)
+    (directory / "pytorch_model.bin").write_bytes(b"pickle")
+    assert ".bin weights are not supported" in single_line_error(lambda: open_checkpoint(directory))

@@ -1,7 +1,6 @@
 """GGUF files written by tests/checkpoints.py, read back through open_checkpoint."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -215,3 +214,14 @@ def test_merge_outside_the_vocabulary_is_refused(tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert "'a b'" in single_line_error(lambda: open_checkpoint(path))
+
+
+def test_split_gguf_is_refused(tmp_path):
+    path = tmp_path / "model-00001-of-00002.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_uint16("split.count", 2)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert "split GGUF" in single_line_error(lambda: open_checkpoint(path))
