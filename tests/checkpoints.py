@@ -287,6 +287,9 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     scaling = config.rope_parameters
     if scaling.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, theta, head_dim))
+        if scaling["original_max_position_embeddings"] != 8192:
+            # llama.cpp leaves this key out for llama3 (every release used 8192); tests use other values.
+            writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
     if tied:
         state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]
         original["lm_head.weight"] = original["model.embed_tokens.weight"]
