@@ -117,9 +117,10 @@ def test_llama3_rope_scaling_from_rope_freqs(tmp_path):
 
 
 def test_unrecognised_rope_freqs_is_an_error(tmp_path):
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 3.0,
-               "original_max_position_embeddings": 4096}
-    model = write_gguf_checkpoint(tmp_path / "odd.gguf", "F32", rope_scaling=scaling, max_position_embeddings=8192,
+    """high_freq_factor 8 (not Llama 3's 4) changes the factor of a mid frequency: not recognised."""
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 8.0,
+               "original_max_position_embeddings": 8192}
+    model = write_gguf_checkpoint(tmp_path / "odd.gguf", "F32", rope_scaling=scaling, max_position_embeddings=16384,
                                   rope_theta=500000.0)
     assert "rope_freqs" in single_line_error(lambda: open_checkpoint(model.path))
 
