@@ -1,0 +1,82 @@
+"""`anydev list-backends` on a machine without GPUs: cpu available, nvidia/moore/metax unavailable with
+the libraries, paths and environment variables searched."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from anydev.cli import describe_backends, format_table
+from anydev.plugin_api import Registry
+
+VENDOR_LIBRARIES = {"nvidia": "libcudart", "moore": "libmusart", "metax": "libmcruntime"}
+# Variables that could point a vendor plugin at a real or emulated library.
+LIBRARY_VARS = ("ANYDEV_CUDART_LIBRARY", "ANYDEV_NCCL_LIBRARY", "ANYDEV_MUSART_LIBRARY", "ANYDEV_MUSA_MCCL_LIBRARY",
+                "ANYDEV_MCRUNTIME_LIBRARY", "ANYDEV_MACA_MCCL_LIBRARY", "CUDA_HOME", "CUDA_PATH", "MUSA_HOME",
+                "MUSA_PATH", "MACA_PATH", "MACA_HOME", "MACA_ROOT", "LD_LIBRARY_PATH")
+
+
+@pytest.fixture
+def clean_env(tmp_path):
+    """This process's environment without vendor library variables, plus SDK roots that do not exist."""
+    env = {k: v for k, v in os.environ.items() if k not in LIBRARY_VARS}
+    env["MUSA_HOME"] = str(tmp_path / "no-musa")
+    env["MACA_PATH"] = str(tmp_path / "no-maca")
+    return env
+
+
+def _run(command, env):
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _check_rows(rows: dict, tmp_path) -> None:
+    assert rows["cpu"]["available"] is True
+    assert rows["cpu"]["device_count"] >= 1
+    assert rows["cpu"]["contract_version"] == "1.0"
+    for name, library in VENDOR_LIBRARIES.items():
+        row = rows[name]
+        assert row["available"] is False, f"{name} should be unavailable on a machine without its GPU"
+        assert library in row["reason"] + " ".join(row["searched"])
+    # The SDK roots given by env vars are named, with the directories tried under them.
+    moore, metax = rows["moore"]["searched"], rows["metax"]["searched"]
+    assert f"$MUSA_HOME={tmp_path / 'no-musa'}" in moore
+    assert f"{tmp_path / 'no-musa' / 'lib'} (no such directory)" in moore
+    assert "$ANYDEV_MUSART_LIBRARY (unset)" in moore and "$MUSA_PATH (unset)" in moore
+    assert f"$MACA_PATH={tmp_path / 'no-maca'}" in metax
+    assert "$ANYDEV_MCRUNTIME_LIBRARY (unset)" in metax and "/opt/maca (default)" in metax
+    assert rows["moore"]["reason"].startswith("libmusart not found")
+    assert rows["metax"]["reason"].startswith("libmcruntime not found")
+
+
+def test_python_m_anydev_list_backends_table(clean_env, tmp_path):
+    out = _run([sys.executable, "-m", "anydev", "list-backends"], clean_env)
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["BACKEND", "AVAILABLE", "DEVICES"]
+    status = {line.split()[0]: line.split()[1] for line in lines[1:] if not line.startswith(" ")}
+    assert status["cpu"] == "yes"
+    assert status["nvidia"] == status["moore"] == status["metax"] == "no"
+    assert "why: libmusart not found" in out and "why: libmcruntime not found" in out
+    assert f"$MUSA_HOME={tmp_path / 'no-musa'}" in out
+
+
+def test_console_script_json(clean_env, tmp_path):
+    script = shutil.which("anydev")
+    if script is None:
+        pytest.skip("the `anydev` console script is not on PATH (install with pip install -e .)")
+    rows = {row["name"]: row for row in json.loads(_run([script, "list-backends", "--json"], clean_env))}
+    _check_rows(rows, tmp_path)
+
+
+def test_broken_plugin_is_a_row_with_its_cause():
+    registry = Registry(builtin_modules=("anydev.backends.cpu.plugin", "anydev.backends.no_such_backend.plugin"),
+                        entry_point_group=None)
+    rows = {row.name: row for row in describe_backends(registry)}
+    broken = rows["anydev.backends.no_such_backend.plugin"]
+    assert broken.available is False
+    assert "ModuleNotFoundError" in broken.reason
+    assert rows["cpu"].available is True
+    assert "the plugin is broken: ModuleNotFoundError" in format_table(list(rows.values()))
