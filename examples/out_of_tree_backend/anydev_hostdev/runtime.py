@@ -87,9 +87,7 @@ class HostDevRuntime(DeviceRuntime):
         return self.num_devices
 
     def set_device(self, index: int) -> None:
-        if not isinstance(index, int) or not 0 <= index < self.num_devices:
-            raise runtime_error("set_device", "InvalidDevice",
-                                f"device {index!r} does not exist; there are {self.num_devices} (set {DEVICES_ENV})")
+        self._check_device("set_device", index)
         self._thread.device = index
 
     def get_device(self) -> int:
@@ -182,8 +180,10 @@ class HostDevRuntime(DeviceRuntime):
             target.enqueue(functools.partial(source.wait, record))
 
     def stream_destroy(self, stream: int) -> None:
-        self._stream("stream_destroy", stream)
-        self._streams.pop(stream).destroy()
+        target = self._streams.pop(stream, None)
+        if target is None:
+            raise runtime_error("stream_destroy", "InvalidResourceHandle", f"{stream!r} is not a live stream")
+        target.destroy()
 
     # ---- events --------------------------------------------------------------------------
     def event_create(self, timing: bool) -> int:
@@ -192,7 +192,11 @@ class HostDevRuntime(DeviceRuntime):
         return handle
 
     def event_record(self, event: int, stream: int) -> None:
-        self._event("event_record", event).record(self._stream("event_record", stream))
+        target, on = self._event("event_record", event), self._stream("event_record", stream)
+        if target.device != on.device:
+            raise runtime_error("event_record", "InvalidResourceHandle",
+                                f"an event of device {target.device} recorded on a stream of device {on.device}")
+        target.record(on)
 
     def event_query(self, event: int) -> bool:
         return self._event("event_query", event).is_done()
@@ -211,13 +215,13 @@ class HostDevRuntime(DeviceRuntime):
         return (last.completed_at - first.completed_at) * 1000.0
 
     def event_destroy(self, event: int) -> None:
-        self._event("event_destroy", event)
-        self._events.pop(event)
+        if self._events.pop(event, None) is None:
+            raise runtime_error("event_destroy", "InvalidResourceHandle", f"{event!r} is not a live event")
 
     # ---- collectives ---------------------------------------------------------------------
     def comm_init_all(self, devices: Sequence[int]) -> list[int]:
         for index in devices:
-            self.set_device(index)  # validates the index
+            self._check_device("comm_init_all", index)
         group = Group(len(devices), self.collective_timeout_s)
         return [self._add_comm(group, rank) for rank in range(len(devices))]
 
@@ -242,8 +246,8 @@ class HostDevRuntime(DeviceRuntime):
         return self._add_comm(rendezvous.group, rank)
 
     def comm_destroy(self, comm: int) -> None:
-        self._comm("comm_destroy", comm)
-        self._comms.pop(comm)
+        if self._comms.pop(comm, None) is None:
+            raise runtime_error("comm_destroy", "InvalidResourceHandle", f"{comm!r} is not a live communicator")
 
     def all_reduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         self._enqueue_collective("all_reduce", comm, stream, Call("all_reduce", send, recv, count, dtype, op=op))
@@ -295,6 +299,11 @@ class HostDevRuntime(DeviceRuntime):
             raise errors[0]
 
     # ---- helpers -------------------------------------------------------------------------
+    def _check_device(self, call: str, index) -> None:
+        if not isinstance(index, int) or not 0 <= index < self.num_devices:
+            raise runtime_error(call, "InvalidDevice",
+                                f"device {index!r} does not exist; there are {self.num_devices} (set {DEVICES_ENV})")
+
     def _stream(self, call: str, handle: int) -> Stream:
         stream = self._streams.get(handle)
         if stream is None:
