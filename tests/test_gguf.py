@@ -15,7 +15,8 @@ gguf = pytest.importorskip("gguf")
 TOLERANCE = {"F32": 0.0, "F16": 1e-3, "BF16": 1e-2, "Q8_0": 0.01, "Q6_K": 0.03, "Q5_0": 0.05,
              "Q5_1": 0.05, "Q4_0": 0.1, "Q4_1": 0.1, "Q4_K": 0.1}
 STORED_DTYPE = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-TEXTS = ["Hello world!", "", "  two spaces\n\nnewlines", "the <s> quick </s> fox", "naïve café 東京 🚀"]
+TEXTS = ["Hello world!", "", "  two spaces\n\nnewlines", "the <s> quick </s> fox", "naïve café 東京 🚀",
+         "I'll pay 1234567 for THAT's", "x\r\n\r\n   y"]
 
 
 @pytest.fixture(scope="module")
@@ -151,10 +152,12 @@ def test_bpe_tokenizer_special_tokens_and_chat_template_from_metadata(written):
     assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}]) == "<s>[INST] hi [/INST]"
 
 
-@pytest.mark.parametrize("tokenizer_model", ["gpt2", "llama"])
-def test_token_ids_equal_transformers_gguf_tokenizer(tmp_path, tokenizer_model):
+@pytest.mark.parametrize("tokenizer_model, pre_tokenizer",
+                         [("gpt2", "default"), ("gpt2", "llama-bpe"), ("gpt2", "qwen2"), ("llama", None)])
+def test_token_ids_equal_transformers_gguf_tokenizer(tmp_path, tokenizer_model, pre_tokenizer):
     transformers = pytest.importorskip("transformers")
-    model = write_gguf_checkpoint(tmp_path / "tok.gguf", "F16", tokenizer_model=tokenizer_model)
+    model = write_gguf_checkpoint(tmp_path / "tok.gguf", "F16", tokenizer_model=tokenizer_model,
+                                  pre_tokenizer=pre_tokenizer)
     reference = transformers.AutoTokenizer.from_pretrained(tmp_path, gguf_file="tok.gguf")
     with open_checkpoint(model.path) as ckpt:
         tokenizer = ckpt.tokenizer
