@@ -1,0 +1,87 @@
+"""Tensor parallelism on the cpu backend's virtual devices: TP=2 and TP=4 give TP=1's tokens."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
+from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.models.random_weights import llama_config, random_checkpoint
+from checkpoints import write_hf_checkpoint
+
+PROMPTS = ["Hello, world!", "the model of the device is", "hi", "tell me about tensor parallel inference"]
+
+
+@pytest.fixture(scope="module")
+def demo_tokens():
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1)) as engine:
+        return [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=24))]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_gives_the_tp1_tokens(tp, demo_tokens):
+    # The demo has 4 heads over 2 KV heads: tp=4 also exercises replicated KV heads.
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp)) as engine:
+        assert len(engine.workers) == tp
+        tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=24))]
+    assert tokens == demo_tokens
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tp_serial_init_gives_the_same_tokens(tp, demo_tokens):
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, init_mode="serial")) as engine:
+        tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=24))]
+    assert tokens == demo_tokens
+
+
+def test_tp_with_qkv_bias_and_kv_heads_split(tmp_path):
+    # qwen2 (q/k/v biases), 4 heads over 2 KV heads: tp=2 splits the KV heads, one per rank.
+    directory = write_hf_checkpoint(tmp_path / "qwen2", arch="qwen2")
+    prompts = [[5, 9, 33, 70, 12], [101, 7], list(range(40, 61))]
+    results = []
+    for tp in (1, 2):
+        with InferEngine(directory, EngineConfig(tp=tp, block_size=4)) as engine:
+            results.append([o.token_ids for o in engine.generate_ids(prompts, SamplingParams(max_new_tokens=16))])
+    assert results[0] == results[1]
+
+
+def test_tp_sampling_with_a_seed_matches_tp1():
+    sampling = SamplingParams(max_new_tokens=16, temperature=0.8, top_k=50, top_p=0.9, seed=7)
+    results = []
+    for tp in (1, 2):
+        with InferEngine(demo_checkpoint(), EngineConfig(tp=tp)) as engine:
+            results.append([o.token_ids for o in engine.generate(PROMPTS, sampling)])
+    assert results[0] == results[1]
+
+
+def test_tp_that_does_not_divide_the_heads_is_a_config_error():
+    with pytest.raises(EngineConfigError, match="does not divide the model's 4 attention heads"):
+        InferEngine(demo_checkpoint(), EngineConfig(tp=3))
+
+
+def test_tp_beyond_the_device_count_is_a_config_error():
+    config = llama_config(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                          num_attention_heads=16, num_key_value_heads=16)
+    with pytest.raises(EngineConfigError, match=r"tp=16 needs 16 devices, but backend 'cpu' has \d+"):
+        InferEngine(random_checkpoint(config), EngineConfig(tp=16))
+
+
+def test_kv_heads_that_neither_divide_nor_are_divided_by_tp_is_a_config_error():
+    config = llama_config(vocab_size=64, hidden_size=96, intermediate_size=96, num_hidden_layers=1,
+                          num_attention_heads=6, num_key_value_heads=3)
+    with pytest.raises(EngineConfigError, match="KV heads"):
+        InferEngine(random_checkpoint(config), EngineConfig(tp=2))
+
+
+def test_each_rank_holds_its_shard_of_the_weights():
+    checkpoint = demo_checkpoint()
+    with InferEngine(checkpoint, EngineConfig(tp=2)) as engine:
+        name = "model.layers.0.self_attn.q_proj.weight"
+        full = checkpoint.load(name)
+        for rank, worker in enumerate(engine.workers):
+            shard = worker.weights.tensors[name]
+            rows = full.shape[0] // 2
+            assert torch.equal(shard, full[rank * rows:(rank + 1) * rows])
+        down = checkpoint.load("model.layers.0.mlp.down_proj.weight")
+        cols = down.shape[1] // 2
+        assert torch.equal(engine.workers[1].weights.tensors["model.layers.0.mlp.down_proj.weight"], down[:, cols:])
