@@ -84,6 +84,16 @@ def _token_at(tokens: list[str], index, source: str, what: str) -> str | None:
     return tokens[index]
 
 
+def _special_token_template(bos: str | None, bos_id: int | None, eos: str | None, eos_id: int | None):
+    """A post-processor that puts BOS before / EOS after each sequence; an id of None leaves that one out."""
+    def wrapped(sequence: str) -> list[str]:
+        return ([bos] if bos_id is not None else []) + [sequence] + ([eos] if eos_id is not None else [])
+
+    used = {token: (token, i) for token, i in ((bos, bos_id), (eos, eos_id)) if i is not None}
+    return processors.TemplateProcessing(single=wrapped("$A"), pair=wrapped("$A") + wrapped("$B:1"),
+                                         special_tokens=list(used.values()))
+
+
 def gguf_tokenizer(meta: dict, source: str) -> Tokenizer:
     kind = meta.get("tokenizer.ggml.model")
     if "tokenizer.ggml.tokens" not in meta:
@@ -103,12 +113,7 @@ def gguf_tokenizer(meta: dict, source: str) -> Tokenizer:
     # llama.cpp's defaults: sentencepiece vocabularies add BOS unless told not to, BPE ones do not.
     add_bos = meta.get("tokenizer.ggml.add_bos_token", kind == "llama") and bos is not None
     add_eos = meta.get("tokenizer.ggml.add_eos_token", False) and eos is not None
-    def wrapped(sequence: str) -> list[str]:
-        return ([bos] if add_bos else []) + [sequence] + ([eos] if add_eos else [])
-
-    backend.post_processor = processors.TemplateProcessing(
-        single=wrapped("$A"), pair=wrapped("$A") + wrapped("$B:1"),
-        special_tokens=list({t: (t, i) for t, i in ((bos, bos_id), (eos, eos_id)) if t is not None}.values()))
+    backend.post_processor = _special_token_template(bos, bos_id if add_bos else None, eos, eos_id if add_eos else None)
     end_ids = [meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")]
     return Tokenizer(
         backend,
