@@ -12,13 +12,21 @@ from __future__ import annotations
 import pytest
 
 from anydev.conformance.report import BACKEND_KEY, GROUP_KEY, HARDWARE_KEY
-from anydev.conformance.support import load_outcome, selected_backends
+from anydev.conformance.support import load_outcome, rank_counts, selected_backends
 from anydev.plugin_api import Backend, BackendUnavailableError
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session) -> None:
+    """Check ``--device`` once, before any module is collected: an unknown name is a usage error."""
+    selected_backends(session.config)
 
 
 def pytest_generate_tests(metafunc) -> None:
     if "backend_name" in metafunc.fixturenames:
         metafunc.parametrize("backend_name", selected_backends(metafunc.config), scope="session")
+    if "nranks" in metafunc.fixturenames:  # after the backend, so ids read "cpu-2ranks-..."
+        metafunc.parametrize("nranks", rank_counts(metafunc.config), ids=lambda n: f"{n}ranks")
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anydev.conformance.support import rank_counts, require_devices, require_torch_bridge, max_ranks, run_ranks
+from anydev.conformance.support import max_ranks, require_devices, require_torch_bridge, run_ranks
 from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES
 from anydev.plugin_api.types import REDUCE_OPS
 
@@ -19,11 +19,6 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 AVG_TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 # avg of integers is left to the library (it truncates or rounds); the contract does not define it.
 REDUCE_CASES = [(op, dt) for op in REDUCE_OPS for dt in REQUIRED_COLLECTIVE_DTYPES if (op, dt) != ("avg", "int32")]
-
-
-def pytest_generate_tests(metafunc):
-    if "nranks" in metafunc.fixturenames:
-        metafunc.parametrize("nranks", rank_counts(metafunc.config), ids=lambda n: f"{n}ranks")
 
 
 def rank_input(rank: int, dtype: str, op: str = "sum") -> torch.Tensor:

@@ -1,0 +1,274 @@
+"""The conformance report and matrix, and the suite run end to end in subprocesses: on cpu, and on
+fake backends (unavailable, broken, wrong contract version, a sloppy runtime that breaks the contract)
+registered through a real entry point, to show that skips and failures are reported as such."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from anydev.conformance.__main__ import parse_args, pytest_args
+from anydev.conformance.report import (
+    BACKEND_KEY, GROUP_KEY, HARDWARE_KEY, CheckResult, ResultCollector, markdown_matrix, matrix_cell, write_report,
+)
+
+
+def report(nodeid, when, outcome, backend="x", group="memory", hardware="gpu", longrepr=None, duration=0.5):
+    return pytest.TestReport(
+        nodeid=nodeid, location=("f.py", 0, nodeid), keywords={}, outcome=outcome, longrepr=longrepr, when=when,
+        duration=duration, user_properties=[(BACKEND_KEY, backend), (GROUP_KEY, group), (HARDWARE_KEY, hardware)],
+    )
+
+
+def phases(nodeid, *outcomes, **kw):
+    """setup/call/teardown reports with the given outcomes (``None``: phase absent)."""
+    return [report(nodeid, when, outcome, **kw) for when, outcome in zip(("setup", "call", "teardown"), outcomes) if outcome]
+
+
+# ---- folding pytest reports into results -------------------------------------------------------
+
+def test_unavailable_backend_is_skipped_with_its_reason_never_passed():
+    collector = ResultCollector()
+    why = "backend 'nvidia' is unavailable: libcudart.so not found (searched: CUDA_HOME; /usr/local/cuda/lib64)"
+    for i in range(3):
+        for r in phases(f"t.py::check{i}[nvidia]", "skipped", None, "passed", backend="nvidia", hardware="unavailable",
+                        longrepr=("t.py", 1, f"Skipped: {why}")):
+            collector.add(r)
+    results = collector.results()
+    assert [r.status for r in results] == ["skip"] * 3
+    assert {r.reason for r in results} == {why}
+    assert {r.hardware for r in results} == {"unavailable"}
+    assert "| nvidia | unavailable | skip: backend 'nvidia' is unavailable" in markdown_matrix(results)
+
+
+def test_phases_fold_into_one_result_per_check():
+    collector = ResultCollector()
+    for r in phases("t.py::ok[x]", "passed", "passed", "passed", duration=0.25):
+        collector.add(r)
+    for r in phases("t.py::bad[x]", "passed", "failed", "passed", longrepr="E  AssertionError: 3 != 4\nmore"):
+        collector.add(r)
+    for r in phases("t.py::setup_error[x]", "failed", None, "passed", longrepr="E  PluginError: broken"):
+        collector.add(r)
+    for r in phases("t.py::teardown_error[x]", "passed", "passed", "failed", longrepr="E  leak"):
+        collector.add(r)
+    by_check = {r.check: r for r in collector.results()}
+    assert by_check["t.py::ok[x]"].status == "pass" and by_check["t.py::ok[x]"].reason == ""
+    assert by_check["t.py::ok[x]"].duration == pytest.approx(0.75)
+    assert (by_check["t.py::bad[x]"].status, by_check["t.py::bad[x]"].reason) == ("fail", "more")
+    assert by_check["t.py::setup_error[x]"].status == "fail"
+    assert by_check["t.py::setup_error[x]"].reason.startswith("[setup]")
+    assert by_check["t.py::teardown_error[x]"].status == "fail"
+
+
+def test_reports_of_other_tests_are_ignored():
+    collector = ResultCollector()
+    plain = pytest.TestReport(nodeid="tests/test_x.py::t", location=("f", 0, "t"), keywords={}, outcome="passed",
+                              longrepr=None, when="call")
+    collector.add(plain)
+    assert collector.results() == []
+
+
+# ---- the matrix and the JSON file ------------------------------------------------------------
+
+def result(backend, group, status, reason="", hardware="H200"):
+    return CheckResult(backend, f"{group}::{status}{reason}", group, status, reason, 0.1, hardware)
+
+
+def test_matrix_cells():
+    assert matrix_cell([result("a", "memory", "pass")] * 12) == "12/12 pass"
+    assert matrix_cell([result("a", "memory", "fail")] * 3 + [result("a", "memory", "pass")] * 9) == "3 fail, 9/12 pass"
+    assert matrix_cell([result("a", "memory", "pass")] * 10 + [result("a", "memory", "skip", "x")] * 2) == "10/12 pass, 2 skip"
+    assert matrix_cell([result("a", "memory", "skip", "no torch_musa")] * 4) == "skip: no torch_musa"
+    assert matrix_cell([]) == "-"
+
+
+def test_markdown_matrix_rows_and_columns():
+    results = (
+        [result("cpu", "contract", "pass", hardware="host CPU")] * 2
+        + [result("cpu", "collectives", "fail", "wrong sum", hardware="host CPU")]
+        + [result("moore", "contract", "pass", hardware="emulated runtime")]
+        + [result("moore", "inference", "skip", "needs torch_musa", hardware="emulated runtime")]
+    )
+    lines = markdown_matrix(results).splitlines()
+    assert lines[0] == "| backend | where it ran | contract | collectives | inference |"
+    assert lines[2] == "| cpu | host CPU | 2/2 pass | 1 fail, 0/1 pass | - |"
+    assert lines[3] == "| moore | emulated runtime | 1/1 pass | - | skip: needs torch_musa |"
+
+
+def test_json_report_fields(tmp_path):
+    results = [result("cpu", "memory", "pass", hardware="host CPU"), result("nvidia", "memory", "skip", "no libcudart", "unavailable")]
+    json_path, md_path = write_report(tmp_path / "out" / "report.json", results, {"command": "python -m anydev.conformance"})
+    document = json.loads(json_path.read_text())
+    assert document["command"] == "python -m anydev.conformance"
+    assert document["hardware"] == {"cpu": "host CPU", "nvidia": "unavailable"}
+    assert document["summary"] == {"cpu": {"memory": {"pass": 1}}, "nvidia": {"memory": {"skip": 1}}}
+    for check in document["checks"]:
+        assert set(check) == {"backend", "check", "group", "status", "reason", "duration", "hardware"}
+    assert md_path == tmp_path / "out" / "report.md"
+    assert "| nvidia | unavailable | skip: no libcudart |" in md_path.read_text()
+
+
+def test_main_forwards_options_to_pytest():
+    args, extra = parse_args(["--device", "cpu", "--tp", "2", "--report", "r.json", "-n", "2", "--emulated", "moore", "--", "-k", "memory"])
+    argv = pytest_args(args, extra)
+    for expected in (["--device", "cpu"], ["--tp", "2"], ["--report", "r.json"], ["-n", "2"], ["--anydev-emulated", "moore"], ["-k", "memory"]):
+        i = argv.index(expected[0])
+        assert argv[i:i + len(expected)] == expected
+    assert argv[0].endswith("conformance")
+
+
+# ---- the suite end to end, in subprocesses -------------------------------------------------------
+
+FAKE_PLUGINS = '''
+"""Fake backends for the conformance report tests."""
+from anydev.plugin_api import CONTRACT_VERSION, BackendPlugin, BackendUnavailableError, hookimpl
+
+
+def _ghost():
+    raise BackendUnavailableError("ghost", "libghost.so not found", ["GHOST_HOME", "/opt/ghost/lib"])
+
+
+def _sloppy():
+    from anydev.backends.cpu.runtime import CpuRuntime
+
+    class SloppyRuntime(CpuRuntime):
+        """Breaks the contract twice: event_query blocks until the event is done (instead of
+        reporting work still running), and all_reduce ignores op."""
+
+        name = "sloppy"
+        hardware_label = "host CPU (sloppy)"
+
+        def event_query(self, event):
+            self.event_synchronize(event)
+            return True
+
+        def all_reduce(self, send, recv, count, dtype, op, comm, stream):
+            super().all_reduce(send, recv, count, dtype, "sum", comm, stream)
+
+    return SloppyRuntime()
+
+
+class Ghost:
+    @hookimpl
+    def anydev_backends(self):
+        return [BackendPlugin(name="ghost", contract_version=CONTRACT_VERSION, load=_ghost)]
+
+
+class Sloppy:
+    @hookimpl
+    def anydev_backends(self):
+        return [BackendPlugin(name="sloppy", contract_version=CONTRACT_VERSION, load=_sloppy)]
+
+
+class FromTheFuture:
+    @hookimpl
+    def anydev_backends(self):
+        return [BackendPlugin(name="future", contract_version=(CONTRACT_VERSION[0] + 1, 0), load=_ghost)]
+
+
+ghost, sloppy, future = Ghost(), Sloppy(), FromTheFuture()
+'''
+ENTRY_POINTS = """[anydev.backends]
+ghost = fake_anydev_plugins:ghost
+sloppy = fake_anydev_plugins:sloppy
+future = fake_anydev_plugins:future
+broken = fake_anydev_broken
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_plugins_path(tmp_path_factory) -> Path:
+    """A folder that, on PYTHONPATH, makes the fake backends discoverable through entry points."""
+    root = tmp_path_factory.mktemp("fake-plugins")
+    (root / "fake_anydev_plugins.py").write_text(textwrap.dedent(FAKE_PLUGINS))
+    (root / "fake_anydev_broken.py").write_text("raise ImportError('libbroken.so: cannot open shared object file')\n")
+    dist_info = root / "fake_anydev_plugins-0.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-anydev-plugins\nVersion: 0.0\n")
+    (dist_info / "entry_points.txt").write_text(ENTRY_POINTS)
+    return root
+
+
+def run_suite(tmp_path, *args, extra_path: Path | None = None, pytest_extra=()):
+    report_file = tmp_path / "report.json"
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "anydev.conformance", *args, "--report", str(report_file), "--", "-q", *pytest_extra]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    document = json.loads(report_file.read_text()) if report_file.exists() else None
+    return done, document
+
+
+def test_suite_on_cpu_passes_and_reports(tmp_path):
+    done, document = run_suite(tmp_path, "--device", "cpu", pytest_extra=["-k", "test_memory or test_streams_events"])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    checks = document["checks"]
+    assert {c["group"] for c in checks} == {"memory", "streams_events"}
+    assert {c["backend"] for c in checks} == {"cpu"}
+    assert [c for c in checks if c["status"] != "pass"] == []
+    assert document["hardware"]["cpu"] == "host CPU (virtual devices)"
+    assert "anydev conformance matrix" in done.stdout
+    memory = document["summary"]["cpu"]["memory"]["pass"]
+    assert f"| cpu | host CPU (virtual devices) | {memory}/{memory} pass |" in done.stdout
+
+
+def test_every_backend_under_xdist_unavailable_skip_broken_fail(tmp_path, fake_plugins_path):
+    """``--device all`` with two xdist workers: the controller gets every result with its label."""
+    done, document = run_suite(tmp_path, "--device", "all", "-n", "2", extra_path=fake_plugins_path,
+                               pytest_extra=["-k", "test_contract"])
+    assert done.returncode == 1, "broken plugins must fail the run: " + done.stdout[-3000:]
+    by_backend: dict[str, list[dict]] = {}
+    for check in document["checks"]:
+        by_backend.setdefault(check["backend"], []).append(check)
+    assert {"cpu", "nvidia", "moore", "metax", "ghost", "broken", "future", "sloppy"} <= set(by_backend)
+    assert {c["status"] for c in by_backend["cpu"]} == {"pass"}
+    assert {c["hardware"] for c in by_backend["cpu"]} == {"host CPU (virtual devices)"}
+    assert {c["status"] for c in by_backend["ghost"]} == {"skip"}
+    assert all("libghost.so not found" in c["reason"] and "GHOST_HOME" in c["reason"] for c in by_backend["ghost"])
+    assert {c["status"] for c in by_backend["broken"]} == {"fail"}
+    assert all("libbroken.so: cannot open shared object file" in c["reason"] for c in by_backend["broken"])
+    assert {c["status"] for c in by_backend["future"]} == {"fail"}
+    assert all("major versions must match" in c["reason"] for c in by_backend["future"])
+    assert "| ghost | unavailable | skip: backend 'ghost' is unavailable" in done.stdout
+    assert f"| broken | broken plugin | {len(by_backend['broken'])} fail, 0/" in done.stdout
+
+
+def test_contract_breaches_are_reported_as_failures(tmp_path, fake_plugins_path):
+    done, document = run_suite(
+        tmp_path, "--device", "sloppy", "--tp", "2", extra_path=fake_plugins_path,
+        pytest_extra=["-k", "test_query_reports_running_then_done or test_all_reduce"],
+    )
+    assert done.returncode == 1
+    status = {c["check"].split("::")[-1]: (c["status"], c["reason"]) for c in document["checks"]}
+    query = status["test_query_reports_running_then_done[sloppy]"]
+    assert query[0] == "fail" and "said done right after enqueuing" in query[1]
+    assert status["test_all_reduce[sloppy-2ranks-sum-float32]"][0] == "pass"
+    max_2 = status["test_all_reduce[sloppy-2ranks-max-float32]"]
+    assert max_2[0] == "fail" and "all_reduce max float32" in max_2[1]
+    assert status["test_all_reduce[sloppy-1ranks-max-float32]"][0] == "pass"  # one rank: max == sum
+
+
+def test_unknown_device_is_a_usage_error(tmp_path):
+    done, document = run_suite(tmp_path, "--device", "nosuch")
+    assert done.returncode == 4  # pytest's usage-error exit code
+    output = done.stdout + done.stderr
+    assert "unknown backend(s) nosuch; known: " in output and "cpu" in output
+    assert document is None
+
+
+def test_plugin_stays_quiet_outside_the_suite(tmp_path):
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    report_file = tmp_path / "should-not-exist.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_plain.py"), "--report", str(report_file)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "anydev conformance" not in done.stdout
+    assert not report_file.exists()
