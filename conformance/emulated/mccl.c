@@ -20,7 +20,10 @@
 
 #include "emulated.h"
 
-#define CCL(name) CAT(mccl, name)
+#ifndef CCL_PREFIX
+#define CCL_PREFIX mccl        /* -DCCL_PREFIX=xyzccl for another NCCL-shaped prefix */
+#endif
+#define CCL(name) CAT(CCL_PREFIX, name)
 #define EMU_CCL_VERSION 10000  /* reported as "1.0.0" */
 #define COMM_MAGIC 0x6d63636cu
 #define ID_BYTES 128
