@@ -39,8 +39,11 @@ def _check_rows(rows: dict, tmp_path) -> None:
     assert rows["cpu"]["contract_version"] == "1.0"
     for name, library in VENDOR_LIBRARIES.items():
         row = rows[name]
-        assert row["available"] is False, f"{name} should be unavailable on a machine without its GPU"
+        if row["available"]:  # only on a machine with that GPU (the lead's H200 runs these tests too)
+            assert row["device_count"] >= 1 and row["runtime_version"]
+            continue
         assert library in row["reason"] + " ".join(row["searched"])
+    assert not rows["moore"]["available"] and not rows["metax"]["available"]
     # The SDK roots given by env vars are named, with the directories tried under them.
     moore, metax = rows["moore"]["searched"], rows["metax"]["searched"]
     assert f"$MUSA_HOME={tmp_path / 'no-musa'}" in moore
@@ -58,7 +61,8 @@ def test_python_m_anydev_list_backends_table(clean_env, tmp_path):
     assert lines[0].split()[:3] == ["BACKEND", "AVAILABLE", "DEVICES"]
     status = {line.split()[0]: line.split()[1] for line in lines[1:] if not line.startswith(" ")}
     assert status["cpu"] == "yes"
-    assert status["nvidia"] == status["moore"] == status["metax"] == "no"
+    assert status["moore"] == status["metax"] == "no"
+    assert status["nvidia"] == "yes" or "libcudart" in out  # not found, or loaded but no driver/device
     assert "why: libmusart not found" in out and "why: libmcruntime not found" in out
     assert f"$MUSA_HOME={tmp_path / 'no-musa'}" in out
 

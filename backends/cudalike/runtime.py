@@ -67,29 +67,24 @@ class CudaLikeRuntime(DeviceRuntime):
     """The runtime described by ``spec``. See :class:`DeviceRuntime` for each method's contract."""
 
     contract_version = CONTRACT_VERSION
-    collective_dtypes = tuple(DTYPE_SIZES)
 
     def __init__(self, spec: VendorSpec):
         self.spec = spec
         self.name = spec.name
         self.torch_device_type = spec.torch_bridge.device_type
         self.rt, self.ccl = spec.rt, spec.ccl
-        self.ffi = ffi = ffi_for(spec.rt, spec.ccl)
-        self.runtime_library = load_library(ffi, spec.runtime_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
-        self._bind_runtime(self.runtime_library)
-        error_name = bind_optional(self.runtime_library, f"{self.rt}GetErrorName")
-        self.check = Checker(
-            spec.name, spec.ccl,
-            error_string=lambda code: ffi.string(self._get_error_string(code)).decode(errors="replace"),
-            error_name=None if error_name is None else (lambda code: ffi.string(error_name(code)).decode()),
-            ccl_error_string=lambda code: ffi.string(self._ccl_get_error_string(code)).decode(errors="replace"),
-        )
-        self.not_ready_code = self.check.find_code("ErrorNotReady", "not ready", spec.runtime.not_ready_candidates)
+        self.ffi = ffi_for(spec.rt, spec.ccl)
 
+        self.runtime_library = load_library(self.ffi, spec.runtime_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
+        self._bind_runtime(self.runtime_library)
+        self.check = self._make_checker()
+        self.not_ready_code = self.check.find_code("ErrorNotReady", "not ready", spec.runtime.not_ready_candidates)
         marker = bind_optional(self.runtime_library, "anydevEmulatedRuntime")
-        self.emulation = None if marker is None else ffi.string(marker()).decode()
+        #: What the emulated runtime says it is, or None on a vendor's library.
+        self.emulation = None if marker is None else self.ffi.string(marker()).decode()
         self._device_count = self._count_devices()  # before loading the CCL: "no driver" is the likelier cause
-        self.ccl_library = load_library(ffi, spec.ccl_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
+
+        self.ccl_library = load_library(self.ffi, spec.ccl_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
         self._bind_collectives(self.ccl_library)
         self.hardware_label = "emulated runtime" if self.emulation else self._hardware_label()
 
@@ -99,7 +94,8 @@ class CudaLikeRuntime(DeviceRuntime):
         self._event_flags = {True: constants.event_default, False: constants.event_disable_timing}
         self._dtypes = spec.collectives.dtypes
         self._reduce_ops = spec.collectives.reduce_ops
-        self.reduce_ops = tuple(spec.collectives.reduce_ops)
+        self.collective_dtypes = tuple(dtype for dtype in DTYPE_SIZES if dtype in self._dtypes)
+        self.reduce_ops = tuple(self._reduce_ops)
 
     # ---- loading -------------------------------------------------------------------------
     def _bind_runtime(self, loaded: LoadedLibrary) -> None:
@@ -145,6 +141,17 @@ class CudaLikeRuntime(DeviceRuntime):
         self._ccl_all_reduce = fn("AllReduce")
         self._ccl_all_gather = fn("AllGather")
         self._ccl_broadcast = fn("Broadcast")
+
+    def _make_checker(self) -> Checker:
+        ffi = self.ffi
+        error_name = bind_optional(self.runtime_library, f"{self.rt}GetErrorName")  # absent on MACA
+
+        def text(function):
+            return lambda code: ffi.string(function(code)).decode(errors="replace")
+
+        return Checker(self.name, self.ccl, error_string=text(self._get_error_string),
+                       error_name=None if error_name is None else text(error_name),
+                       ccl_error_string=lambda code: text(self._ccl_get_error_string)(code))  # bound later
 
     def _count_devices(self) -> int:
         count = self.ffi.new("int *")
