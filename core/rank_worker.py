@@ -101,7 +101,7 @@ class RankWorker:
                 self._build_model()
         except InitCancelled:
             raise
-        except BaseException as exc:
+        except Exception as exc:
             raise EngineInitError(self.rank, phase, exc) from exc
 
     def _phase(self, phase: str):
@@ -161,12 +161,13 @@ class RankWorker:
         with self.stream.torch_stream():
             inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
             inv_freq = inv_freq.to(self.device.torch_device)
-        all_reduce = None
-        if s.shard.tp > 1:
-            def all_reduce(tensor):
-                s.comm.all_reduce(tensor, op="sum", stream=self.stream)
+        all_reduce = self._all_reduce if s.shard.tp > 1 else None
         kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
         self.model = LlamaRank(config, s.shard, self.weights.tensors, kv_layers, inv_freq, all_reduce)
+
+    def _all_reduce(self, tensor: torch.Tensor) -> None:
+        """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
+        self.setup.comm.all_reduce(tensor, op="sum", stream=self.stream)
 
     # ---- serving ---------------------------------------------------------------------------
     def forward(self, batch: StepBatch, greedy: bool) -> torch.Tensor | None:
