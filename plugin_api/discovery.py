@@ -50,7 +50,9 @@ class Registry:
         self._loaded: dict[str, Backend] = {}
         self._lock = threading.Lock()
         for module_name in builtin_modules:
-            self._register(module_name, f"built-in module {module_name}", lambda m=module_name: importlib.import_module(m))
+            # "anydev.backends.nvidia.plugin" is the plugin of the backend "nvidia"
+            name = module_name.rsplit(".", 2)[-2] if module_name.endswith(".plugin") else module_name
+            self._register(name, f"built-in module {module_name}", lambda m=module_name: importlib.import_module(m))
         if entry_point_group:
             for ep in importlib.metadata.entry_points(group=entry_point_group):
                 self._register(ep.name, f"entry point {ep.name} = {ep.value}", ep.load)
