@@ -18,8 +18,8 @@ import time
 import torch
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.errors import run_command
 from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
-from anydev.plugin_api import AnydevError
 
 
 def parse_args(argv=None):
@@ -38,12 +38,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except AnydevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(run, parse_args(argv))
 
 
 def run(args) -> int:

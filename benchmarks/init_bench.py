@@ -20,11 +20,12 @@ import torch
 
 from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine import DTYPES
+from anydev.core.errors import run_command
 from anydev.core.kv_cache import KVLayout
 from anydev.core.models.random_weights import llama_config, random_checkpoint
-from anydev.core.models.sharding import rank_shard
+from anydev.core.models.sharding import check_tp, rank_shard
 from anydev.core.timeline import PHASES, phase_seconds
-from anydev.plugin_api import AnydevError, load_backend
+from anydev.plugin_api import load_backend
 
 
 def parse_args(argv=None):
@@ -50,12 +51,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except AnydevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(run, parse_args(argv))
 
 
 def run(args) -> int:
@@ -65,8 +61,8 @@ def run(args) -> int:
     checkpoint = random_checkpoint(model)
     backend = load_backend(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
-    shard = rank_shard(model, args.tp, 0) if args.tp <= model.num_attention_heads else None
-    block_bytes = KVLayout(model.num_hidden_layers, 1, args.block_size, shard.num_kv_heads if shard else 1,
+    check_tp(model, args.tp)
+    block_bytes = KVLayout(model.num_hidden_layers, 1, args.block_size, rank_shard(model, args.tp, 0).num_kv_heads,
                            model.head_dim, dtype).block_bytes
     num_blocks = args.num_blocks or max(1, int((args.kv_gib_per_rank or 1.0) * 2**30) // block_bytes)
     config = dict(device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."), block_size=args.block_size,

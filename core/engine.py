@@ -19,7 +19,7 @@ import torch
 from anydev.plugin_api import load_backend
 
 from .errors import EngineConfigError, EngineInitError
-from .models.llama import SUPPORTED_ARCHITECTURES
+from .config import SUPPORTED_ARCHITECTURES
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams, sample

@@ -1,6 +1,9 @@
 """Errors the engine raises at its boundaries (configuration, rank initialisation)."""
 from __future__ import annotations
 
+import sys
+from typing import Callable
+
 from anydev.plugin_api.errors import AnydevError
 
 
@@ -23,3 +26,13 @@ class EngineInitError(AnydevError):
         self.phase = phase
         self.cause = cause
         super().__init__(f"rank {rank} failed during '{phase}': {type(cause).__name__}: {cause}")
+
+
+def run_command(run: Callable[..., int], *args) -> int:
+    """Run a command-line entry point: an :class:`AnydevError` becomes one ``error: ...`` line on
+    stderr and exit code 2, not a traceback. Other exceptions are bugs and propagate."""
+    try:
+        return run(*args)
+    except AnydevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -7,7 +7,8 @@ import torch
 
 from anydev.plugin_api import Device, Stream
 
-from .models.sharding import RankShard, full_shape, local_shape, shard_tensor, weight_names
+from .config import expected_tensor_names
+from .models.sharding import RankShard, full_shape, local_shape, shard_tensor
 
 _ALIGN = 256
 # Pageable host tensors stay referenced by the stream until it synchronises: bound what is held.
@@ -24,7 +25,7 @@ class RankWeights:
         self.config = config
         self.offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
         total = 0
-        for name in weight_names(config):
+        for name in expected_tensor_names(config):
             shape = local_shape(name, config, shard)
             self.offsets[name] = (total, shape)
             total += -(-_numel(shape) * itemsize // _ALIGN) * _ALIGN

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
-from anydev.plugin_api import AnydevError
+from anydev.core.errors import run_command
 
 DEFAULT_PROMPT = "Hello, world! What is a device?"
 
@@ -48,12 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    try:
-        return run(args)
-    except AnydevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(run, parse_args(argv))
 
 
 def run(args) -> int:

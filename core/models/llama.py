@@ -16,8 +16,6 @@ from .layers import rms_norm, swiglu_mlp
 from .rope import apply_rope, cos_sin
 from .sharding import RankShard
 
-SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
-
 
 class LlamaRank:
     """Forward pass of one rank. ``weights`` maps HF names to this rank's device tensors;

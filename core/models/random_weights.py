@@ -12,7 +12,8 @@ import zlib
 
 import torch
 
-from .sharding import full_shape, weight_names
+from ..config import expected_tensor_names
+from .sharding import full_shape
 
 #: The ~1B Llama shape of the decode benchmark.
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -36,7 +37,7 @@ class RandomStore:
     """A TensorStore (see :mod:`anydev.core.checkpoint`) of seeded random weights, made on demand."""
 
     def __init__(self, config, seed: int = 0):
-        self.shapes = {name: full_shape(name, config) for name in weight_names(config)}
+        self.shapes = {name: full_shape(name, config) for name in expected_tensor_names(config)}
         largest = max(math.prod(s) for s in self.shapes.values())
         generator = torch.Generator().manual_seed(seed)
         self._pool = torch.randn(2 * largest, generator=generator)

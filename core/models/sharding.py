@@ -58,24 +58,6 @@ def rank_shard(config, tp: int, rank: int) -> RankShard:
                      rank * local_heads, first_kv)
 
 
-def weight_names(config) -> list[str]:
-    """HF names of the tensors the engine loads (``lm_head.weight`` only when untied)."""
-    names = ["model.embed_tokens.weight"]
-    for i in range(config.num_hidden_layers):
-        p = f"model.layers.{i}."
-        names += [p + f"self_attn.{x}_proj.weight" for x in "qkvo"]
-        if config.attention_bias:
-            names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-        if getattr(config, "attention_output_bias", False):
-            names.append(p + "self_attn.o_proj.bias")
-        names += [p + f"mlp.{x}_proj.weight" for x in ("gate", "up", "down")]
-        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
-    names.append("model.norm.weight")
-    if not config.tie_word_embeddings:
-        names.append("lm_head.weight")
-    return names
-
-
 def full_shape(name: str, config) -> tuple[int, ...]:
     """The shape of ``name`` in the checkpoint (HF layout, [out, in])."""
     h, d = config.hidden_size, config.head_dim
