@@ -134,7 +134,10 @@ def _cell_text(text: str, width: int) -> str:
 
 
 def markdown_matrix(results: list[CheckResult]) -> str:
-    """Backend × check group, with where each backend ran; groups with no check are left out."""
+    """Backend × check group, with where each backend ran; groups with no check are left out.
+
+    Cells that are all skips show their reason shortened; the full reasons follow the table.
+    """
     groups = [g for g in GROUPS if any(r.group == g for r in results)]
     groups += sorted({r.group for r in results} - set(groups))
     labels = hardware_labels(results)
@@ -142,9 +145,17 @@ def markdown_matrix(results: list[CheckResult]) -> str:
         "| backend | where it ran | " + " | ".join(groups) + " |",
         "|---|---|" + "---|" * len(groups),
     ]
+    skip_reasons: dict[tuple[str, str], None] = {}
     for backend in sorted({r.backend for r in results}):
-        cells = [matrix_cell([r for r in results if r.backend == backend and r.group == g]) for g in groups]
+        cells = []
+        for group in groups:
+            checks = [r for r in results if r.backend == backend and r.group == group]
+            cells.append(matrix_cell(checks))
+            if checks and all(r.status == SKIP for r in checks):
+                skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
         lines.append(f"| {backend} | {labels.get(backend) or '-'} | " + " | ".join(cells) + " |")
+    if skip_reasons:
+        lines += ["", "Skipped groups:"] + [f"- {backend}: {reason}" for backend, reason in skip_reasons]
     return "\n".join(lines) + "\n"
 
 

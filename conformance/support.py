@@ -3,6 +3,7 @@ and running one function per rank on its own thread."""
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from typing import Callable
@@ -101,29 +102,29 @@ def run_ranks(n: int, fn: Callable[[int], object], what: str, timeout: float = H
     """
     results: list = [None] * n
     errors: dict[int, BaseException] = {}
-    done: set[int] = set()
-    finished = threading.Semaphore(0)
+    finished: queue.Queue[int] = queue.Queue()
 
     def body(rank: int) -> None:
         try:
             results[rank] = fn(rank)
-            done.add(rank)
         except BaseException as exc:  # handed to the caller below
             errors[rank] = exc
         finally:
-            finished.release()
+            finished.put(rank)
 
-    for rank in range(n):
-        threading.Thread(target=body, args=(rank,), name=f"conformance-rank-{rank}", daemon=True).start()
+    threads = [threading.Thread(target=body, args=(r,), name=f"conformance-rank-{r}", daemon=True) for r in range(n)]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + timeout
-    for _ in range(n):
-        if not finished.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            if errors:
-                break  # a failed rank usually explains the others waiting
-            hung = sorted(set(range(n)) - done)
+    returned: list[int] = []
+    while len(returned) < n and not errors:  # after a failure, the others may wait on it forever
+        try:
+            returned.append(finished.get(timeout=max(0.0, deadline - time.monotonic())))
+        except queue.Empty:
+            hung = sorted(set(range(n)) - set(returned))
             pytest.fail(f"{what}: rank(s) {hung} did not finish within {timeout:.0f} s (hang?)", pytrace=False)
-        if errors:
-            break
+    for rank in returned:  # finished: joining returns at once, and no thread of ours lingers
+        threads[rank].join()
     if errors:
         rank = min(errors)
         exc = errors[rank]

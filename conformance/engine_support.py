@@ -1,0 +1,98 @@
+"""Running anydev's engine in the checks: the embedded demo model, rank counts it can split over,
+KV cache sizes that fit every device, and the cpu reference tokens."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from anydev.conformance.support import max_ranks, require_devices, require_torch_bridge, run_ranks
+
+BLOCK_SIZE = 16
+DTYPE = "float32"  # every backend all-reduces float32, and the cpu reference computes in it
+KV_TARGET_MIN, KV_TARGET_MAX = 64 << 20, 1 << 30
+
+
+@functools.lru_cache(maxsize=None)
+def demo():
+    """The embedded demo checkpoint (built in code, read-only, shared by every check)."""
+    from anydev.core.checkpoint import demo_checkpoint
+
+    return demo_checkpoint()
+
+
+def engine_ranks(backend, config, minimum: int = 1) -> int:
+    """The rank count of the engine checks (``--tp``, else min(devices, 4)); skips when it is below
+    ``minimum``, exceeds the devices, or does not split the demo model's heads."""
+    require_torch_bridge(backend)
+    n = max_ranks(backend, config)
+    if n < minimum:
+        pytest.skip(f"needs {minimum} ranks; '{backend.name}' runs {n} here (set --tp on a machine with more devices)")
+    require_devices(backend, n)
+    heads = demo().config.num_attention_heads
+    if heads % n:
+        pytest.skip(f"the demo model's {heads} attention heads do not split over {n} ranks; use --tp dividing {heads}")
+    return n
+
+
+def kv_num_blocks(backend, tp: int) -> int:
+    """KV blocks for a cache of 1/64 of the smallest device's free memory, within 64 MiB .. 1 GiB per
+    rank: big enough that a host copy of it would stand out, small enough for a CI machine."""
+    config = demo().config
+    free = min(backend.device(i).memory_info().free for i in range(tp))
+    target = min(max(free // 64, KV_TARGET_MIN), KV_TARGET_MAX)
+    kv_heads = max(1, config.num_key_value_heads // tp)
+    block_bytes = config.num_hidden_layers * 2 * BLOCK_SIZE * kv_heads * config.head_dim * 4  # float32
+    return max(1, target // block_bytes)
+
+
+def engine_config(backend, tp: int, **overrides):
+    from anydev.core import EngineConfig
+
+    settings = dict(device=backend.name, tp=tp, dtype=DTYPE, block_size=BLOCK_SIZE, max_model_len=256, max_num_seqs=8)
+    settings.update(overrides)
+    return EngineConfig(**settings)
+
+
+def start_engine(config):
+    """``InferEngine(demo, config)``, started on a helper thread so that a hang fails the check."""
+    from anydev.core import InferEngine
+
+    return run_ranks(1, lambda _: InferEngine(demo(), config), f"engine init on {config.device} x{config.tp}")[0]
+
+
+# ---- inference ------------------------------------------------------------------------------
+
+PROMPTS = (
+    "hello",
+    "the model of the device is",
+    "what is the token that you have from the user and the assistant, and what can we do with it in this world",
+)
+MAX_NEW_TOKENS = 24
+
+
+@functools.lru_cache(maxsize=None)
+def prompt_ids() -> tuple[tuple[int, ...], ...]:
+    """The prompts as token ids (different lengths), BOS included."""
+    tokenizer = demo().tokenizer
+    return tuple(tuple(tokenizer.encode(p)) for p in PROMPTS)
+
+
+def greedy_tokens(config, prompts=None) -> list[list[int]]:
+    from anydev.core import SamplingParams
+
+    engine = start_engine(config)
+    try:
+        outputs = engine.generate_ids([list(p) for p in (prompts or prompt_ids())], SamplingParams(max_new_tokens=MAX_NEW_TOKENS))
+    finally:
+        engine.close()
+    return [o.token_ids for o in outputs]
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_reference() -> tuple[tuple[int, ...], ...]:
+    """Greedy tokens of the demo model on the cpu reference backend: one rank, float32."""
+    from anydev.core import EngineConfig
+
+    config = EngineConfig(device="cpu", tp=1, dtype=DTYPE, block_size=BLOCK_SIZE, max_model_len=256, max_num_seqs=8)
+    return tuple(tuple(t) for t in greedy_tokens(config))

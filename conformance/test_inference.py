@@ -1,0 +1,43 @@
+"""Inference: the demo model's greedy tokens on this backend equal the cpu reference (one rank,
+float32); TP=N equals TP=1; a batch of prompts of different lengths equals each prompt alone.
+
+All runs use float32, so the comparison is about the backend (memory, streams, collectives, the
+torch bridge), not about rounding to bfloat16. On the cpu backend the first check compares two
+separate engines on the same backend; the engine's unit tests compare the cpu path with HF
+transformers.
+"""
+from __future__ import annotations
+
+from anydev.conformance.engine_support import cpu_reference, engine_config, engine_ranks, greedy_tokens, prompt_ids
+
+
+def mismatch(got: list[list[int]], expected: list[list[int]]) -> str:
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if list(g) != list(e):
+            at = next((k for k, (a, b) in enumerate(zip(g, e)) if a != b), min(len(g), len(e)))
+            return f"prompt {i} (length {len(prompt_ids()[i])}) differs at generated token {at}: {list(g)} vs {list(e)}"
+    return "" if len(got) == len(expected) else f"{len(got)} outputs for {len(expected)} prompts"
+
+
+def test_greedy_tokens_equal_the_cpu_reference(backend, pytestconfig):
+    engine_ranks(backend, pytestconfig)  # skips without the torch bridge
+    got = greedy_tokens(engine_config(backend, 1))
+    expected = [list(t) for t in cpu_reference()]
+    assert all(expected), "the cpu reference generated nothing"
+    assert got == expected, mismatch(got, expected)
+
+
+def test_tensor_parallel_equals_one_rank(backend, pytestconfig):
+    tp = engine_ranks(backend, pytestconfig, minimum=2)
+    one = greedy_tokens(engine_config(backend, 1))
+    many = greedy_tokens(engine_config(backend, tp))
+    assert many == one, f"TP={tp} vs TP=1: " + mismatch(many, one)
+
+
+def test_batch_of_different_lengths_equals_each_prompt_alone(backend, pytestconfig):
+    tp = engine_ranks(backend, pytestconfig)
+    prompts = prompt_ids()
+    assert len({len(p) for p in prompts}) == len(prompts), "the prompts should differ in length"
+    batched = greedy_tokens(engine_config(backend, tp), prompts)
+    alone = [greedy_tokens(engine_config(backend, tp), [p])[0] for p in prompts]
+    assert batched == alone, "batched vs one at a time: " + mismatch(batched, alone)
