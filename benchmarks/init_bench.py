@@ -58,10 +58,10 @@ def run(args) -> int:
     model = llama_config(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
                          num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
                          vocab_size=args.vocab)
+    check_tp(model, args.tp)
     checkpoint = random_checkpoint(model)
     backend = load_backend(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
-    check_tp(model, args.tp)
     block_bytes = KVLayout(model.num_hidden_layers, 1, args.block_size, rank_shard(model, args.tp, 0).num_kv_heads,
                            model.head_dim, dtype).block_bytes
     num_blocks = args.num_blocks or max(1, int((args.kv_gib_per_rank or 1.0) * 2**30) // block_bytes)
