@@ -26,9 +26,7 @@ class BlockAllocator:
 
     def allocate(self, count: int) -> list[int]:
         assert count <= len(self._free), "caller checks num_free first"
-        blocks = self._free[-count:][::-1] if count else []
-        del self._free[len(self._free) - count:]
-        return blocks
+        return [self._free.pop() for _ in range(count)]
 
     def release(self, blocks: list[int]) -> None:
         self._free.extend(reversed(blocks))
