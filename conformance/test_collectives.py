@@ -155,8 +155,9 @@ def test_broadcast(communicators, dtype):
 
 @pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
 def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig, dtype):
-    """all_gather, then broadcast and all_reduce in place, on zero-copy torch views, with torch's own
-    copies enqueued on the backend's stream (``stream.torch_stream()``), on the largest rank count."""
+    """On zero-copy torch views, inside one ``stream.torch_stream()`` block, as an engine's forward
+    pass does: torch writes the input, then all_gather, broadcast and all_reduce (in place), then
+    torch reads the result. Every step must see the one before it, on the largest rank count."""
     require_torch_bridge(backend)
     n = max_ranks(backend, pytestconfig)
     require_devices(backend, n)
@@ -174,17 +175,17 @@ def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig,
         device.set_current()
         stream = device.create_stream()
         reduced, gathered = device.alloc(COUNT * itemsize), device.alloc(n * COUNT * itemsize)
+        out = (torch.empty(COUNT, dtype=torch_dtype), torch.empty((n, COUNT), dtype=torch_dtype))
         try:
             t_reduced = reduced.as_tensor(torch_dtype, (COUNT,))
             t_gathered = gathered.as_tensor(torch_dtype, (n, COUNT))
             with stream.torch_stream():
-                t_reduced.copy_(inputs[rank].to(t_reduced.device))
-            comm.all_gather(t_reduced, t_gathered, stream=stream)
-            comm.broadcast(t_reduced, root=n - 1, stream=stream)  # in place: every rank gets rank n-1's
-            comm.all_reduce(t_reduced, op="sum", stream=stream)  # in place: n * rank n-1's input
-            out = (torch.empty(COUNT, dtype=torch_dtype), torch.empty((n, COUNT), dtype=torch_dtype))
-            with stream.torch_stream():  # a real copy: .to("cpu") would alias memory freed below
-                out[0].copy_(t_reduced)
+                t_reduced.copy_(inputs[rank].to(t_reduced.device))  # torch writes
+                comm.all_gather(t_reduced, t_gathered, stream=stream)
+                comm.broadcast(t_reduced, root=n - 1, stream=stream)  # in place: rank n-1's input
+                comm.all_reduce(t_reduced, op="sum", stream=stream)  # in place: n * that
+                plus_one = t_reduced + 1  # torch reads the collective's result
+                out[0].copy_(plus_one)  # a real copy: .to("cpu") could alias memory freed below
                 out[1].copy_(t_gathered)
             stream.synchronize()
             return out
@@ -195,7 +196,7 @@ def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig,
             stream.close()
 
     results = run_ranks(n, rank_body, "collectives on torch tensors")
-    expected = reference_reduce([inputs[n - 1]] * n, "sum", dtype)
+    expected = (reference_reduce([inputs[n - 1]] * n, "sum", dtype).to(torch.float64) + 1).to(torch_dtype)
     for rank, (got_reduced, got_gathered) in enumerate(results):
         assert_same(got_gathered.reshape(-1), torch.cat(inputs), f"torch all_gather {dtype}, rank {rank} of {n}")
-        assert_same(got_reduced, expected, f"torch broadcast then all_reduce {dtype}, rank {rank} of {n}")
+        assert_same(got_reduced, expected, f"torch broadcast, all_reduce, then +1 {dtype}, rank {rank} of {n}")

@@ -11,7 +11,9 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
+from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import InvalidArgumentError
 
 LONG_WORK_S = 0.3
@@ -174,3 +176,29 @@ def test_elapsed_time_needs_timing_events(device, stream):
     finally:
         plain.close()
         timed.close()
+
+
+def test_torch_work_and_stream_work_stay_in_order(backend, device, stream, long_work):
+    """Inside ``stream.torch_stream()``, torch kernels and our stream work run in the order issued:
+    torch fills; we run a long memset chain and copy its zeros over the tensor; torch adds; torch
+    copies out. The chain makes a backend that lets torch run ahead fail every time, not by chance."""
+    require_torch_bridge(backend)
+    n = min(long_work.nbytes, 16 << 20) // 4
+    buf = device.alloc(n * 4)
+    try:
+        t = buf.as_tensor(torch.float32, (n,))
+        out = torch.empty(n, dtype=torch.float32)
+        with stream.torch_stream():
+            t.fill_(1.0)
+            long_work.enqueue(stream, final_value=0)
+            stream.memcpy_async(buf, long_work.buf, n * 4)  # zeros, after the fill and the chain...
+            t.add_(3.0)  # ...and before this add
+            out.copy_(t)
+        stream.synchronize()
+        wrong = int(torch.count_nonzero(out != 3.0))
+        assert wrong == 0, (
+            f"{wrong} of {n} elements are not 3.0 (first: {out[int((out != 3.0).nonzero()[0])].item()}): "
+            "torch and stream work ran out of order inside torch_stream()"
+        )
+    finally:
+        buf.free()

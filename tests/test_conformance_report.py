@@ -206,10 +206,10 @@ def run_suite(tmp_path, *args, extra_path: Path | None = None, pytest_extra=()):
 
 
 def test_suite_on_cpu_passes_and_reports(tmp_path):
-    done, document = run_suite(tmp_path, "--device", "cpu", pytest_extra=["-k", "test_memory or test_streams_events"])
+    done, document = run_suite(tmp_path, "--device", "cpu", pytest_extra=["-k", "test_contract or test_memory"])
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     checks = document["checks"]
-    assert {c["group"] for c in checks} == {"memory", "streams_events"}
+    assert {c["group"] for c in checks} == {"contract", "memory"}
     assert {c["backend"] for c in checks} == {"cpu"}
     assert [c for c in checks if c["status"] != "pass"] == []
     assert document["hardware"]["cpu"] == "host CPU (virtual devices)"
