@@ -519,6 +519,25 @@ def test_torch_stream_orders_earlier_async_work_before_torch_math(backend):
     stream.close()
 
 
+def test_work_queued_inside_torch_stream_is_done_before_the_next_torch_line(backend):
+    """On one stream, torch math after a collective sees its result (as on a GPU stream)."""
+    devices = [backend.device(0), backend.device(1)]
+    comms = backend.create_communicators(devices)
+
+    def rank(r):
+        devices[r].set_current()
+        stream = devices[r].create_stream()
+        with stream.torch_stream():
+            value = torch.full((1024,), float(r + 1))
+            comms[r].all_reduce(value, stream=stream)
+            seen = value.clone()  # no synchronize: the stream order alone must guarantee the sum
+        stream.close()
+        return seen
+
+    for seen in run_ranks(2, rank):
+        assert torch.equal(seen, torch.full((1024,), 3.0))
+
+
 def test_device_synchronize_and_runtime_info(backend):
     device = backend.device(1)
     stream = device.create_stream()

@@ -114,7 +114,7 @@ class CpuRuntime(DeviceRuntime):
             raise InvalidArgumentError(f"memset value must be a byte (0..255), got {value!r}")
         self._memory.check_device_range("memset_async", ptr, nbytes)
         if nbytes:
-            worker.enqueue("memset_async", lambda: self._libc.memset(pointer(ptr), int(value), nbytes))
+            self._enqueue(stream, worker, "memset_async", lambda: self._libc.memset(pointer(ptr), int(value), nbytes))
 
     def memcpy_async(self, dst: int, src: int, nbytes: int, kind: CopyKind, stream: int) -> None:
         """Device ends of the copy (by ``kind``) must lie in live allocations; host ends are the caller's."""
@@ -129,7 +129,7 @@ class CpuRuntime(DeviceRuntime):
         if src_is_device:
             self._memory.check_device_range("memcpy_async", src, nbytes)
         if nbytes:
-            worker.enqueue("memcpy_async", lambda: self._libc.memcpy(pointer(dst), pointer(src), nbytes))
+            self._enqueue(stream, worker, "memcpy_async", lambda: self._libc.memcpy(pointer(dst), pointer(src), nbytes))
 
     # ---- streams -------------------------------------------------------------------------
     def stream_create(self) -> int:
@@ -242,7 +242,14 @@ class CpuRuntime(DeviceRuntime):
         if request.dtype not in self.collective_dtypes:
             raise InvalidArgumentError(f"cpu: collectives do not support {request.dtype!r}; supported: {self.collective_dtypes}")
         _check_nbytes(request.count, "count")
-        worker.enqueue(request.kind, lambda: communicator.group.run(communicator.rank, request))
+        self._enqueue(stream, worker, request.kind, lambda: communicator.group.run(communicator.rank, request))
+
+    def _enqueue(self, stream: int, worker, call: str, work) -> None:
+        """Queue ``work`` on the stream; inside this thread's ``torch_stream(stream)`` block, also wait
+        for it, because the torch math that follows on this thread reads its result at once."""
+        worker.enqueue(call, work)
+        if stream in getattr(self._current, "torch_streams", ()):
+            worker.synchronize()
 
     # ---- torch bridge --------------------------------------------------------------------
     def torch_device(self, index: int):
@@ -257,11 +264,12 @@ class CpuRuntime(DeviceRuntime):
         return torch.from_numpy(np.asarray(_ArrayOwner(ptr, nbytes, owner)))
 
     def torch_stream(self, stream: int, index: int) -> contextlib.AbstractContextManager:
-        """Synchronizes ``stream`` on entry, and that is all the ordering torch needs here.
+        """Orders torch CPU math and this stream's work as if both ran on one stream.
 
-        torch CPU math runs synchronously on the calling thread, so once the stream's earlier work has
-        finished, the math inside the block sees its results; and work enqueued on the stream after the
-        block starts only after the math, which has finished by then.
+        torch CPU math runs synchronously on the calling thread. So on entry the stream is synchronized
+        (the math sees earlier work's results), and inside the block every memset, copy or collective
+        this thread puts on the stream is waited for before the call returns (the next torch line may
+        read its result). Work queued after the block starts after the math, which has finished.
         """
         self._check_device(index)
         worker = self._stream("torch_stream", stream)
@@ -269,7 +277,12 @@ class CpuRuntime(DeviceRuntime):
         @contextlib.contextmanager
         def synchronized_first():
             worker.synchronize()
-            yield
+            inside = self._current.__dict__.setdefault("torch_streams", [])
+            inside.append(stream)
+            try:
+                yield
+            finally:
+                inside.pop()
 
         return synchronized_first()
 
