@@ -214,8 +214,8 @@ def test_suite_on_cpu_passes_and_reports(tmp_path):
     assert [c for c in checks if c["status"] != "pass"] == []
     assert document["hardware"]["cpu"] == "host CPU (virtual devices)"
     assert "anydev conformance matrix" in done.stdout
-    memory = document["summary"]["cpu"]["memory"]["pass"]
-    assert f"| cpu | host CPU (virtual devices) | {memory}/{memory} pass |" in done.stdout
+    contract, memory = (document["summary"]["cpu"][group]["pass"] for group in ("contract", "memory"))
+    assert f"| cpu | host CPU (virtual devices) | {contract}/{contract} pass | {memory}/{memory} pass |" in done.stdout
 
 
 def test_every_backend_under_xdist_unavailable_skip_broken_fail(tmp_path, fake_plugins_path):

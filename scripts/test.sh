@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The project's test command (README; CI runs it through .ci/run):
+#   1. the unit tests (tests/), two xdist workers;
+#   2. the conformance suite on every registered backend: cpu; moore and metax on emulated runtimes
+#      that gcc builds here; nvidia (and any backend without its hardware) shown unavailable, as a
+#      row of skips with the reason. It prints the backend x check-group matrix and writes the JSON
+#      report and the matrix to build/conformance/ (override: ANYDEV_CONFORMANCE_REPORT=FILE).
+# Both steps always run; the exit status is non-zero when either failed. Python: $PYTHON or python3.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+REPORT=${ANYDEV_CONFORMANCE_REPORT:-build/conformance/report.json}
+status=0
+
+echo "== unit tests"
+"$PYTHON" -m pytest -n 2 -q -p no:cacheprovider tests || status=1
+
+echo "== conformance suite"
+# cpu virtual devices of 1 GiB: less than a small CI machine's free memory, so that their free memory
+# is the backend's own accounting, not the host's (the failed-init leak checks compare it).
+ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} \
+    "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" || status=1
+
+exit $status
