@@ -38,12 +38,16 @@ def engine_ranks(backend, config, minimum: int = 1) -> int:
 def kv_num_blocks(backend, tp: int) -> int:
     """KV blocks for a cache of 1/64 of the smallest device's free memory, within 64 MiB .. 1 GiB per
     rank: big enough that a host copy of it would stand out, small enough for a CI machine."""
-    config = demo().config
     free = min(backend.device(i).memory_info().free for i in range(tp))
     target = min(max(free // 64, KV_TARGET_MIN), KV_TARGET_MAX)
+    return max(1, target // kv_block_bytes(tp))
+
+
+def kv_block_bytes(tp: int) -> int:
+    """Bytes of one KV block of one rank (keys and values of every layer; KV heads split or replicated)."""
+    config = demo().config
     kv_heads = max(1, config.num_key_value_heads // tp)
-    block_bytes = config.num_hidden_layers * 2 * BLOCK_SIZE * kv_heads * config.head_dim * 4  # float32
-    return max(1, target // block_bytes)
+    return config.num_hidden_layers * 2 * BLOCK_SIZE * kv_heads * config.head_dim * 4  # float32
 
 
 def engine_config(backend, tp: int, **overrides):

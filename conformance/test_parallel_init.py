@@ -12,15 +12,16 @@ import threading
 import pytest
 import torch
 
-from anydev.conformance.engine_support import engine_config, engine_ranks, kv_num_blocks, start_engine
+from anydev.conformance.engine_support import engine_config, engine_ranks, kv_block_bytes, kv_num_blocks, start_engine
 from anydev.conformance.host_memory import HostPeak, NotMeasurable, device_memory_is_host_memory
 
 PHASES = ("device setup", "weights", "kv alloc", "kv zero", "sync", "ready")  # the engine's, in order
 MiB = 1 << 20
 # A failed init may leave the device's free memory a little lower than before: allocator granularity
 # (2 MiB pages on GPUs) and runtime-internal pools (lazily loaded kernels, collective-library
-# buffers). A leaked KV cache or weight shard of the checks' sizes is far larger than this.
-LEAK_TOLERANCE = 8 * MiB
+# buffers). The KV cache of these checks is at least 64 MiB per rank, so leaking it fails; a leak of
+# the demo model's weights alone (a few MiB per rank) is left to the engine's unit tests.
+LEAK_TOLERANCE = 32 * MiB
 
 
 def intervals(timeline) -> dict[int, tuple[float, float]]:
@@ -75,10 +76,12 @@ def test_ranks_initialise_concurrently(backend, pytestconfig):
 
 
 def test_kv_cache_reads_back_as_zeros(backend, pytestconfig):
+    """Where the allocator hands freed memory back (GPU runtimes), the dirtied memory makes this fail
+    unless init zeroes the cache; the cpu backend's large allocations are fresh zero pages anyway."""
     tp = engine_ranks(backend, pytestconfig)
-    config = engine_config(backend, tp, num_blocks=kv_num_blocks(backend, tp))
-    dirty_device_memory(backend, tp, nbytes=64 * MiB)
-    engine = start_engine(config)
+    blocks = kv_num_blocks(backend, tp)
+    dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
+    engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
     try:
         for rank in range(tp):
             cache = engine.kv_cache_to_host(rank)
@@ -94,8 +97,9 @@ def test_ready_only_after_device_work_finished(backend, pytestconfig):
     """Each rank's phases run in order, 'sync' ends before 'ready', and the KV cache read right after
     the constructor returns, on a fresh stream that waits for nothing, is already all zeros."""
     tp = engine_ranks(backend, pytestconfig)
-    dirty_device_memory(backend, tp, nbytes=64 * MiB)
-    engine = start_engine(engine_config(backend, tp, num_blocks=kv_num_blocks(backend, tp)))
+    blocks = kv_num_blocks(backend, tp)
+    dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
+    engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
     try:
         for rank in range(tp):  # read first: nothing else may give the device time to catch up
             device = backend.device(rank)
