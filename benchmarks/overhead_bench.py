@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="write the results as JSON to this file")
     args = parser.parse_args(argv)
 
+    load_before = os.getloadavg()[0]  # other work on the host skews the medians: recorded with them
     backend = load_backend(args.device)
     calls, stream, keep_alive, notes = build_calls(backend, args.iterations)
     measure(calls, stream, args.iterations, args.repetitions, args.warmup)
@@ -202,13 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     table = format_table(results, is_gpu)
 
     print(f"anydev device-API overhead: device '{args.device}' ({backend.runtime.hardware_label}), {now}")
-    print(f"{args.repetitions} repetitions x {args.iterations} calls per layer, interleaved; median microseconds per call\n")
+    print(f"{args.repetitions} repetitions x {args.iterations} calls per layer, interleaved; median microseconds per call"
+          f" (host load average before: {load_before:.2f} on {os.cpu_count()} cpus)\n")
     print(table)
     print("\nnotes:\n" + "\n".join(f"  - {note}" for note in notes))
     report = {
         "benchmark": "device-API overhead (anydev vs bare cffi call)",
         "date": now, "command": command, "device": args.device,
         "hardware": backend.runtime.hardware_label, "host": platform.node(), "cpu_count": os.cpu_count(),
+        "load_average_1m_before": load_before,
         "python": platform.python_version(), "iterations": args.iterations,
         "repetitions": args.repetitions, "warmup": args.warmup, "target_ratio_on_gpu": TARGET_RATIO,
         "results": results, "notes": notes, "table": table,
