@@ -1,7 +1,7 @@
 """Typed errors raised at anydev's boundaries.
 
 Every error says what went wrong and, where we know it, how to fix it. Vendors raise these from
-their backends (mostly through :func:`anydev.plugin_api.check.RuntimeChecker`), so that callers can
+their backends (the CUDA-like backends through the one checker in `anydev.backends.cudalike.check`), so that callers can
 catch one type whatever the hardware.
 """
 from __future__ import annotations

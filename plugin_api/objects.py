@@ -285,20 +285,29 @@ class Stream(Closable):
         self.handle = handle
         self._what = f"stream on {device}"
         self._keepalive: list = []
+        self._memset = self.runtime.memset_async
 
     def memset_async(self, dst: DeviceBuffer, value: int, nbytes: int | None = None, offset: int = 0) -> None:
         """Enqueue: set ``nbytes`` (default: the rest of ``dst``) bytes from ``offset`` to byte ``value``."""
-        if self._closed:
-            raise ClosedError(self._what)
+        # A hot path (benchmarked against the bare runtime call): one combined test, details on failure.
+        if self._closed or dst.__class__ is not DeviceBuffer or dst._closed or dst.device is not self.device:
+            self._memset_error(dst, value, nbytes, offset)
+        if nbytes is None:
+            nbytes = dst.nbytes - offset
+        if not 0 <= value <= 255 or offset < 0 or nbytes < 0 or offset + nbytes > dst.nbytes:
+            self._memset_error(dst, value, nbytes, offset)
+        self._memset(dst.ptr + offset, value, nbytes, self.handle)
+
+    def _memset_error(self, dst, value, nbytes, offset):
+        """Raise the typed error that explains why ``memset_async`` refused its arguments."""
+        self._check_open()
         if not isinstance(dst, DeviceBuffer):
             raise InvalidArgumentError(f"memset_async needs a DeviceBuffer, got {type(dst).__name__}")
         if dst.device is not self.device:
             raise InvalidArgumentError(f"buffer on {dst.device} used with a stream on {self.device}")
         if not 0 <= value <= 255:
             raise InvalidArgumentError(f"memset value must be a byte (0..255), got {value}")
-        if nbytes is None:
-            nbytes = dst.nbytes - offset
-        self.runtime.memset_async(dst.address(offset, nbytes), value, nbytes, self.handle)
+        dst.address(offset, dst.nbytes - offset if nbytes is None else nbytes)  # raises ClosedError or range error
 
     def memcpy_async(self, dst, src, nbytes: int | None = None, dst_offset: int = 0, src_offset: int = 0) -> None:
         """Enqueue a copy; the direction follows from the arguments.
@@ -369,12 +378,13 @@ class Event(Closable):
         self.handle = handle
         self.timing = timing
         self._what = f"event on {device}"
+        self._record = self.runtime.event_record
 
     def record(self, stream: Stream) -> None:
-        if self._closed:
-            raise ClosedError(self._what)
-        stream._check_open()
-        self.runtime.event_record(self.handle, stream.handle)
+        """Record this event at ``stream``'s tail (a hot path: kept to one test and one call)."""
+        if self._closed or stream._closed:
+            raise ClosedError(self._what if self._closed else stream._what)
+        self._record(self.handle, stream.handle)
 
     def query(self) -> bool:
         """True once the recorded work has finished; never blocks."""
