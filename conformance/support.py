@@ -10,7 +10,7 @@ from typing import Callable
 
 import pytest
 
-from anydev.plugin_api import Backend, BackendUnavailableError, get_registry
+from anydev.plugin_api import Backend, BackendUnavailableError, NotSupportedError, get_registry
 from anydev.plugin_api.discovery import DEVICE_ENV
 
 #: Rank count of the collective, parallel-init and inference checks when ``--tp`` is not given.
@@ -69,28 +69,36 @@ def require_devices(backend: Backend, n: int) -> None:
 
 
 def require_torch_bridge(backend: Backend) -> None:
-    """Skip unless torch can use this backend's memory (its torch device exists in this torch build).
+    """Skip unless torch can use this backend's memory: its torch device type exists in this torch.
 
     An emulated MUSA runtime has no torch_musa; an emulated MACA runtime's device type is ``cuda`` but
-    this torch has no CUDA. Only the typed "unavailable" errors of the contract skip; others fail.
+    this torch has no CUDA. When torch does have the device type, an error from the plugin's
+    ``torch_device`` is a failure (e.g. a stub still to fill in), not a skip.
     """
     import torch
 
     try:
-        device = backend.device(0).torch_device
-    except (BackendUnavailableError, NotImplementedError) as exc:
+        device_type = torch.device(backend.device(0).torch_device).type
+    except (BackendUnavailableError, NotSupportedError) as exc:
+        if torch_has_device_type(backend.torch_device_type):
+            raise
         pytest.skip(f"the torch bridge is unavailable: {exc}")
-    device = torch.device(device)
-    if device.type == "cpu":
-        return
-    module = getattr(torch, device.type, None)
-    available = module is not None and hasattr(module, "is_available") and module.is_available()
-    if not available:
-        hint = " (needs torch_musa)" if device.type == "musa" else ""
+    if not torch_has_device_type(device_type):
+        hint = " (needs torch_musa)" if device_type == "musa" else ""
         pytest.skip(
-            f"the torch bridge needs torch device '{device.type}', which this torch build "
+            f"the torch bridge needs torch device '{device_type}', which this torch build "
             f"({torch.__version__}) does not have{hint}"
         )
+
+
+def torch_has_device_type(device_type: str) -> bool:
+    """True when this torch can place tensors on ``device_type`` here (``cuda`` needs a GPU)."""
+    import torch
+
+    if device_type == "cpu":
+        return True
+    module = getattr(torch, device_type, None)
+    return module is not None and callable(getattr(module, "is_available", None)) and bool(module.is_available())
 
 
 def run_ranks(n: int, fn: Callable[[int], object], what: str, timeout: float = HANG_TIMEOUT_S) -> list:
