@@ -101,7 +101,12 @@ def demo_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
             f"{p}.mlp.down_proj.weight": uniform((h, inter), 1 / math.sqrt(inter)),
         })
     weights["model.norm.weight"] = uniform((h,), 0.1, mean=1.0)
-    weights["lm_head.weight"] = uniform((v, h), 2 / math.sqrt(h))
+    lm_head = uniform((v, h), 2 / math.sqrt(h))
+    # Readable output: the rows of BOS and of bytes outside printable ASCII are zeroed, so their
+    # logit is exactly 0 and greedy picks one of the many printable tokens with a positive logit.
+    unreadable = [0] + [2 + byte for byte in range(256) if not 32 <= byte <= 126]
+    lm_head[unreadable] = 0.0
+    weights["lm_head.weight"] = lm_head
     return weights
 
 
