@@ -22,6 +22,8 @@ GROUP_KEY = "anydev_group"
 HARDWARE_KEY = "anydev_hardware"
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+PENDING = "pending"  # seen, but its call phase has not reported yet
+INCOMPLETE = "the check did not finish (session interrupted?)"
 
 
 @dataclass
@@ -52,7 +54,7 @@ class ResultCollector:
         if result is None:
             result = CheckResult(
                 backend=props[BACKEND_KEY], check=report.nodeid, group=props.get(GROUP_KEY, "other"),
-                status=PASS, reason="", duration=0.0, hardware="",
+                status=PENDING, reason=INCOMPLETE, duration=0.0, hardware="",
             )
             self._results[report.nodeid] = result
         result.duration += report.duration
@@ -60,11 +62,17 @@ class ResultCollector:
         if report.failed:
             if result.status != FAIL:  # the first failure is the cause; later ones follow from it
                 result.status, result.reason = FAIL, failure_reason(report)
-        elif report.skipped and result.status == PASS:
+        elif report.skipped and result.status in (PENDING, PASS):
             result.status, result.reason = SKIP, skip_reason(report)
+        elif report.passed and report.when == "call" and result.status == PENDING:
+            result.status, result.reason = PASS, ""
 
     def results(self) -> list[CheckResult]:
-        return sorted(self._results.values(), key=lambda r: (r.backend, GROUP_ORDER.get(r.group, 99), r.check))
+        """Every check seen; one that never reported its call (an interrupted session) is a failure."""
+        out = []
+        for r in self._results.values():
+            out.append(CheckResult(**{**asdict(r), "status": FAIL}) if r.status == PENDING else r)
+        return sorted(out, key=lambda r: (r.backend, GROUP_ORDER.get(r.group, 99), r.check))
 
 
 GROUP_ORDER = {group: i for i, group in enumerate(GROUPS)}

@@ -56,7 +56,9 @@ def test_phases_fold_into_one_result_per_check():
         collector.add(r)
     for r in phases("t.py::teardown_error[x]", "passed", "passed", "failed", longrepr="E  leak"):
         collector.add(r)
+    collector.add(report("t.py::interrupted[x]", "setup", "passed"))
     by_check = {r.check: r for r in collector.results()}
+    assert by_check["t.py::interrupted[x]"].status == "fail", "a check that never ran its call did not pass"
     assert by_check["t.py::ok[x]"].status == "pass" and by_check["t.py::ok[x]"].reason == ""
     assert by_check["t.py::ok[x]"].duration == pytest.approx(0.75)
     assert (by_check["t.py::bad[x]"].status, by_check["t.py::bad[x]"].reason) == ("fail", "more")
