@@ -91,8 +91,8 @@ def test_order_across_streams_through_an_event(device, stream, long_work):
     copy = device.alloc(long_work.nbytes)
     try:
         long_work.enqueue(stream, final_value=7)
-        done = stream.record()
-        other.wait(done)
+        with stream.record() as done:
+            other.wait(done)
         other.memcpy_async(copy, long_work.buf)  # must wait for the whole chain on `stream`
         got = read_back(other, copy)
         assert bool(np.all(got == 7)), (
@@ -107,13 +107,13 @@ def test_order_across_streams_through_an_event(device, stream, long_work):
 
 def test_query_reports_running_then_done(stream, long_work):
     long_work.enqueue(stream, final_value=9)
-    event = stream.record()
-    assert event.query() is False, (
-        f"event.query() said done right after enqueuing {long_work.chain} memsets of "
-        f"{long_work.nbytes} bytes (~{LONG_WORK_S} s of work): memset_async did not run asynchronously"
-    )
-    event.synchronize()
-    assert event.query() is True, "event.query() still says running after event.synchronize()"
+    with stream.record() as event:
+        assert event.query() is False, (
+            f"event.query() said done right after enqueuing {long_work.chain} memsets of {long_work.nbytes} "
+            f"bytes (~{LONG_WORK_S} s of work): the memsets ran synchronously, or query() waited for them"
+        )
+        event.synchronize()
+        assert event.query() is True, "event.query() still says running after event.synchronize()"
 
 
 def test_unrecorded_event_queries_done(device):
@@ -126,9 +126,9 @@ def test_unrecorded_event_queries_done(device):
 
 def test_stream_synchronize_waits(stream, long_work):
     long_work.enqueue(stream, final_value=13)
-    event = stream.record()
-    stream.synchronize()
-    assert event.query() is True, "stream.synchronize() returned before the stream's work finished"
+    with stream.record() as event:
+        stream.synchronize()
+        assert event.query() is True, "stream.synchronize() returned before the stream's work finished"
     out = np.empty(long_work.nbytes, dtype=np.uint8)
     stream.memcpy_async(out, long_work.buf)
     stream.synchronize()
@@ -144,6 +144,8 @@ def test_device_synchronize_waits_for_every_stream(device, stream, long_work):
         events = [stream.record(), other.record()]
         device.synchronize()
         assert all(e.query() for e in events), "device.synchronize() returned before all streams finished"
+        for event in events:
+            event.close()
     finally:
         other.synchronize()
         second.free()
