@@ -5,12 +5,14 @@
     python examples/test_infer.py --device nvidia --model /models/Llama-3.2-1B-Instruct --prompt "Hi"
 
 Flags follow InfiniLM's test_infer.py. Without --model the embedded demo model runs, and its greedy
-tokens are checked against the cpu reference backend (float32, one rank); a mismatch exits with 1.
+tokens are checked against the cpu reference backend (float32, one rank) and, when transformers is
+installed, against HF transformers' LlamaForCausalLM on the same weights; a mismatch exits with 1.
 Any anydev error prints one line, ``error: ...``, and exits with 2.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
@@ -53,7 +55,9 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.plugin_api import load_backend
 
+    load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
     sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
@@ -87,20 +91,46 @@ def run(args) -> int:
             tokens = None   # checked below at float32: bf16/fp16 rounding flips near-tie greedy choices
     if tokens is None:
         with InferEngine(checkpoint, _with(config, dtype="float32")) as engine:
-            tokens = [o.token_ids for o in engine.generate(prompts, greedy, use_chat_template=use_template)]
-    with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=1, dtype="float32",
-                                                     max_num_seqs=args.batch_size)) as reference:
-        expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
-    match = tokens == expected
-    print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
-          f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1)")
-    if not match:
-        for i, (got, want) in enumerate(zip(tokens, expected)):
-            if got != want:
-                first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
-                print(f"  output {i}: first difference at token {first}: got {got[first:first + 5]}, "
-                      f"cpu has {want[first:first + 5]}")
+            outputs = engine.generate(prompts, greedy, use_chat_template=use_template)
+            tokens = [o.token_ids for o in outputs]
+    match = True
+    if args.device == "cpu" and args.tp == 1:
+        print("cpu reference: this run is the reference (cpu backend, one rank)")
+    else:
+        with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=1, dtype="float32",
+                                                         max_num_seqs=args.batch_size)) as reference:
+            expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
+        match = tokens == expected
+        print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
+              f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1)")
+        _print_first_differences(tokens, expected, "cpu")
+    match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], args.max_new_tokens) and match
     return 0 if match else 1
+
+
+def _check_against_transformers(checkpoint, prompt_ids, tokens, max_new_tokens) -> bool:
+    """Compare one output with HF transformers on the same weights; skipped (and said so) without it."""
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("tokens match HF transformers: not checked (transformers is not installed)")
+        return True
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from hf_check import hf_greedy_tokens
+
+    expected = hf_greedy_tokens(checkpoint, prompt_ids, max_new_tokens)
+    match = tokens == expected
+    print(f"tokens match HF transformers: {'yes' if match else 'no'} (greedy, float32, LlamaForCausalLM on the cpu)")
+    _print_first_differences([tokens], [expected], "transformers")
+    return match
+
+
+def _print_first_differences(tokens, expected, reference: str) -> None:
+    for i, (got, want) in enumerate(zip(tokens, expected)):
+        if got != want:
+            first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+            print(f"  output {i}: first difference at token {first}: got {got[first:first + 5]}, "
+                  f"{reference} has {want[first:first + 5]}")
 
 
 def _with(config: EngineConfig, **changes) -> EngineConfig:
