@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The recorded GPU run: everything the issues ask to run on the lent H200s, one command, outputs under
+# $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
+#   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
+# Files: env.txt, list_backends.txt, conformance.{json,md,txt}, overhead.{json,txt}, infer.txt,
+# init.{json,txt}, decode.{json,txt}.
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+source scripts/device_setup.sh >/dev/null
+NGPU=$(nvidia-smi -L | wc -l)
+KV_GIB=${KV_GIB:-40}
+run() { echo "\$ $*"; "$@"; echo "(exit $?)"; }
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)'; } > "$OUT/env.txt" 2>&1
+run python3 -m anydev list-backends > "$OUT/list_backends.txt" 2>&1
+run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/conformance.json" > "$OUT/conformance.txt" 2>&1
+run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.json" > "$OUT/overhead.txt" 2>&1
+{
+  run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn
+  run python3 benchmarks/make_random_model.py /tmp/llama-1b
+  run python3 examples/test_infer.py --device nvidia --model /tmp/llama-1b --tp 1 --max-new-tokens 64 --prompt 'Hello'
+  # Llama-shaped with 8 KV heads (the seed's TP=8 shape), sharded over every GPU
+  run python3 benchmarks/make_random_model.py /tmp/llama-8kv --hidden 4096 --layers 8 --heads 32 --kv-heads 8
+  run python3 examples/test_infer.py --device nvidia --model /tmp/llama-8kv --tp "$NGPU" --enable-paged-attn \
+      --batch-size 4 --max-new-tokens 64 --prompt 'Hello'
+} > "$OUT/infer.txt" 2>&1
+run python3 benchmarks/init_bench.py --device nvidia --tp "$NGPU" --kv-gib-per-rank "$KV_GIB" --out "$OUT/init.json" > "$OUT/init.txt" 2>&1
+run python3 benchmarks/decode_bench.py --device nvidia --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
+tail -n 5 "$OUT"/*.txt
