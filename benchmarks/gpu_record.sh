@@ -10,7 +10,7 @@ export PYTHONUNBUFFERED=1
 source scripts/device_setup.sh >/dev/null
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
-run() { echo "\$ $*"; "$@"; echo "(exit $?)"; }
+run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; echo "(exit $?)"; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)'; } > "$OUT/env.txt" 2>&1
