@@ -22,7 +22,7 @@ from .errors import EngineConfigError, EngineInitError
 from .config import SUPPORTED_ARCHITECTURES
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
-from .sampling import SamplingParams, sample
+from .sampling import SamplingParams
 from .scheduler import BlockAllocator, Sequence, build_step
 from .timeline import PHASES, PhaseRecord, Timeline
 
@@ -220,7 +220,7 @@ class InferEngine:
         sampling = sampling or SamplingParams()
         sampling.validate()
         seqs = [self._new_sequence(i, ids, sampling) for i, ids in enumerate(prompt_ids)]
-        generator = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        generator = self._generator(sampling.seed)
         eos = self._eos_ids()
         stats = GenerationStats()
         waiting, running = deque(seqs), []
@@ -229,12 +229,13 @@ class InferEngine:
             while (waiting and len(running) + len(admitted) < self.config.max_num_seqs
                    and waiting[0].blocks_needed(self.config.block_size) <= self.allocator.num_free):
                 seq = waiting.popleft()
-                seq.blocks = self.allocator.allocate(seq.blocks_needed(self.config.block_size))
+                seq.assign_blocks(self.allocator.allocate(seq.blocks_needed(self.config.block_size)),
+                                  self.config.block_size)
                 admitted.append(seq)
             step = list(admitted or running)    # prefill newcomers first, else decode everyone
-            batch = build_step(step, self.config.block_size, self.checkpoint.config.sliding_window)
             start = time.perf_counter()
-            result = self._run_step(batch, sampling.is_greedy)
+            batch = build_step(step, self.checkpoint.config.sliding_window)
+            next_tokens = self._run_step(batch, sampling, generator).tolist()
             seconds = time.perf_counter() - start
             if admitted:
                 stats.prefill_tokens += batch.num_tokens
@@ -242,10 +243,9 @@ class InferEngine:
             else:
                 stats.decode_tokens += batch.num_tokens
                 stats.decode_seconds += seconds
-            next_tokens = result if sampling.is_greedy else sample(result, sampling, generator)
             running += admitted
-            for seq, token in zip(step, next_tokens.tolist()):
-                seq.num_cached = len(seq.tokens)
+            for seq, token in zip(step, next_tokens):
+                seq.num_cached = seq.num_tokens
                 seq.output.append(token)
                 if token in eos:
                     seq.finish_reason = "eos"
@@ -253,7 +253,7 @@ class InferEngine:
                     seq.finish_reason = "length"
                 if seq.finish_reason:
                     self.allocator.release(seq.blocks)
-                    seq.blocks = []
+                    seq.assign_blocks([], self.config.block_size)
                     running.remove(seq)
         self.last_stats = stats
         tokenizer = self.checkpoint.tokenizer
@@ -292,9 +292,15 @@ class InferEngine:
             eos |= set(tokenizer.eos_token_ids or [])
         return eos
 
-    def _run_step(self, batch, greedy: bool) -> torch.Tensor:
-        """Run one forward step on every rank; rank 0's result (token ids or logits)."""
-        futures = [w.submit(w.forward, batch, greedy) for w in self.workers]
+    def _generator(self, seed: int | None) -> torch.Generator | None:
+        """The sampling generator, on rank 0's device where the sampling runs (None: torch's default)."""
+        if seed is None:
+            return None
+        return torch.Generator(device=self.workers[0].device.torch_device).manual_seed(seed)
+
+    def _run_step(self, batch, sampling: SamplingParams, generator) -> torch.Tensor:
+        """Run one forward step on every rank; rank 0's next token ids [B] on the host."""
+        futures = [w.submit(w.forward, batch, sampling, generator) for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future in done and future.exception() is not None:

@@ -81,9 +81,9 @@ class PagedKVCache:
             stream.memcpy_async(self.buffer, zeros, self.layout.layer_bytes, dst_offset=layer * self.layout.layer_bytes)
             stream.synchronize()
 
-    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(k_cache, v_cache) of layer ``index``, each [slots, KV heads, head_dim]."""
-        return self.pool[index, 0], self.pool[index, 1]
+    def layer(self, index: int) -> torch.Tensor:
+        """Layer ``index``'s K and V pages, [2 (K, V), slots, KV heads, head_dim]."""
+        return self.pool[index]
 
     def close(self) -> None:
         self.pool = None

@@ -17,9 +17,11 @@ from anydev.plugin_api import Communicator, Device
 from .errors import EngineConfigError, EngineInitError
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from .models.batch import StepBatch
+from .models.fusion import fused_views
 from .models.llama import LlamaRank
 from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
+from .sampling import SamplingParams, sample
 from .timeline import Timeline
 from .weights import RankWeights
 
@@ -163,22 +165,25 @@ class RankWorker:
             inv_freq = inv_freq.to(self.device.torch_device)
         all_reduce = self._all_reduce if s.shard.tp > 1 else None
         kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
-        self.model = LlamaRank(config, s.shard, self.weights.tensors, kv_layers, inv_freq, all_reduce)
+        weights = {**self.weights.tensors, **fused_views(self.weights, config.num_hidden_layers)}
+        self.model = LlamaRank(config, s.shard, weights, kv_layers, inv_freq, all_reduce)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
         self.setup.comm.all_reduce(tensor, op="sum", stream=self.stream)
 
     # ---- serving ---------------------------------------------------------------------------
-    def forward(self, batch: StepBatch, greedy: bool) -> torch.Tensor | None:
-        """One step. Rank 0 returns the host result: token ids [B] when ``greedy``, else float32
-        logits [B, vocab]; other ranks return None."""
+    def forward(self, batch: StepBatch, sampling: SamplingParams,
+                generator: torch.Generator | None) -> torch.Tensor | None:
+        """One step: one host→device copy of the batch, the forward, and on rank 0 the sampling, on
+        the device (``generator`` lives there); rank 0 returns the next token ids [B] on the host (the
+        step's one device→host read), other ranks None."""
         with self.stream.torch_stream():
             logits = self.model.forward(batch.to(self.device.torch_device))
             if self.rank != 0:
                 return None
-            result = logits.argmax(dim=-1) if greedy else logits.float()
-            return result.cpu()
+            tokens = sample(logits if sampling.is_greedy else logits.float(), sampling, generator)
+            return tokens.cpu()
 
     def kv_to_host(self) -> torch.Tensor:
         """A host copy of the whole KV pool, through the device API."""
