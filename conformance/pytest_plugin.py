@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import sys
 import tempfile
 
@@ -53,12 +54,14 @@ def pytest_configure(config) -> None:
         raise _usage_error(f"--tp must be at least 1, got {tp}")
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
         return
-    emulated = _set_up_emulation(config.getoption("anydev_emulated"))
+    emulated = _set_up_emulation(config)
     config.pluginmanager.register(ConformanceReporter(config, emulated), "anydev-conformance-reporter")
 
 
-def _set_up_emulation(option: str | None) -> dict[str, dict[str, str]]:
-    """Build the requested emulated runtimes and export their env vars (inherited by xdist workers)."""
+def _set_up_emulation(config) -> dict[str, dict[str, str]]:
+    """Build the requested emulated runtimes in a temporary folder (removed when the session ends)
+    and export their env vars, which xdist workers inherit."""
+    option = config.getoption("anydev_emulated")
     if not option:
         return {}
     vendors = [v.strip() for v in option.split(",") if v.strip()]
@@ -68,6 +71,7 @@ def _set_up_emulation(option: str | None) -> dict[str, dict[str, str]]:
     from .emulated import build_emulated_runtime
 
     out_dir = tempfile.mkdtemp(prefix="anydev-emulated-")
+    config.add_cleanup(lambda: shutil.rmtree(out_dir))
     exported = {}
     for vendor in vendors:
         env = build_emulated_runtime(vendor, os.path.join(out_dir, vendor))
