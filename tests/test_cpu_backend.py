@@ -157,6 +157,14 @@ def test_allocations_are_aligned_and_zero_bytes_work(backend):
         b.free()
 
 
+def test_new_device_memory_is_not_zero_so_forgotten_zeroing_shows(backend):
+    from anydev.backends.cpu.memory import UNINITIALISED
+
+    buffer = backend.device(0).alloc(4096)
+    assert set(read_back(backend.device(0), buffer).tolist()) == {UNINITIALISED} != {0}
+    buffer.free()
+
+
 def test_oversize_allocation_says_requested_and_free(backend):
     device = backend.device(0)
     held = device.alloc(DEVICE_MEMORY - 100)

@@ -23,11 +23,17 @@ def host_available_bytes() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+#: The byte new device allocations are filled with.
+UNINITIALISED = 0xA5
+
+
 class MemoryTable:
     """Live device and pinned-host allocations. Thread-safe.
 
     Device memory is accounted per virtual device against ``capacity``; host memory only against what
     the host has available. Every allocation gets its own non-null address, 0-byte ones included.
+    New device memory holds the byte :data:`UNINITIALISED` (a GPU's holds leftovers), so code that
+    forgets to zero it reads garbage here too, instead of the zero pages a fresh mapping would give.
     """
 
     def __init__(self, lib, num_devices: int, capacity: int):
@@ -52,10 +58,17 @@ class MemoryTable:
                     "(the capacity is set by ANYDEV_CPU_DEVICE_MEMORY; free is also capped by the host's available memory)",
                     OutOfMemoryError,
                 )
+            self._used[device] += nbytes   # reserved; the fill below runs outside the lock
+        try:
             address = self._aligned_alloc("malloc", nbytes)
+        except BaseException:
+            with self._lock:
+                self._used[device] -= nbytes
+            raise
+        self._lib.memset(pointer(address), UNINITIALISED, nbytes)
+        with self._lock:
             self._device[address] = (device, nbytes)
             bisect.insort(self._device_starts, address)
-            self._used[device] += nbytes
             return address
 
     def device_of(self, call: str, address: int) -> int:
