@@ -2,10 +2,14 @@
 
     python benchmarks/decode_bench.py --device nvidia --out results/decode.json       # ~1B llama shape
     python benchmarks/decode_bench.py --layers 2 --prompt-len 16 --new-tokens 8        # cpu smoke run
+    python benchmarks/decode_bench.py --tiny --prompt-len 256 --new-tokens 64 --skip-hf  # cpu: host cost per step
 
 The model is Llama-shaped (default: hidden 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab
 32000) with random weights made in process; both sides generate greedily to exactly --new-tokens.
 HF's prefill time is a generate() of one token; its decode rate is the rest of a full generate().
+"step ms" is the wall time of one decode step; "build ms" is the engine's host-only share of it (making
+the step's batch). With ``--tiny`` (a model far too small to keep any device busy) the step time is
+almost all host overhead: Python, kernel launches, copies and syncs.
 """
 from __future__ import annotations
 
@@ -21,6 +25,9 @@ from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.errors import run_command
 from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
+#: A shape too small to keep any device busy: its decode step time is host overhead.
+TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -30,7 +37,8 @@ def parse_args(argv=None):
     p.add_argument("--batch-sizes", default="1,32")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
-    p.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    p.add_argument("--layers", type=int, default=None, help="default: 16 (2 with --tiny)")
+    p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: measures host overhead")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--skip-hf", action="store_true", help="measure the engine only")
     p.add_argument("--out", help="write the results as JSON here")
@@ -43,7 +51,9 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    model = llama_config(num_hidden_layers=args.layers, max_position_embeddings=args.prompt_len + args.new_tokens + 16)
+    args.layers = args.layers or (2 if args.tiny else LLAMA_1B["num_hidden_layers"])
+    shape = dict(TINY if args.tiny else {}, num_hidden_layers=args.layers)
+    model = llama_config(max_position_embeddings=args.prompt_len + args.new_tokens + 16, **shape)
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.prompt_len), generator=generator).tolist()
@@ -59,12 +69,13 @@ def run(args) -> int:
             engine.generate_ids(prompts[:batch], SamplingParams(max_new_tokens=args.new_tokens))
             s = engine.last_stats
             rows.append(dict(engine="anydev", batch=batch, prefill_tokens_per_s=s.prefill_tokens_per_s,
-                             decode_tokens_per_s=s.decode_tokens_per_s))
+                             decode_tokens_per_s=s.decode_tokens_per_s, decode_step_ms=s.decode_step_ms,
+                             decode_build_ms=s.decode_build_ms))
             print(_row(rows[-1]), flush=True)
     if not args.skip_hf:
         rows += hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype)
     print()
-    print(f"{'engine':>12}  {'batch':>5}  {'prefill tok/s':>13}  {'decode tok/s':>12}")
+    print(f"{'engine':>12}  {'batch':>5}  {'prefill tok/s':>13}  {'decode tok/s':>12}  {'step ms':>8}  {'build ms':>8}")
     for row in sorted(rows, key=lambda r: (r["batch"], r["engine"])):
         print(_row(row))
     if args.out:
@@ -107,15 +118,19 @@ def hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype) -> list
             ids = torch.tensor(prompts[:batch], device=torch_device)
             prefill = timed_generate(ids, 1)
             full = timed_generate(ids, args.new_tokens)
+            decode = max(full - prefill, 1e-9)
             rows.append(dict(engine="transformers", batch=batch,
                              prefill_tokens_per_s=batch * args.prompt_len / prefill,
-                             decode_tokens_per_s=batch * (args.new_tokens - 1) / max(full - prefill, 1e-9)))
+                             decode_tokens_per_s=batch * (args.new_tokens - 1) / decode,
+                             decode_step_ms=1000 * decode / (args.new_tokens - 1)))
             print(_row(rows[-1]), flush=True)
     return rows
 
 
 def _row(row: dict) -> str:
-    return f"{row['engine']:>12}  {row['batch']:>5}  {row['prefill_tokens_per_s']:>13.1f}  {row['decode_tokens_per_s']:>12.1f}"
+    build = f"{row['decode_build_ms']:>8.3f}" if "decode_build_ms" in row else f"{'-':>8}"
+    return (f"{row['engine']:>12}  {row['batch']:>5}  {row['prefill_tokens_per_s']:>13.1f}  "
+            f"{row['decode_tokens_per_s']:>12.1f}  {row['decode_step_ms']:>8.3f}  {build}")
 
 
 if __name__ == "__main__":

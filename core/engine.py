@@ -59,12 +59,17 @@ class GenerationOutput:
 
 @dataclass
 class GenerationStats:
-    """Token counts and wall time of the last generate call (prefill steps vs decode steps)."""
+    """Token counts and wall time of the last generate call (prefill steps vs decode steps).
+
+    A step's seconds run from building its batch on the host to having its token ids back;
+    ``decode_build_seconds`` is the host-only share spent building the decode batches."""
 
     prefill_tokens: int = 0
     prefill_seconds: float = 0.0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
+    decode_steps: int = 0
+    decode_build_seconds: float = 0.0
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -73,6 +78,14 @@ class GenerationStats:
     @property
     def decode_tokens_per_s(self) -> float:
         return self.decode_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def decode_step_ms(self) -> float:
+        return 1000 * self.decode_seconds / self.decode_steps if self.decode_steps else 0.0
+
+    @property
+    def decode_build_ms(self) -> float:
+        return 1000 * self.decode_build_seconds / self.decode_steps if self.decode_steps else 0.0
 
 
 class InferEngine:
@@ -235,6 +248,7 @@ class InferEngine:
             step = list(admitted or running)    # prefill newcomers first, else decode everyone
             start = time.perf_counter()
             batch = build_step(step, self.checkpoint.config.sliding_window)
+            built = time.perf_counter()
             next_tokens = self._run_step(batch, sampling, generator).tolist()
             seconds = time.perf_counter() - start
             if admitted:
@@ -243,6 +257,8 @@ class InferEngine:
             else:
                 stats.decode_tokens += batch.num_tokens
                 stats.decode_seconds += seconds
+                stats.decode_steps += 1
+                stats.decode_build_seconds += built - start
             running += admitted
             for seq, token in zip(step, next_tokens):
                 seq.num_cached = seq.num_tokens
