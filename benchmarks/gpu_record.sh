@@ -2,8 +2,8 @@
 # The recorded GPU run: everything the issues ask to run on the lent H200s, one command, outputs under
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
-# Files: env.txt, list_backends.txt, conformance.{json,md,txt}, overhead.{json,txt}, infer.txt,
-# init.{json,txt}, decode.{json,txt}.
+# Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
+# overhead.{json,txt}, infer.txt, init.{json,txt}, decode.{json,txt}.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -29,3 +29,5 @@ run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.js
 run python3 benchmarks/init_bench.py --device nvidia --tp "$NGPU" --kv-gib-per-rank "$KV_GIB" --out "$OUT/init.json" > "$OUT/init.txt" 2>&1
 run python3 benchmarks/decode_bench.py --device nvidia --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 tail -n 5 "$OUT"/*.txt
+# The device tool returns at most 8 files: pack them into one.
+(cd "$OUT" && tar -czf gpu-record.tgz --remove-files -- *.txt *.json *.md)
