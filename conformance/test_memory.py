@@ -41,6 +41,23 @@ def test_alloc_sizes(device, stream, size_name):
         buf.free()
 
 
+def test_alloc_most_of_the_device(device, stream):
+    """Three quarters of the free memory in one buffer (the KV-cache use): its far end is writable,
+    and freeing it gives the memory back."""
+    free_before = device.memory_info().free
+    nbytes = (free_before * 3 // 4) & ~((1 << 20) - 1)
+    if nbytes < 1 << 20:
+        pytest.skip(f"only {free_before} bytes free on {device}")
+    buf = device.alloc(nbytes)
+    try:
+        assert device.memory_info().free <= free_before - nbytes + (free_before >> 4), "memory_info ignores the allocation"
+        stream.memset_async(buf, 0x5A, 1 << 20, offset=nbytes - (1 << 20))
+        assert bool(np.all(read_back(stream, buf, 4096, offset=nbytes - 4096) == 0x5A))
+    finally:
+        buf.free()
+    assert device.memory_info().free >= free_before - (free_before >> 4), "freeing did not give the memory back"
+
+
 def test_alignment_of_many_allocations(device):
     buffers = [device.alloc(size) for size in (1, 3, 255, 257, 4095, 65_537, 1 << 20)]
     try:
