@@ -4,6 +4,9 @@ device API (``anydev.plugin_api``); torch does the math on tensors viewed from o
 Start-up follows InfiniLM's fixed design: the engine makes every communicator at once, creates every
 rank worker, and only then waits for all of them. Each rank zeroes its KV cache with one async
 memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark.
+
+Decode steps run as device graphs (:mod:`.graphs`) when the backend offers them (contract 1.1's
+optional ``torch_graph``) and ``EngineConfig.use_graphs`` is true; prefill always runs eagerly.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -20,6 +24,7 @@ from anydev.plugin_api import load_backend
 
 from .errors import EngineConfigError, EngineInitError
 from .config import SUPPORTED_ARCHITECTURES
+from .graphs import DeviceGraph, batch_bucket, context_bucket, pad_decode
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams
@@ -45,6 +50,11 @@ class EngineConfig:
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     max_num_seqs: int = 32
     init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour, for benchmarks)
+    #: Decode through captured device graphs where the backend supports them (``--enforce-eager``
+    #: turns it off); they cost one KV block per rank for padding rows, and one capture per bucket.
+    use_graphs: bool = True
+    #: Test hook: makes a rank's step graph from its stream (default: the device API's graphs).
+    graph_factory: Callable | None = None
     #: Test hook: rank r raises during phase p (one of ``PHASES``), to exercise the failure path.
     fail_at: tuple[int, str] | None = None
 
@@ -128,16 +138,20 @@ class InferEngine:
         self.dtype = _resolve_dtype(config, self.backend)
         devices = [self.backend.device(rank) for rank in range(config.tp)]
         self.communicators = self.backend.create_communicators(devices)
+        self.uses_graphs = config.use_graphs and (config.graph_factory is not None
+                                                  or self.backend.supports("torch_graph"))
+        graph_factory = (config.graph_factory or DeviceGraph) if self.uses_graphs else None
 
         blocks_per_seq = -(-self.max_model_len // config.block_size)
-        kv = KVRequest(config.block_size, config.num_blocks, config.max_num_seqs * blocks_per_seq,
-                       blocks_per_seq, config.memory_fraction)
+        spare = 1 if self.uses_graphs else 0    # the scratch block that graph padding rows write
+        kv = KVRequest(config.block_size, None if config.num_blocks is None else config.num_blocks + spare,
+                       config.max_num_seqs * blocks_per_seq + spare, blocks_per_seq + spare, config.memory_fraction)
         self._cancel = threading.Event()
         self._timeline = Timeline()
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
                       rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
-                      config.fail_at, progress)
+                      config.fail_at, progress, graph_factory)
             for rank in range(config.tp)
         ]
         start = time.perf_counter()
@@ -157,8 +171,9 @@ class InferEngine:
             raise
         self.init_seconds = time.perf_counter() - start
         self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
-        self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
+        self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers) - spare
         self.allocator = BlockAllocator(self.num_blocks)
+        self.scratch_slot = self.num_blocks * config.block_size   # first slot of the spare block
 
     def _new_worker(self, setup: RankSetup) -> RankWorker:
         worker = RankWorker(setup, self._timeline, self._cancel)
@@ -248,14 +263,17 @@ class InferEngine:
             step = list(admitted or running)    # prefill newcomers first, else decode everyone
             start = time.perf_counter()
             batch = build_step(step, self.checkpoint.config.sliding_window)
+            num_tokens = batch.num_tokens
+            if self.uses_graphs and not admitted:
+                batch = self._padded_for_graph(batch)
             built = time.perf_counter()
             next_tokens = self._run_step(batch, sampling, generator).tolist()
             seconds = time.perf_counter() - start
             if admitted:
-                stats.prefill_tokens += batch.num_tokens
+                stats.prefill_tokens += num_tokens
                 stats.prefill_seconds += seconds
             else:
-                stats.decode_tokens += batch.num_tokens
+                stats.decode_tokens += num_tokens
                 stats.decode_seconds += seconds
                 stats.decode_steps += 1
                 stats.decode_build_seconds += built - start
@@ -279,6 +297,11 @@ class InferEngine:
                              seq.finish_reason)
             for seq in seqs
         ]
+
+    def _padded_for_graph(self, batch):
+        """The decode step padded to its graph bucket (see :mod:`.graphs`)."""
+        rows = batch_bucket(batch.B, self.config.max_num_seqs)
+        return pad_decode(batch, rows, context_bucket(batch.L, self.max_model_len), self.scratch_slot)
 
     def _new_sequence(self, index: int, ids, sampling: SamplingParams) -> Sequence:
         vocab = self.checkpoint.config.vocab_size

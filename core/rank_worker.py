@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -15,6 +16,7 @@ from tqdm.auto import tqdm
 from anydev.plugin_api import Communicator, Device
 
 from .errors import EngineConfigError, EngineInitError
+from .graphs import DecodeGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from .models.batch import StepBatch
 from .models.fusion import fused_views
@@ -55,6 +57,7 @@ class RankSetup:
     serial_zero: bool                       # the old KV zeroing (host zeros, a sync per layer)
     fail_at: tuple[int, str] | None         # fault injection for tests
     progress: bool
+    graph_factory: Callable | None = None   # Stream -> StepGraph; None: decode runs eagerly
 
 
 class RankWorker:
@@ -68,6 +71,7 @@ class RankWorker:
         self.weights: RankWeights | None = None
         self.kv: PagedKVCache | None = None
         self.model: LlamaRank | None = None
+        self.graphs: DecodeGraphs | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
@@ -167,6 +171,9 @@ class RankWorker:
         kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
         weights = {**self.weights.tensors, **fused_views(self.weights, config.num_hidden_layers)}
         self.model = LlamaRank(config, s.shard, weights, kv_layers, inv_freq, all_reduce)
+        if s.graph_factory is not None:
+            self.graphs = DecodeGraphs(self.rank, lambda: s.graph_factory(self.stream), self.model.forward,
+                                       self.device.torch_device)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
@@ -175,11 +182,15 @@ class RankWorker:
     # ---- serving ---------------------------------------------------------------------------
     def forward(self, batch: StepBatch, sampling: SamplingParams,
                 generator: torch.Generator | None) -> torch.Tensor | None:
-        """One step: one host→device copy of the batch, the forward, and on rank 0 the sampling, on
-        the device (``generator`` lives there); rank 0 returns the next token ids [B] on the host (the
-        step's one device→host read), other ranks None."""
+        """One step: one host→device copy of the batch, the forward (a graph replay for a decode step
+        padded to a graph bucket), and on rank 0 the sampling of the real rows, on the device
+        (``generator`` lives there); rank 0 returns the next token ids [B] on the host (the step's one
+        device→host read), other ranks None."""
         with self.stream.torch_stream():
-            logits = self.model.forward(batch.to(self.device.torch_device))
+            if batch.real_rows is not None:
+                logits = self.graphs.run(batch)[:batch.real_rows]
+            else:
+                logits = self.model.forward(batch.to(self.device.torch_device))
             if self.rank != 0:
                 return None
             tokens = sample(logits if sampling.is_greedy else logits.float(), sampling, generator)
@@ -200,7 +211,7 @@ class RankWorker:
         self.model = None
         errors = []
         events = getattr(self, "_zero_events", None) or ()
-        for obj in (*events, self.kv, self.weights, self.stream):
+        for obj in (self.graphs, *events, self.kv, self.weights, self.stream):
             if obj is None:
                 continue
             try:
@@ -208,7 +219,7 @@ class RankWorker:
             except Exception as exc:  # collected and reported by the engine
                 errors.append(exc)
         self._zero_events = None
-        self.kv = self.weights = self.stream = None
+        self.graphs = self.kv = self.weights = self.stream = None
         return errors
 
     def shutdown(self) -> None:

@@ -12,8 +12,8 @@ from .errors import (
     UnknownBackendError,
 )
 from .hookspecs import ENTRY_POINT_GROUP, BackendPlugin, hookimpl
-from .objects import Backend, Communicator, Device, DeviceBuffer, Event, HostBuffer, Stream
-from .runtime import OPTIONAL_CALLS, REQUIRED_CALLS, DeviceRuntime
+from .objects import Backend, Communicator, Device, DeviceBuffer, Event, Graph, HostBuffer, Stream
+from .runtime import OPTIONAL_CALLS, REQUIRED_CALLS, DeviceRuntime, TorchGraph
 from .stub import is_stub, stub
 from .types import (
     DTYPE_SIZES, REDUCE_OPS, REQUIRED_COLLECTIVE_DTYPES, REQUIRED_REDUCE_OPS, CopyKind, MemoryInfo,

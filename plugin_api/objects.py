@@ -7,13 +7,14 @@ raises :class:`ClosedError`. ``Buffer.free()`` is the explicit free: a second ``
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Sequence
 
 import numpy as np
 
 from .errors import ClosedError, InvalidArgumentError
-from .runtime import DeviceRuntime
+from .runtime import DeviceRuntime, TorchGraph
 from .types import DTYPE_SIZES, CopyKind, MemoryInfo, dtype_name
 
 
@@ -364,9 +365,70 @@ class Stream(Closable):
         self._check_open()
         return self.runtime.torch_stream(self.handle, self.device.index)
 
+    def create_graph(self) -> "Graph":
+        """A device graph recording torch work on this stream (optional call ``torch_graph``,
+        contract 1.1; ``backend.supports("torch_graph")`` tells). Raises ``NotSupportedError`` where
+        the backend has no device graphs."""
+        self._check_open()
+        return Graph(self, self.runtime.torch_graph(self.handle, self.device.index))
+
     def _release(self) -> None:
         self.runtime.stream_destroy(self.handle)
         self._keepalive.clear()
+
+
+class Graph(Closable):
+    """Torch work on one stream, captured once, replayed many times (see
+    :class:`~anydev.plugin_api.runtime.TorchGraph` for the rules). From ``stream.create_graph()``::
+
+        with graph.capture():
+            out = model(static_input)      # recorded, not run
+        static_input.copy_(new_input)
+        graph.replay()                     # runs it; ``out`` holds the result
+    """
+
+    def __init__(self, stream: Stream, graph: TorchGraph):
+        self.stream = stream
+        self.device = stream.device
+        self._graph = graph
+        self._captured = False
+        self._capture_started = False
+        self._what = f"device graph on {stream._what}"
+
+    @property
+    def captured(self) -> bool:
+        return self._captured
+
+    @contextlib.contextmanager
+    def capture(self, share_memory_with: "Graph | None" = None):
+        """Record the torch work this thread enqueues on the stream inside the ``with`` block.
+        ``share_memory_with``: a captured graph of the same device whose memory pool to reuse (the
+        two must never replay at the same time)."""
+        self._check_open()
+        self.stream._check_open()
+        if self._capture_started:
+            raise InvalidArgumentError(f"{self._what} was already captured; create a new graph to record again")
+        shared = None
+        if share_memory_with is not None:
+            share_memory_with._check_open()
+            if share_memory_with.device is not self.device or not share_memory_with.captured:
+                raise InvalidArgumentError("share_memory_with must be a captured graph of the same device")
+            shared = share_memory_with._graph
+        self._capture_started = True
+        with self._graph.capture(shared):
+            yield self
+        self._captured = True
+
+    def replay(self) -> None:
+        """Enqueue the recorded work on the stream."""
+        self._check_open()
+        self.stream._check_open()
+        if not self._captured:
+            raise InvalidArgumentError(f"{self._what} has no capture to replay; capture() it first")
+        self._graph.replay()
+
+    def _release(self) -> None:
+        self._graph.close()
 
 
 class Event(Closable):

@@ -43,7 +43,43 @@ REQUIRED_CALLS = (
     "all_reduce", "all_gather", "broadcast",
     "torch_device", "tensor_from_pointer", "torch_stream",
 )
-OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info",)
+OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph")
+
+
+class TorchGraph(abc.ABC):
+    """Torch work on one stream, recorded once and replayed many times (from
+    :meth:`DeviceRuntime.torch_graph`, contract 1.1): CUDA graphs and their counterparts.
+
+    ``capture()`` records; while it is open nothing it records runs. ``replay()`` runs the recording
+    again on the same memory: tensors the recorded work reads are read anew at every replay (copy new
+    inputs into them first), tensors it writes are written again. Host code inside the capture (Python,
+    shapes, ``if``s) runs once, at capture.
+    """
+
+    @abc.abstractmethod
+    def capture(self, share_memory_with: "TorchGraph | None" = None) -> contextlib.AbstractContextManager:
+        """A context manager: torch kernels, memsets, copies and collectives that the calling thread
+        enqueues on the graph's stream inside it are recorded, not run.
+
+        * Other threads are not disturbed: each captures its own graph on its own stream and device
+          at the same time (on CUDA: ``capture_error_mode="thread_local"``). The capturing thread must
+          not synchronise with the device (no ``.item()``, no host reads of device memory) inside it.
+        * Memory torch allocates inside it belongs to the graph's pool and stays reserved until
+          ``close()``; ``share_memory_with`` (an earlier captured graph of the same device) makes this
+          graph use that graph's pool instead: the two must then never replay at the same time.
+        * Collectives called inside it (on the graph's stream) are captured too; every rank of the
+          communicator must capture the matching collectives, and replay them together.
+        * A graph is captured once; an error inside ends the capture and is raised (the graph is then
+          unusable: close it).
+        """
+
+    @abc.abstractmethod
+    def replay(self) -> None:
+        """Enqueue the recorded work on the graph's stream (stream order as any other work)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the graph and its memory pool (the recorded work must have finished)."""
 
 
 class DeviceRuntime(abc.ABC):
@@ -224,6 +260,16 @@ class DeviceRuntime(abc.ABC):
     def runtime_info(self) -> RuntimeInfo:
         """Versions and library paths for ``anydev list-backends`` (optional, contract 1.0)."""
         raise NotSupportedError(f"{self.name} does not report runtime info")
+
+    def torch_graph(self, stream: int, index: int) -> TorchGraph:
+        """A new, empty :class:`TorchGraph` capturing torch work on ``stream`` of device ``index``
+        (optional, contract 1.1). The calling thread has ``index`` current; the graph is captured,
+        replayed and closed by that thread. Backends without device graphs keep this default, and
+        engines then run every step eagerly."""
+        raise NotSupportedError(
+            f"{self.name} does not capture device graphs (torch_graph, optional since contract 1.1); "
+            f"run eagerly"
+        )
 
     def close(self) -> None:
         """Release process-wide resources (optional to override). Called once by the Backend."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .errors import ContractVersionError
 
-CONTRACT_VERSION: tuple[int, int] = (1, 0)
+CONTRACT_VERSION: tuple[int, int] = (1, 1)  # 1.1 added the optional call ``torch_graph`` (device graphs)
 
 
 def format_version(version: tuple[int, int]) -> str:

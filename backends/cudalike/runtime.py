@@ -357,6 +357,10 @@ class CudaLikeRuntime(DeviceRuntime):
         self._check_real_device_memory()
         return self.spec.torch_bridge.torch_stream(stream, index)
 
+    def torch_graph(self, stream: int, index: int):
+        self._check_real_device_memory()
+        return self.spec.torch_bridge.torch_graph(stream, index)
+
     def _check_real_device_memory(self) -> None:
         if self.emulation:
             raise NotSupportedError(

@@ -52,6 +52,8 @@ class TorchBridge(Protocol):
 
     def torch_stream(self, stream: int, index: int): ...
 
+    def torch_graph(self, stream: int, index: int): ...   # a TorchGraph (contract 1.1)
+
 
 @dataclass(frozen=True)
 class VendorSpec:

@@ -2,14 +2,17 @@
 
 Zero-copy views go through ``__cuda_array_interface__`` (version 3), which ``torch.as_tensor`` accepts;
 torch keeps the interface object, and so the buffer that owns the memory, alive with the tensor.
-Streams go through ``torch.cuda.ExternalStream``. torch is imported on first use, never at plugin
+Streams go through ``torch.cuda.ExternalStream``; device graphs (contract 1.1) are
+``torch.cuda.CUDAGraph`` captured on that stream. torch is imported on first use, never at plugin
 import.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from anydev.plugin_api.errors import NotSupportedError
+from anydev.plugin_api.runtime import TorchGraph
 
 
 class CudaArrayView:
@@ -47,6 +50,11 @@ class CudaArrayBridge:
         external = torch.cuda.ExternalStream(stream, device=torch.device(self.device_type, index))
         return torch.cuda.stream(external)
 
+    def torch_graph(self, stream: int, index: int) -> TorchGraph:
+        torch = self._torch_with_devices()
+        external = torch.cuda.ExternalStream(stream, device=torch.device(self.device_type, index))
+        return StreamGraph(torch.cuda, torch.cuda.CUDAGraph(), external)
+
     def _torch_with_devices(self):
         import torch
 
@@ -56,3 +64,47 @@ class CudaArrayBridge:
                 f"(torch {torch.__version__} reports torch.cuda.is_available() == False); {self.install_hint}"
             )
         return torch
+
+
+class StreamGraph(TorchGraph):
+    """A torch device graph (``torch.cuda.CUDAGraph``, or a vendor's copy of it) on an external stream.
+
+    ``accelerator`` is the torch module of the device type (``torch.cuda``, ``torch.musa``). The
+    capture is what ``torch.cuda.graph(g, pool, stream, capture_error_mode="thread_local")`` does,
+    without its ``torch.cuda.empty_cache()``: that call reaches every device's allocator, and in a
+    thread-per-rank engine the other ranks are capturing on theirs at the same moment.
+    """
+
+    def __init__(self, accelerator, graph, stream):
+        self._accelerator = accelerator
+        self._graph = graph
+        self._stream = stream
+
+    @contextlib.contextmanager
+    def capture(self, share_memory_with: "StreamGraph | None" = None):
+        pool = () if share_memory_with is None else (share_memory_with._graph.pool(),)
+        self._stream.synchronize()   # the warm-up and anything else before the capture has run
+        with self._accelerator.stream(self._stream):
+            self._graph.capture_begin(*pool, capture_error_mode="thread_local")
+            try:
+                yield
+            except BaseException as exc:
+                self._end_failed_capture(exc)
+                raise
+            self._graph.capture_end()
+
+    def _end_failed_capture(self, exc: BaseException) -> None:
+        """End a capture whose body raised, so the stream leaves capture mode; a second failure is
+        attached to the first error, which stays the one raised."""
+        try:
+            self._graph.capture_end()
+        except Exception as end_error:  # reported on the original error
+            exc.add_note(f"ending the failed capture also failed: {type(end_error).__name__}: {end_error}")
+
+    def replay(self) -> None:
+        with self._accelerator.stream(self._stream):
+            self._graph.replay()
+
+    def close(self) -> None:
+        self._graph.reset()
+        self._graph = None

@@ -3,12 +3,15 @@
 torch_musa registers ``musa`` as torch's PrivateUse1 device and provides ``torch.musa.ExternalStream``
 and ``torch.musa.stream`` [U]. It has no ``__cuda_array_interface__`` counterpart that we know of, so a
 zero-copy view goes through DLPack with device type kDLExtDev, which torch maps to PrivateUse1 [I:
-untested on MUSA hardware].
+untested on MUSA hardware]. Device graphs use ``torch.musa.MUSAGraph``, which mirrors
+``torch.cuda.CUDAGraph`` (capture_begin/capture_end/replay/reset/pool) [U: from torch_musa's public
+code; untested on MUSA hardware].
 """
 from __future__ import annotations
 
 from anydev.plugin_api.errors import NotSupportedError
 
+from ..cudalike.torch_bridge import StreamGraph
 from .dlpack import KDL_EXT_DEV, byte_capsule
 
 INSTALL_HINT = ("install torch_musa (Moore Threads' PyTorch extension) built for your MUSA SDK and torch, "
@@ -30,13 +33,24 @@ class MusaBridge:
 
     def torch_stream(self, stream: int, index: int):
         torch = self._torch_musa_with_devices()
+        return torch.musa.stream(self._external_stream(torch, stream, index))
+
+    def torch_graph(self, stream: int, index: int):
+        torch = self._torch_musa_with_devices()
+        graph_class = getattr(torch.musa, "MUSAGraph", None)
+        if graph_class is None:
+            raise NotSupportedError("moore: this torch_musa has no torch.musa.MUSAGraph, so decode steps cannot "
+                                    "be captured as device graphs; upgrade torch_musa or run eagerly (--enforce-eager)")
+        return StreamGraph(torch.musa, graph_class(), self._external_stream(torch, stream, index))
+
+    def _external_stream(self, torch, stream: int, index: int):
         external_stream = getattr(torch.musa, "ExternalStream", None)
         if external_stream is None:
             raise NotSupportedError(
                 "moore: this torch_musa has no torch.musa.ExternalStream, so torch cannot run on anydev's "
                 "streams; upgrade torch_musa"
             )
-        return torch.musa.stream(external_stream(stream, device=torch.device(self.device_type, index)))
+        return external_stream(stream, device=torch.device(self.device_type, index))
 
     def _torch_musa(self):
         try:

@@ -28,6 +28,8 @@ class StepBatch:
 
     Built on the host by the scheduler; each rank moves it to its device with :meth:`to` (one copy).
     ``sliding_window`` (or None) limits how far back a query may attend, as HF masks it.
+    ``real_rows`` is set on a decode step padded to a graph bucket (see :mod:`anydev.core.graphs`):
+    only its first ``real_rows`` rows are sequences.
     """
 
     packed: torch.Tensor       # [K] int64, every field below one after another
@@ -36,6 +38,7 @@ class StepBatch:
     L: int
     N: int
     sliding_window: int | None = None
+    real_rows: int | None = None
 
     @classmethod
     def pack(cls, fields: dict[str, np.ndarray], sliding_window: int | None = None) -> "StepBatch":
@@ -56,7 +59,8 @@ class StepBatch:
 
     def to(self, device) -> "StepBatch":
         """This step on ``device``: one copy of ``packed`` (no host wait for pageable memory)."""
-        return StepBatch(self.packed.to(device, non_blocking=True), self.B, self.S, self.L, self.N, self.sliding_window)
+        return StepBatch(self.packed.to(device, non_blocking=True), self.B, self.S, self.L, self.N,
+                         self.sliding_window, self.real_rows)
 
     @property
     def num_tokens(self) -> int:
