@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from anydev.cli import describe_backends, format_table
-from anydev.plugin_api import Registry
+from anydev.plugin_api import CONTRACT_VERSION, Registry
+from anydev.plugin_api.version import format_version
 
 # The library an unavailable backend's row must name (nvidia: NCCL when the CUDA runtime did load).
 VENDOR_LIBRARIES = {"nvidia": ("libcudart", "libnccl"), "moore": ("libmusart",), "metax": ("libmcruntime",)}
@@ -37,7 +38,7 @@ def _run(command, env):
 def _check_rows(rows: dict, tmp_path) -> None:
     assert rows["cpu"]["available"] is True
     assert rows["cpu"]["device_count"] >= 1
-    assert rows["cpu"]["contract_version"] == "1.0"
+    assert rows["cpu"]["contract_version"] == format_version(CONTRACT_VERSION)
     for name, libraries in VENDOR_LIBRARIES.items():
         row = rows[name]
         if row["available"]:  # only on a machine with that GPU (the lead's H200 runs these tests too)
