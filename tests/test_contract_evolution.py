@@ -1,8 +1,9 @@
 """Contract evolution: minor versions add optional calls without breaking plugins; majors are refused.
 
 A plugin here is a real pluggy plugin module (put in ``sys.modules``) whose runtime implements the
-contract as it is today (1.0). The "later anydev" is simulated by monkeypatching the host's contract
-version and adding an optional call to ``DeviceRuntime``, exactly as a minor release would.
+required calls of contract 1.0 and nothing newer. The host is the real contract 1.1, whose minor bump
+added the optional call ``torch_graph`` (device graphs); a later minor is simulated by monkeypatching
+the host's contract version and adding an optional call to ``DeviceRuntime``, as a minor release would.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from anydev.plugin_api import (
 )
 from anydev.plugin_api import discovery
 
-NEW_CALL = "stream_priority_range"
+NEW_CALL = "stream_priority_range"   # a simulated contract 1.2 call
+GRAPH_CALL = "torch_graph"           # the real contract 1.1 call
 
 
 def _runtime_class(name: str, contract_version: tuple[int, int]) -> type[DeviceRuntime]:
@@ -49,39 +51,65 @@ def _install_plugin(monkeypatch, name: str, declared: tuple[int, int], runtime_v
 
 
 @pytest.fixture
-def host_1_1(monkeypatch):
-    """Make this process look like anydev with contract 1.1, which added the optional call NEW_CALL."""
-    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 1))
+def host_1_2(monkeypatch):
+    """Make this process look like anydev with contract 1.2, which added the optional call NEW_CALL."""
+    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 2))
 
     def stream_priority_range(self) -> tuple[int, int]:
-        """(least, greatest) stream priority (optional, contract 1.1)."""
-        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.1)")
+        """(least, greatest) stream priority (optional, contract 1.2)."""
+        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.2)")
 
     monkeypatch.setattr(DeviceRuntime, NEW_CALL, stream_priority_range, raising=False)
     monkeypatch.setattr(runtime_module, "OPTIONAL_CALLS", runtime_module.OPTIONAL_CALLS + (NEW_CALL,))
 
 
-def test_1_0_plugin_loads_on_a_1_1_host_without_the_new_optional_call(monkeypatch, host_1_1):
+def test_this_host_is_contract_1_1_with_torch_graph_optional():
+    assert version.CONTRACT_VERSION == (1, 1)
+    assert GRAPH_CALL in runtime_module.OPTIONAL_CALLS and GRAPH_CALL not in runtime_module.REQUIRED_CALLS
+
+
+def test_1_0_plugin_loads_on_the_1_1_host_without_torch_graph(monkeypatch):
     module_name = _install_plugin(monkeypatch, "old10", (1, 0))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert registry.broken == {}
     backend = registry.load("old10")
     assert backend.runtime.contract_version == (1, 0)
     assert backend.supports("device_count")
-    assert NEW_CALL in runtime_module.OPTIONAL_CALLS
-    assert not backend.supports(NEW_CALL)
-    with pytest.raises(NotSupportedError, match=NEW_CALL):
-        getattr(backend.runtime, NEW_CALL)()
+    assert not backend.supports(GRAPH_CALL)
+    with pytest.raises(NotSupportedError, match=GRAPH_CALL):
+        backend.runtime.torch_graph(1, 0)
     # The old plugin's own calls still work.
     assert backend.runtime.device_count() == "device_count called"
 
 
-def test_1_1_plugin_that_implements_the_new_call_reports_it(monkeypatch, host_1_1):
+def test_1_1_plugin_that_implements_torch_graph_reports_it(monkeypatch):
     module_name = _install_plugin(monkeypatch, "new11", (1, 1))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     runtime_cls = registry.plugins["new11"].load
-    monkeypatch.setattr(runtime_cls, NEW_CALL, lambda self: (-1, 0), raising=False)
+    monkeypatch.setattr(runtime_cls, GRAPH_CALL, lambda self, stream, index: ("graph", stream, index), raising=False)
     backend = registry.load("new11")
+    assert backend.supports(GRAPH_CALL)
+    assert backend.runtime.torch_graph(7, 0) == ("graph", 7, 0)
+
+
+def test_1_0_plugin_loads_on_a_1_2_host_without_the_newer_optional_call(monkeypatch, host_1_2):
+    module_name = _install_plugin(monkeypatch, "old10", (1, 0))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    assert registry.broken == {}
+    backend = registry.load("old10")
+    assert NEW_CALL in runtime_module.OPTIONAL_CALLS
+    assert not backend.supports(NEW_CALL) and not backend.supports(GRAPH_CALL)
+    with pytest.raises(NotSupportedError, match=NEW_CALL):
+        getattr(backend.runtime, NEW_CALL)()
+    assert backend.runtime.device_count() == "device_count called"
+
+
+def test_1_2_plugin_that_implements_the_newer_call_reports_it(monkeypatch, host_1_2):
+    module_name = _install_plugin(monkeypatch, "new12", (1, 2))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    runtime_cls = registry.plugins["new12"].load
+    monkeypatch.setattr(runtime_cls, NEW_CALL, lambda self: (-1, 0), raising=False)
+    backend = registry.load("new12")
     assert backend.supports(NEW_CALL)
     assert getattr(backend.runtime, NEW_CALL)() == (-1, 0)
 
@@ -97,8 +125,8 @@ def test_plugin_for_another_major_version_is_refused_at_registration(monkeypatch
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "future" not in registry.plugins
     cause = registry.broken["future"].cause
-    assert "2.0" in cause and "1.0" in cause
-    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.0"):
+    assert "2.0" in cause and "1.1" in cause
+    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.1"):
         registry.load("future")
 
 
@@ -106,7 +134,7 @@ def test_runtime_whose_version_contradicts_its_plugin_is_refused_at_load(monkeyp
     module_name = _install_plugin(monkeypatch, "liar", (1, 0), runtime_version=(2, 3))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "liar" in registry.plugins
-    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.0"):
+    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.1"):
         registry.load("liar")
 
 

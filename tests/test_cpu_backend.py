@@ -16,7 +16,7 @@ import torch
 
 from anydev.backends.cpu.config import CpuConfig, parse_size
 from anydev.plugin_api import (
-    BackendUnavailableError, ClosedError, CollectiveTimeoutError, Communicator, CopyKind,
+    CONTRACT_VERSION, BackendUnavailableError, ClosedError, CollectiveTimeoutError, Communicator, CopyKind,
     InvalidArgumentError, OutOfMemoryError, Registry, RuntimeCallError,
 )
 
@@ -558,6 +558,6 @@ def test_device_synchronize_and_runtime_info(backend):
     info = backend.runtime.runtime_info()
     assert info.runtime_version.startswith("anydev cpu ")
     assert "4 virtual devices of 1048576 bytes" in info.notes
-    assert backend.runtime.contract_version == (1, 0)
+    assert backend.runtime.contract_version == CONTRACT_VERSION
     buffer.free()
     stream.close()

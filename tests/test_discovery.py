@@ -7,6 +7,7 @@ entry_points.txt) and a module, in a temporary folder put on ``sys.path``, found
 """
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 
@@ -128,8 +129,9 @@ def test_a_plugin_for_another_major_contract_is_refused_naming_both_versions(ins
     registry = Registry(builtin_modules=CPU_ONLY)
     assert "futuredev" not in registry.plugins
     cause = registry.broken["futuredev"].cause
-    assert "2.0" in cause and "1.0" in cause
-    with pytest.raises(PluginError, match=r"futuredev.*2\.0.*1\.0"):
+    host = f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}"
+    assert "2.0" in cause and host in cause
+    with pytest.raises(PluginError, match=rf"futuredev.*2\.0.*{re.escape(host)}"):
         registry.load("futuredev")
 
 
@@ -137,7 +139,8 @@ def test_a_runtime_for_another_major_contract_is_refused_at_load(install):
     source = plugin_source("liardev") + "\nLiardevRuntime.contract_version = (2, 0)\n"
     install("liarpkg", {"liardev": "discovery_liardev"}, {"discovery_liardev": source})
     registry = Registry(builtin_modules=CPU_ONLY)
-    with pytest.raises(ContractVersionError, match=r"2\.0.*1\.0"):
+    host = f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}"
+    with pytest.raises(ContractVersionError, match=rf"2\.0.*{re.escape(host)}"):
         registry.load("liardev")
 
 
