@@ -2,11 +2,14 @@
 
     python examples/test_infer.py                         # embedded demo model on the cpu backend
     python examples/test_infer.py --device nvidia --tp 2  # the demo on two GPUs, checked against cpu
+    python examples/test_infer.py --device nvidia --enforce-eager   # decode without device graphs
     python examples/test_infer.py --device nvidia --model /models/Llama-3.2-1B-Instruct --prompt "Hi"
 
 Flags follow InfiniLM's test_infer.py. Without --model the embedded demo model runs, and its greedy
 tokens are checked against the cpu reference backend (float32, one rank) and, when transformers is
 installed, against HF transformers' LlamaForCausalLM on the same weights; a mismatch exits with 1.
+Decode steps run as device graphs where the backend has them (unless --enforce-eager), in the checked
+float32 run too.
 Any anydev error prints one line, ``error: ...``, and exits with 2.
 """
 from __future__ import annotations
@@ -46,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--init-mode", default="parallel", choices=("parallel", "serial"),
                    help="rank start-up: parallel (default) or the old serial one")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="decode eagerly, without device graphs (they are used where the backend has them)")
     return p.parse_args(argv)
 
 
@@ -66,13 +71,14 @@ def run(args) -> int:
         raise_config(f"--batch-size must be >= 1, got {args.batch_size}")
     config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
-                          max_num_seqs=args.batch_size, init_mode=args.init_mode)
+                          max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager)
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
     print(f"model: {checkpoint!r}")
     with InferEngine(checkpoint, config, progress=True) as engine:
         print(f"device: {args.device} x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
-              f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s")
+              f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
+              f"decode graphs {'on' if engine.uses_graphs else 'off'}")
         print("init timeline:")
         print(format_timeline(engine.timeline))
         outputs = engine.generate(prompts, sampling, use_chat_template=use_template)
@@ -89,10 +95,12 @@ def run(args) -> int:
             tokens = [o.token_ids for o in outputs]
         else:
             tokens = None   # checked below at float32: bf16/fp16 rounding flips near-tie greedy choices
-    if tokens is None:
+        checked_graphs = engine.uses_graphs
+    if tokens is None:   # the same config (graphs included), at float32
         with InferEngine(checkpoint, _with(config, dtype="float32")) as engine:
             outputs = engine.generate(prompts, greedy, use_chat_template=use_template)
             tokens = [o.token_ids for o in outputs]
+            checked_graphs = engine.uses_graphs
     match = True
     if args.device == "cpu" and args.tp == 1:
         print("cpu reference: this run is the reference (cpu backend, one rank)")
@@ -102,7 +110,7 @@ def run(args) -> int:
             expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
         match = tokens == expected
         print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
-              f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1)")
+              f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
         _print_first_differences(tokens, expected, "cpu")
     match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], args.max_new_tokens) and match
     return 0 if match else 1
