@@ -3,7 +3,7 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
-# overhead.{json,txt}, infer.txt, init.{json,txt}, decode.{json,txt}.
+# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.{json,txt}, decode.{json,txt}.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -19,6 +19,8 @@ run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/co
 run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.json" > "$OUT/overhead.txt" 2>&1
 {
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn
+  run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn --enforce-eager
+  run python3 benchmarks/graph_smoke.py --device nvidia
   run python3 benchmarks/make_random_model.py /tmp/llama-1b
   run python3 examples/test_infer.py --device nvidia --model /tmp/llama-1b --tp 1 --max-new-tokens 64 --prompt 'Hello'
   # Llama-shaped with 8 KV heads (the seed's TP=8 shape), sharded over every GPU
