@@ -174,6 +174,7 @@ class _Memory(Closable):
         self.device = device
         self.ptr = ptr
         self.nbytes = nbytes
+        self._closed = False  # on the instance: the hot paths read it, and that lookup is cheaper
 
     def free(self) -> None:
         """Release the memory now. Raises :class:`ClosedError` when it was already freed."""
@@ -287,6 +288,7 @@ class Stream(Closable):
         self._what = f"stream on {device}"
         self._keepalive: list = []
         self._memset = self.runtime.memset_async
+        self._closed = False  # on the instance: the hot paths read it, and that lookup is cheaper
 
     def memset_async(self, dst: DeviceBuffer, value: int, nbytes: int | None = None, offset: int = 0) -> None:
         """Enqueue: set ``nbytes`` (default: the rest of ``dst``) bytes from ``offset`` to byte ``value``."""
@@ -441,6 +443,7 @@ class Event(Closable):
         self.timing = timing
         self._what = f"event on {device}"
         self._record = self.runtime.event_record
+        self._closed = False  # on the instance: the hot paths read it, and that lookup is cheaper
 
     def record(self, stream: Stream) -> None:
         """Record this event at ``stream``'s tail (a hot path: kept to one test and one call)."""
