@@ -1,0 +1,134 @@
+"""Backend and Device: the entry points, and the factories of every other object."""
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..runtime import DeviceRuntime
+from ..types import MemoryInfo
+from .closable import Closable
+from .communicator import Communicator
+from .event import Event
+from .memory import DeviceBuffer, HostBuffer
+from .stream import Stream
+
+
+class Backend(Closable):
+    """A loaded backend: the entry point to its devices and collectives."""
+
+    def __init__(self, runtime: DeviceRuntime):
+        self.runtime = runtime
+        self.name = runtime.name
+        self._what = f"backend '{self.name}'"
+        self._devices: dict[int, Device] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def torch_device_type(self) -> str:
+        return self.runtime.torch_device_type
+
+    def supports(self, call: str) -> bool:
+        """True when the runtime provides ``call`` (required calls always; optional ones if overridden)."""
+        return self.runtime.supports(call)
+
+    def device_count(self) -> int:
+        self._check_open()
+        return self.runtime.device_count()
+
+    def device(self, index: int = 0) -> "Device":
+        """The device ``index`` (one object per index)."""
+        self._check_open()
+        count = self.runtime.device_count()
+        if not isinstance(index, int) or not 0 <= index < count:
+            raise InvalidArgumentError(
+                f"{self.name}: device index {index!r} out of range; this machine has {count} device(s)"
+            )
+        with self._lock:
+            if index not in self._devices:
+                self._devices[index] = Device(self, index)
+            return self._devices[index]
+
+    def current_device(self) -> "Device":
+        """The calling thread's current device."""
+        self._check_open()
+        return self.device(self.runtime.get_device())
+
+    def create_communicators(self, devices: Sequence["Device"]) -> list["Communicator"]:
+        """One communicator per device, rank i on ``devices[i]``, for thread-per-rank use."""
+        self._check_open()
+        devices = list(devices)
+        if not devices:
+            raise InvalidArgumentError("create_communicators needs at least one device")
+        if len({d.index for d in devices}) != len(devices):
+            raise InvalidArgumentError("create_communicators: each rank needs its own device")
+        handles = self.runtime.comm_init_all([d.index for d in devices])
+        return [Communicator(d, h, rank, len(devices)) for rank, (d, h) in enumerate(zip(devices, handles))]
+
+    def comm_unique_id(self) -> bytes:
+        """A unique id to share with every process of a multi-process group."""
+        self._check_open()
+        return self.runtime.comm_unique_id()
+
+    def _release(self) -> None:
+        self.runtime.close()
+
+    def __repr__(self) -> str:
+        return f"<anydev Backend {self.name}>"
+
+
+class Device:
+    """One device of a backend. Shared by threads; a rank's thread calls ``set_current()`` first."""
+
+    def __init__(self, backend: Backend, index: int):
+        self.backend = backend
+        self.runtime = backend.runtime
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"<anydev Device {self.backend.name}:{self.index}>"
+
+    @property
+    def torch_device(self):
+        return self.runtime.torch_device(self.index)
+
+    def set_current(self) -> None:
+        """Make this device current for the calling thread."""
+        self.backend._check_open()
+        self.runtime.set_device(self.index)
+
+    def synchronize(self) -> None:
+        """Wait for all work on this device."""
+        self.set_current()
+        self.runtime.device_synchronize()
+
+    def memory_info(self) -> MemoryInfo:
+        self.set_current()
+        return self.runtime.memory_info()
+
+    def alloc(self, nbytes: int) -> "DeviceBuffer":
+        """Allocate ``nbytes`` of device memory (0 allowed), aligned to 256 bytes."""
+        _check_size(nbytes)
+        self.set_current()
+        return DeviceBuffer(self, self.runtime.malloc(nbytes), nbytes)
+
+    def alloc_host(self, nbytes: int) -> "HostBuffer":
+        """Allocate ``nbytes`` of pinned host memory for fast async copies to and from this device."""
+        _check_size(nbytes)
+        self.set_current()
+        return HostBuffer(self, self.runtime.malloc_host(nbytes), nbytes)
+
+    def create_stream(self) -> "Stream":
+        self.set_current()
+        return Stream(self, self.runtime.stream_create())
+
+    def create_event(self, timing: bool = False) -> "Event":
+        self.set_current()
+        return Event(self, self.runtime.event_create(bool(timing)), bool(timing))
+
+
+def _check_size(nbytes) -> None:
+    if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
+        raise InvalidArgumentError(f"size must be a non-negative int of bytes, got {nbytes!r}")
