@@ -22,7 +22,7 @@ from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine import DTYPES
 from anydev.core.errors import run_command
 from anydev.core.kv_cache import KVLayout
-from anydev.core.models.random_weights import llama_config, random_checkpoint
+from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
 from anydev.core.timeline import PHASES, phase_seconds
 from anydev.plugin_api import load_backend
@@ -33,12 +33,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
-    p.add_argument("--layers", type=int, default=16)
-    p.add_argument("--hidden", type=int, default=2048)
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--kv-heads", type=int, default=8)
-    p.add_argument("--intermediate", type=int, default=None, help="default: 4 x hidden")
-    p.add_argument("--vocab", type=int, default=32000)
+    add_shape_arguments(p)
     p.add_argument("--block-size", type=int, default=16)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank")
@@ -55,9 +50,7 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    model = llama_config(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
-                         num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
-                         vocab_size=args.vocab)
+    model = config_from_arguments(args)
     check_tp(model, args.tp)
     checkpoint = random_checkpoint(model)
     backend = load_backend(args.device)

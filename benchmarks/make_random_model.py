@@ -15,23 +15,16 @@ import torch
 from safetensors.torch import save_file
 
 from anydev.core.demo_model import BOS, DEMO_CHAT_TEMPLATE, EOS, build_demo_tokenizer
-from anydev.core.models.random_weights import LLAMA_1B, random_checkpoint, llama_config
+from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
-    p.add_argument("--hidden", type=int, default=LLAMA_1B["hidden_size"])
-    p.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
-    p.add_argument("--heads", type=int, default=LLAMA_1B["num_attention_heads"])
-    p.add_argument("--kv-heads", type=int, default=LLAMA_1B["num_key_value_heads"])
-    p.add_argument("--intermediate", type=int, default=None, help="default: 4 x hidden")
-    p.add_argument("--vocab", type=int, default=LLAMA_1B["vocab_size"])
+    add_shape_arguments(p)
     args = p.parse_args(argv)
 
-    config = llama_config(hidden_size=args.hidden, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                          num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
-                          vocab_size=args.vocab)
+    config = config_from_arguments(args)
     checkpoint = random_checkpoint(config)
     args.out.mkdir(parents=True, exist_ok=True)
     tensors = {name: checkpoint.load(name).to(torch.bfloat16).contiguous() for name in checkpoint.tensor_names()}

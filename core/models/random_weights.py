@@ -33,6 +33,23 @@ def llama_config(max_position_embeddings: int = 4096, **shape):
     )
 
 
+def add_shape_arguments(parser) -> None:
+    """``--layers --hidden --heads --kv-heads --intermediate --vocab`` (defaults: :data:`LLAMA_1B`)."""
+    parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    parser.add_argument("--hidden", type=int, default=LLAMA_1B["hidden_size"])
+    parser.add_argument("--heads", type=int, default=LLAMA_1B["num_attention_heads"])
+    parser.add_argument("--kv-heads", type=int, default=LLAMA_1B["num_key_value_heads"])
+    parser.add_argument("--intermediate", type=int, default=None, help="default: 4 x hidden")
+    parser.add_argument("--vocab", type=int, default=LLAMA_1B["vocab_size"])
+
+
+def config_from_arguments(args):
+    """The llama ModelConfig that :func:`add_shape_arguments`' options describe."""
+    return llama_config(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                        num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
+                        vocab_size=args.vocab)
+
+
 class RandomStore:
     """A TensorStore (see :mod:`anydev.core.checkpoint`) of seeded random weights, made on demand."""
 
