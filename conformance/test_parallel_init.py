@@ -7,6 +7,7 @@ The engine runs the embedded demo model with a KV cache of 64 MiB .. 1 GiB per r
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -62,17 +63,43 @@ def dirty_device_memory(backend, tp: int, nbytes: int) -> None:
     backend.device(0).set_current()
 
 
+@contextlib.contextmanager
+def ranks_meet_before_weights(tp: int, timeout_s: float):
+    """Make every rank wait, once its weight loading starts, until all ``tp`` ranks have got there.
+
+    Ranks that initialise concurrently all pass this rendezvous, so their timelines overlap whatever
+    the machine's load; ranks initialised one after another cannot (the first waits for ranks that
+    have not started) and fail after ``timeout_s``. It wraps the engine's per-rank weight loading.
+    """
+    from anydev.core import rank_worker
+
+    barrier = threading.Barrier(tp, timeout=timeout_s)
+    original = rank_worker.RankWorker._load_weights
+
+    def load_weights_after_rendezvous(worker):
+        barrier.wait()
+        return original(worker)
+
+    rank_worker.RankWorker._load_weights = load_weights_after_rendezvous
+    try:
+        yield
+    finally:
+        rank_worker.RankWorker._load_weights = original
+
+
 def test_ranks_initialise_concurrently(backend, pytestconfig):
     tp = engine_ranks(backend, pytestconfig, minimum=2)
     blocks = kv_num_blocks(backend, tp)
-    parallel, parallel_table = init_timeline(backend, tp, blocks, "parallel")
+    with ranks_meet_before_weights(tp, timeout_s=60):
+        parallel, parallel_table = init_timeline(backend, tp, blocks, "parallel")
     spans = intervals(parallel)
     assert sorted(spans) == list(range(tp)), f"timeline ranks {sorted(spans)}, expected 0..{tp - 1}"
     assert shared_time(spans) > 0, f"the {tp} ranks never initialised at the same time:\n{parallel_table}"
-    # The same measurement on the old one-rank-after-another mode finds no shared time: it tells the
-    # two apart, so the pass above is not an artefact of how intervals are read.
-    serial, serial_table = init_timeline(backend, tp, blocks, "serial")
-    assert shared_time(intervals(serial)) <= 0, f"serial init overlapped?\n{serial_table}"
+    # The old one-rank-after-another mode cannot pass the rendezvous: the check tells the two apart.
+    from anydev.core import EngineInitError
+
+    with ranks_meet_before_weights(tp, timeout_s=1), pytest.raises(EngineInitError, match="BrokenBarrierError"):
+        init_timeline(backend, tp, blocks, "serial")
 
 
 def test_kv_cache_reads_back_as_zeros(backend, pytestconfig):
