@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from anydev.conformance.support import max_ranks, require_devices, require_torch_bridge, run_ranks
-from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES
+from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES, Communicator
 from anydev.plugin_api.types import REDUCE_OPS
 
 COUNT = 1031  # elements per rank: odd, not a power of two
@@ -110,6 +110,34 @@ def test_all_reduce(backend, communicators, op, dtype):
     expected = reference_reduce(inputs, op, dtype)
     for rank, got in enumerate(results):
         assert_same(got, expected, f"all_reduce {op} {dtype}, rank {rank} of {n}", AVG_TOLERANCE.get(dtype, 0) if op == "avg" else 0)
+
+
+def test_communicators_from_a_unique_id(backend, nranks):
+    """The multi-process path of the contract: every rank joins the group named by one unique id
+    (``Communicator.from_unique_id``; here one thread per rank, as each process would), and the group
+    then sums across its ranks."""
+    require_devices(backend, nranks)
+    unique_id = backend.comm_unique_id()
+    assert isinstance(unique_id, bytes) and unique_id, f"comm_unique_id() returned {unique_id!r}"
+
+    def join(rank: int) -> Communicator:
+        device = backend.device(rank)
+        device.set_current()
+        return Communicator.from_unique_id(device, unique_id, nranks, rank)
+
+    comms = run_ranks(nranks, join, f"{nranks} ranks joining one unique id")
+    try:
+        assert [(c.rank, c.nranks) for c in comms] == [(r, nranks) for r in range(nranks)]
+        inputs = [rank_input(r, "float32") for r in range(nranks)]
+        results = run_collective(
+            comms, inputs, COUNT, "float32",
+            lambda comm, send, recv, s: comm.all_reduce(send, recv, op="sum", stream=s, count=COUNT, dtype="float32"),
+        )
+        for rank, got in enumerate(results):
+            assert_same(got, reference_reduce(inputs, "sum", "float32"), f"all_reduce over a unique id, rank {rank} of {nranks}")
+    finally:
+        for comm in comms:
+            comm.close()
 
 
 @pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
