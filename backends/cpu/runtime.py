@@ -12,6 +12,7 @@ import torch
 
 from ... import __version__
 from ...plugin_api.errors import ClosedError, InvalidArgumentError
+from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
 from ...plugin_api.version import CONTRACT_VERSION
@@ -261,7 +262,7 @@ class CpuRuntime(DeviceRuntime):
         self._check_device(index)
         _check_nbytes(nbytes)
         self._memory.check_device_range("tensor_from_pointer", ptr, nbytes)
-        return torch.from_numpy(np.asarray(_ArrayOwner(ptr, nbytes, owner)))
+        return torch.from_numpy(host_array(ptr, nbytes, owner))
 
     def torch_stream(self, stream: int, index: int) -> contextlib.AbstractContextManager:
         """Orders torch CPU math and this stream's work as if both ran on one stream.
@@ -357,14 +358,6 @@ class CpuRuntime(DeviceRuntime):
         handle = self._new_handle()
         self._comms[handle] = communicator
         return handle
-
-
-class _ArrayOwner:
-    """Exposes memory to numpy (hence torch) and keeps ``owner`` alive as long as any view exists."""
-
-    def __init__(self, ptr: int, nbytes: int, owner: object):
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3}
-        self.owner = owner
 
 
 def _check_nbytes(nbytes, what: str = "size") -> None:

@@ -14,8 +14,8 @@ from .communicator import Communicator
 from .device import Backend, Device
 from .event import Event
 from .graph import Graph
-from .memory import DeviceBuffer, HostBuffer, host_span
+from .memory import DeviceBuffer, HostBuffer, host_array, host_span
 from .stream import Stream
 
 __all__ = ["Backend", "Closable", "Communicator", "Device", "DeviceBuffer", "Event", "Graph", "HostBuffer",
-           "Stream", "host_span"]
+           "Stream", "host_array", "host_span"]

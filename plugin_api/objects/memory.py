@@ -85,12 +85,12 @@ class HostBuffer(_Memory):
     def numpy(self, dtype=np.uint8) -> np.ndarray:
         """A numpy view of the whole buffer (no copy)."""
         self._check_open()
-        return _numpy_view(self.ptr, self.nbytes, dtype, self)
+        return host_array(self.ptr, self.nbytes, self, dtype)
 
     def _raw_tensor(self, ptr, nbytes):
         import torch
 
-        return torch.from_numpy(_numpy_view(ptr, nbytes, np.uint8, self))
+        return torch.from_numpy(host_array(ptr, nbytes, self))
 
     def _release(self) -> None:
         self.device.runtime.free_host(self.ptr)
@@ -104,7 +104,9 @@ class _Owner:
         self.owner = owner
 
 
-def _numpy_view(ptr, nbytes, dtype, owner) -> np.ndarray:
+def host_array(ptr: int, nbytes: int, owner: object, dtype=np.uint8) -> np.ndarray:
+    """A numpy view (no copy) of ``nbytes`` of host memory at ``ptr`` that keeps ``owner`` alive as long
+    as the view (or a torch tensor made from it with ``torch.from_numpy``) exists."""
     return np.asarray(_Owner(ptr, nbytes, owner)).view(dtype)
 
 
