@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from anydev.backends.cpu.config import CpuConfig, parse_size
+from anydev.conformance.support import run_ranks
 from anydev.plugin_api import (
     CONTRACT_VERSION, BackendUnavailableError, ClosedError, CollectiveTimeoutError, Communicator, CopyKind,
     InvalidArgumentError, OutOfMemoryError, Registry, RuntimeCallError,
@@ -37,26 +38,6 @@ def backend(monkeypatch):
     backend = load_cpu()
     yield backend
     backend.close()
-
-
-def run_ranks(count: int, work) -> list:
-    """Run ``work(rank)`` on one thread per rank; return the results; re-raise the first failure."""
-    results, errors = [None] * count, []
-
-    def target(rank):
-        try:
-            results[rank] = work(rank)
-        except BaseException as exc:  # handed to the main thread below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=target, args=(rank,)) for rank in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-    return results
 
 
 def hold_stream(backend, stream):
@@ -132,7 +113,7 @@ def test_collective_timeout_comes_from_the_environment(monkeypatch):
 # ---- devices and memory ----------------------------------------------------------------------
 def test_current_device_is_per_thread(backend):
     backend.device(2).set_current()
-    seen_by_other_thread = run_ranks(1, lambda _: backend.runtime.get_device())[0]
+    seen_by_other_thread = run_ranks(1, lambda _: backend.runtime.get_device(), "another thread")[0]
     assert seen_by_other_thread == 0
     assert backend.current_device().index == 2
 
@@ -428,7 +409,7 @@ def test_collectives_between_thread_ranks(backend):
         stream.close()
         return summed.tolist(), biggest.tolist(), averaged.tolist(), gathered.tolist(), sent.tolist()
 
-    for result in run_ranks(3, rank_work):
+    for result in run_ranks(3, rank_work, "3 ranks"):
         assert result == ([6.0] * 5, [2.0, 0.0], [4], [10, 10, 11, 11, 12, 12], [0.0, 2.0, 4.0, 6.0])
 
 
@@ -449,7 +430,7 @@ def test_communicators_from_a_unique_id(backend):
         comm.close()
         return values
 
-    assert run_ranks(2, rank_work) == [[2, 0], [2, 0]]
+    assert run_ranks(2, rank_work, "2 ranks") == [[2, 0], [2, 0]]
 
 
 def test_a_missing_peer_times_out_instead_of_hanging(backend):
@@ -542,7 +523,7 @@ def test_work_queued_inside_torch_stream_is_done_before_the_next_torch_line(back
         stream.close()
         return seen
 
-    for seen in run_ranks(2, rank):
+    for seen in run_ranks(2, rank, "2 ranks in torch_stream"):
         assert torch.equal(seen, torch.full((1024,), 3.0))
 
 
