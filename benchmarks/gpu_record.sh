@@ -3,14 +3,23 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
-# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.{json,txt}, decode.{json,txt}.
+# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.{json,txt}, decode.{json,txt},
+# steps.txt (each step's exit status).
+# Every step runs whatever the others did (no `set -e`), and the archive is written even when the
+# script is interrupted: a failed step costs its own output only.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-source scripts/device_setup.sh >/dev/null
+pack() {   # the device tool returns at most 8 files: pack them into one
+    (cd "$OUT" && shopt -s nullglob && files=(*.txt *.json *.md) && tar -czf gpu-record.tgz --remove-files -- "${files[@]}")
+}
+trap pack EXIT
+trap 'exit 143' TERM INT
+run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(exit $rc)"; echo "$rc $*" >> "$OUT/steps.txt"; }
+
+source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
-run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; echo "(exit $?)"; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)'; } > "$OUT/env.txt" 2>&1
@@ -31,5 +40,3 @@ run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.js
 run python3 benchmarks/init_bench.py --device nvidia --tp "$NGPU" --kv-gib-per-rank "$KV_GIB" --out "$OUT/init.json" > "$OUT/init.txt" 2>&1
 run python3 benchmarks/decode_bench.py --device nvidia --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 tail -n 5 "$OUT"/*.txt
-# The device tool returns at most 8 files: pack them into one.
-(cd "$OUT" && tar -czf gpu-record.tgz --remove-files -- *.txt *.json *.md)

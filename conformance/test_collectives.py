@@ -3,7 +3,7 @@ dtype, on 1..N thread ranks (one communicator, device, stream and thread per ran
 reference computed on the host.
 
 Inputs are small integers, so every dtype (bfloat16 included) holds them and the results exactly;
-only ``avg`` (a division) is compared with a tolerance.
+only ``avg`` (a division) is compared with a tolerance, the rounding bound of :func:`average_tolerance`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from anydev.plugin_api.types import REDUCE_OPS
 
 COUNT = 1031  # elements per rank: odd, not a power of two
 TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32}
-AVG_TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 1e-2}
 # avg of integers is left to the library (it truncates or rounds); the contract does not define it.
 REDUCE_CASES = [(op, dt) for op in REDUCE_OPS for dt in REQUIRED_COLLECTIVE_DTYPES if (op, dt) != ("avg", "int32")]
 
@@ -35,6 +34,33 @@ def reference_reduce(inputs: list[torch.Tensor], op: str, dtype: str) -> torch.T
         "min": lambda: stacked.min(0).values, "avg": lambda: stacked.mean(0),
     }[op]()
     return result.to(TORCH_DTYPES[dtype])
+
+
+def average_tolerance(inputs: list[torch.Tensor], dtype: str) -> torch.Tensor:
+    """Per element, how far a correct ``avg`` in ``dtype`` may be from the exact mean.
+
+    Libraries average in the reduced type: NCCL multiplies each input by 1/n rounded to the type, then
+    sums, rounding every step (n + 1 roundings of terms no larger than |x_i| / n); others sum, then
+    divide. Either stays within (n + 1) * eps * sum(|x_i|) / n, with eps the type's machine epsilon
+    (twice the unit roundoff, a margin of 2). With cancelling inputs this bound is far wider than a
+    relative tolerance on the mean, and a wrong average (no division, the wrong divisor, a rank left
+    out) still misses it wherever the inputs do not cancel.
+    """
+    n = len(inputs)
+    eps = torch.finfo(TORCH_DTYPES[dtype]).eps
+    magnitude = torch.stack([t.to(torch.float64).abs() for t in inputs]).sum(0) / n
+    return (n + 1) * eps * magnitude
+
+
+def assert_average(got: torch.Tensor, inputs: list[torch.Tensor], dtype: str, what: str) -> None:
+    """Fail unless ``got`` is the mean of ``inputs`` within :func:`average_tolerance`."""
+    exact = torch.stack([t.to(torch.float64) for t in inputs]).mean(0)
+    error = (got.to(torch.float64) - exact).abs()
+    bad = error > average_tolerance(inputs, dtype)
+    if bool(bad.any()):
+        first = int(bad.nonzero()[0])
+        pytest.fail(f"{what}: element {first} is {got[first].item()}, expected {exact[first].item()} "
+                    f"(allowed error {average_tolerance(inputs, dtype)[first].item():.3g})", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -87,11 +113,8 @@ def run_collective(comms, inputs, recv_count: int, dtype: str, call) -> list[tor
     return run_ranks(len(comms), rank_body, "collective")
 
 
-def assert_same(got: torch.Tensor, expected: torch.Tensor, what: str, atol: float = 0.0) -> None:
-    if atol:
-        close = torch.isclose(got.to(torch.float64), expected.to(torch.float64), rtol=atol, atol=atol)
-    else:
-        close = got == expected
+def assert_same(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    close = got == expected
     if not bool(close.all()):
         first = int((~close).nonzero()[0])
         pytest.fail(f"{what}: element {first} is {got[first].item()}, expected {expected[first].item()}", pytrace=False)
@@ -107,9 +130,12 @@ def test_all_reduce(backend, communicators, op, dtype):
         communicators, inputs, COUNT, dtype,
         lambda comm, send, recv, s: comm.all_reduce(send, recv, op=op, stream=s, count=COUNT, dtype=dtype),
     )
-    expected = reference_reduce(inputs, op, dtype)
     for rank, got in enumerate(results):
-        assert_same(got, expected, f"all_reduce {op} {dtype}, rank {rank} of {n}", AVG_TOLERANCE.get(dtype, 0) if op == "avg" else 0)
+        what = f"all_reduce {op} {dtype}, rank {rank} of {n}"
+        if op == "avg":
+            assert_average(got, inputs, dtype, what)
+        else:
+            assert_same(got, reference_reduce(inputs, op, dtype), what)
 
 
 def test_communicators_from_a_unique_id(backend, nranks):

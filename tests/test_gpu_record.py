@@ -1,0 +1,70 @@
+"""benchmarks/gpu_record.sh goes on past a failing step and always writes its archive (found on the
+4-GPU machine: it sourced scripts/device_setup.sh, which turned on `set -e`, and one failure lost
+every later step). Run here with fake ``python3`` and ``nvidia-smi`` on PATH that log each call."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$CALLS"
+if [[ -n "${FAIL_ON:-}" && "$*" == *"$FAIL_ON"* ]]; then echo "fake failure: $*" >&2; exit 3; fi
+echo "fake ok: $*"
+"""
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+echo "GPU 0: fake"; echo "GPU 1: fake"
+"""
+
+
+def record(tmp_path: Path, fail_on: str) -> tuple[list[str], Path, subprocess.CompletedProcess]:
+    root = tmp_path / "repo"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "scripts").mkdir()
+    shutil.copy(REPO / "benchmarks" / "gpu_record.sh", root / "benchmarks")
+    shutil.copy(REPO / "scripts" / "device_setup.sh", root / "scripts")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("python3", FAKE_PYTHON), ("nvidia-smi", FAKE_NVIDIA_SMI)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "FAIL_ON": fail_on,
+           "OUT": str(tmp_path / "out")}
+    done = subprocess.run(["bash", "benchmarks/gpu_record.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    return calls.read_text().splitlines(), tmp_path / "out" / "gpu-record.tgz", done
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+@pytest.mark.parametrize("fail_on", ["pip install", "overhead_bench.py", "make_random_model.py", "decode_bench.py"])
+def test_every_step_runs_and_the_archive_is_written_when_a_step_fails(tmp_path, fail_on):
+    calls, archive, done = record(tmp_path, fail_on)
+    assert any(fail_on in c for c in calls), f"the fake never saw the failing step: {calls}"
+    for later in ("list-backends", "anydev.conformance", "overhead_bench.py", "test_infer.py", "graph_smoke.py",
+                  "init_bench.py", "decode_bench.py"):
+        assert any(later in c for c in calls), f"step '{later}' did not run after '{fail_on}' failed:\n{done.stderr}"
+    assert archive.is_file(), f"no archive written:\n{done.stdout}\n{done.stderr}"
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+        assert {"env.txt", "conformance.txt", "overhead.txt", "infer.txt", "init.txt", "decode.txt",
+                "steps.txt"} <= names, names
+        steps = tar.extractfile("steps.txt").read().decode()
+    failed = [line for line in steps.splitlines() if not line.startswith("0 ")]
+    assert failed and all(fail_on in line or "device_setup" in line for line in failed), steps
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+def test_device_setup_run_directly_still_fails_on_a_failed_install(tmp_path):
+    _, _, _ = record(tmp_path, "never")   # builds the fake repo and PATH
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CALLS": str(tmp_path / "c"),
+           "FAIL_ON": "pip install"}
+    done = subprocess.run(["bash", "scripts/device_setup.sh"], cwd=tmp_path / "repo", env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode != 0 and "failed" in done.stderr
