@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
 from typing import Callable
@@ -22,13 +21,14 @@ import torch
 
 from anydev.plugin_api import load_backend
 
-from .errors import EngineConfigError, EngineInitError
+from .block_manager import BlockManager
+from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
 from .config import SUPPORTED_ARCHITECTURES
 from .graphs import DeviceGraph, batch_bucket, context_bucket, pad_decode
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams
-from .scheduler import BlockAllocator, Sequence, build_step
+from .scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
 from .timeline import PHASES, PhaseRecord, Timeline
 
 DTYPES = {
@@ -49,6 +49,13 @@ class EngineConfig:
     memory_fraction: float = 0.9      # share of the memory left after weights the KV cache may take
     max_model_len: int | None = None  # default: the model's max_position_embeddings
     max_num_seqs: int = 32
+    #: Tokens one step may feed (decodes plus prefill chunks); default 2048 (at least max_model_len
+    #: when chunked prefill is off, since a prompt then goes in whole).
+    max_num_batched_tokens: int | None = None
+    #: Split long prompts over steps, beside the running decodes (off: a step prefills or decodes).
+    enable_chunked_prefill: bool = True
+    #: Reuse the KV blocks of a cached prompt prefix (see :mod:`.block_manager`).
+    enable_prefix_caching: bool = True
     init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour, for benchmarks)
     #: Decode through captured device graphs where the backend supports them (``--enforce-eager``
     #: turns it off); they cost one KV block per rank for padding rows, and one capture per bucket.
@@ -64,7 +71,7 @@ class GenerationOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]       # generated tokens, the EOS token included when it ended the sequence
     text: str
-    finish_reason: str         # "eos" | "length"
+    finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token)
 
 
 @dataclass
@@ -172,8 +179,16 @@ class InferEngine:
         self.init_seconds = time.perf_counter() - start
         self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
         self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers) - spare
-        self.allocator = BlockAllocator(self.num_blocks)
         self.scratch_slot = self.num_blocks * config.block_size   # first slot of the spare block
+        self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
+        budget = config.max_num_batched_tokens or 2048
+        if not config.enable_chunked_prefill:
+            budget = max(budget, self.max_model_len)
+        self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, budget, config.enable_chunked_prefill)
+        self._lock = threading.Lock()        # the scheduler's state (add, abort, plan, advance)
+        self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
+        self._stats = GenerationStats()      # every step since start-up
+        self._next_id = 0
 
     def _new_worker(self, setup: RankSetup) -> RankWorker:
         worker = RankWorker(setup, self._timeline, self._cancel)
@@ -242,68 +257,139 @@ class InferEngine:
         return self.generate_ids(ids, sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams | None = None) -> list[GenerationOutput]:
-        """Generate for prompts given as token ids. Sequences run in batches of up to
-        ``max_num_seqs``; a finished one makes room for the next (continuous batching)."""
+        """Generate for prompts given as token ids, on the engine's scheduler: the prompts join
+        whatever else is running (other threads' calls, a server's requests), and this thread drives
+        steps until its own are done (or waits while the engine loop of :meth:`run_loop` drives them).
+        Raises :class:`EngineClosedError` when the engine is closed meanwhile."""
         self._check_open()
         sampling = sampling or SamplingParams()
         sampling.validate()
-        seqs = [self._new_sequence(i, ids, sampling) for i, ids in enumerate(prompt_ids)]
-        generator = self._generator(sampling.seed)
-        eos = self._eos_ids()
-        stats = GenerationStats()
-        waiting, running = deque(seqs), []
-        while waiting or running:
-            admitted = []
-            while (waiting and len(running) + len(admitted) < self.config.max_num_seqs
-                   and waiting[0].blocks_needed(self.config.block_size) <= self.allocator.num_free):
-                seq = waiting.popleft()
-                seq.assign_blocks(self.allocator.allocate(seq.blocks_needed(self.config.block_size)),
-                                  self.config.block_size)
-                admitted.append(seq)
-            step = list(admitted or running)    # prefill newcomers first, else decode everyone
+        checked = [self._checked_prompt(i, ids, sampling) for i, ids in enumerate(prompt_ids)]
+        before = self._stats_snapshot()
+        seqs = [self.add_request(ids, sampling, index=i) for i, ids in enumerate(checked)]
+        try:
+            self._drive_until(lambda: all(seq.is_finished for seq in seqs))
+        except BaseException:
+            for seq in seqs:
+                self.abort(seq)
+            raise
+        self.last_stats = _stats_since(before, self._stats)
+        if any(seq.finish_reason == "closed" for seq in seqs):
+            raise EngineClosedError("the engine was closed while this generate call was running")
+        return [GenerationOutput(seq.prompt, seq.output, self._final_text(seq), seq.finish_reason) for seq in seqs]
+
+    # ---- the scheduler's interface ---------------------------------------------------------------
+    def add_request(self, prompt_ids: list[int], sampling: SamplingParams | None = None,
+                    index: int | None = None) -> Sequence:
+        """Queue one request; it joins the running batch at the next step. The returned
+        :class:`Sequence` grows its ``output`` as steps run; ``is_finished`` says when it is done."""
+        self._check_open()
+        sampling = sampling or SamplingParams()
+        sampling.validate()
+        with self._lock:
+            if index is None:
+                index, self._next_id = self._next_id, self._next_id + 1
+            ids = self._checked_prompt(index, prompt_ids, sampling)
+            seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)), sampling=sampling,
+                           eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()))
+            if sampling.seed is not None:
+                seq.generator = self._generator(sampling.seed)
+            self.scheduler.add(seq)
+        return seq
+
+    def abort(self, seq: Sequence) -> None:
+        """Stop ``seq`` now; its KV blocks go back at once (a step already running for it is ignored)."""
+        with self._lock:
+            self.scheduler.finish(seq, "abort")
+
+    @property
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work
+
+    def step(self) -> list[Sequence]:
+        """Plan and run one step; returns the sequences that got a token (finished ones included).
+        Raises :class:`EngineClosedError` once the engine is closed."""
+        with self._step_lock:
+            self._check_open()
+            with self._lock:
+                plan = self.scheduler.schedule()
+                if not plan.seqs and self.scheduler.has_work:
+                    raise SchedulerError("requests wait but none could be scheduled (a scheduler bug)")
+            if not plan.seqs:
+                return []
             start = time.perf_counter()
-            batch = build_step(step, self.checkpoint.config.sliding_window)
-            num_tokens = batch.num_tokens
-            if self.uses_graphs and not admitted:
+            batch = build_step(plan.seqs, self.checkpoint.config.sliding_window, plan.num_new)
+            decode = plan.is_decode
+            if self.uses_graphs and decode:
                 batch = self._padded_for_graph(batch)
             built = time.perf_counter()
-            next_tokens = self._run_step(batch, sampling, generator).tolist()
-            seconds = time.perf_counter() - start
-            if admitted:
-                stats.prefill_tokens += num_tokens
-                stats.prefill_seconds += seconds
-            else:
-                stats.decode_tokens += num_tokens
-                stats.decode_seconds += seconds
-                stats.decode_steps += 1
-                stats.decode_build_seconds += built - start
-            running += admitted
-            for seq, token in zip(step, next_tokens):
-                seq.num_cached = seq.num_tokens
-                seq.output.append(token)
-                if token in eos:
-                    seq.finish_reason = "eos"
-                elif len(seq.output) >= seq.max_new_tokens:
-                    seq.finish_reason = "length"
-                if seq.finish_reason:
-                    self.allocator.release(seq.blocks)
-                    seq.assign_blocks([], self.config.block_size)
-                    running.remove(seq)
-        self.last_stats = stats
+            tokens = self._run_step(batch, plan).tolist()
+            self._account(plan, decode, start, built)
+            with self._lock:
+                complete = self.scheduler.advance(plan)
+                row = {id(seq): i for i, seq in enumerate(plan.seqs)}
+                for seq in complete:
+                    self._append_token(seq, tokens[row[id(seq)]])
+            return complete
+
+    def _append_token(self, seq: Sequence, token: int) -> None:
+        seq.output.append(token)
+        params = seq.sampling
+        reason = None
+        if token in seq.eos_ids:
+            reason = "eos"
+        elif token in params.stop_token_ids:
+            reason = "stop"
+        elif params.stop and self._hit_stop_string(seq):
+            reason = "stop"
+        elif len(seq.output) >= seq.max_new_tokens:
+            reason = "length"
+        if reason:
+            self.scheduler.finish(seq, reason)
+
+    def _hit_stop_string(self, seq: Sequence) -> bool:
+        """Whether the output now contains a stop string; ``seq.text`` is the output cut before it."""
+        text = self._decode(seq.output)
+        cut = min((i for i in (text.find(s) for s in seq.sampling.stop) if i >= 0), default=-1)
+        seq.text = text if cut < 0 else text[:cut]
+        return cut >= 0
+
+    def _final_text(self, seq: Sequence) -> str:
+        return seq.text if seq.sampling.stop else self._decode(seq.output)
+
+    def _decode(self, ids) -> str:
         tokenizer = self.checkpoint.tokenizer
-        return [
-            GenerationOutput(seq.prompt, seq.output,
-                             tokenizer.decode(seq.output, skip_special_tokens=True) if tokenizer else "",
-                             seq.finish_reason)
-            for seq in seqs
-        ]
+        return tokenizer.decode(ids, skip_special_tokens=True) if tokenizer else ""
+
+    def _drive_until(self, done: Callable[[], bool]) -> None:
+        """Run steps on this thread until ``done()`` (other threads' requests advance too)."""
+        while not done():
+            if self._closed:
+                raise EngineClosedError("the engine was closed while this generate call was running")
+            self.step()
+
+    def _account(self, plan: ScheduledStep, decode: bool, start: float, built: float) -> None:
+        seconds = time.perf_counter() - start
+        s = self._stats
+        if decode:
+            s.decode_tokens += plan.num_tokens
+            s.decode_seconds += seconds
+            s.decode_steps += 1
+            s.decode_build_seconds += built - start
+        else:
+            s.prefill_tokens += plan.num_tokens
+            s.prefill_seconds += seconds
+
+    def _stats_snapshot(self) -> GenerationStats:
+        return GenerationStats(**vars(self._stats))
 
     def _padded_for_graph(self, batch):
         """The decode step padded to its graph bucket (see :mod:`.graphs`)."""
         rows = batch_bucket(batch.B, self.config.max_num_seqs)
         return pad_decode(batch, rows, context_bucket(batch.L, self.max_model_len), self.scratch_slot)
 
-    def _new_sequence(self, index: int, ids, sampling: SamplingParams) -> Sequence:
+    def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
+        """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
         vocab = self.checkpoint.config.vocab_size
         ids = list(ids)
         if not ids:
@@ -315,14 +401,14 @@ class InferEngine:
                 f"prompt {index} has {len(ids)} tokens, but the context (max_model_len) is {self.max_model_len} "
                 f"tokens, leaving no room to generate; shorten the prompt or raise max_model_len (--max-cache-len)"
             )
-        seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)))
-        needed = seq.blocks_needed(self.config.block_size)
+        max_new = min(sampling.max_new_tokens, self.max_model_len - len(ids))
+        needed = -(-(len(ids) + max_new) // self.config.block_size)
         if needed > self.num_blocks:
             raise EngineConfigError(
-                f"prompt {index} needs {needed} KV blocks ({len(ids)} + {seq.max_new_tokens} tokens), but the "
+                f"prompt {index} needs {needed} KV blocks ({len(ids)} + {max_new} tokens), but the "
                 f"cache has {self.num_blocks}; raise num_blocks (--num-blocks) or lower max_new_tokens"
             )
-        return seq
+        return ids
 
     def _eos_ids(self) -> set[int]:
         eos = set(self.checkpoint.config.eos_token_ids or [])
@@ -337,9 +423,13 @@ class InferEngine:
             return None
         return torch.Generator(device=self.workers[0].device.torch_device).manual_seed(seed)
 
-    def _run_step(self, batch, sampling: SamplingParams, generator) -> torch.Tensor:
-        """Run one forward step on every rank; rank 0's next token ids [B] on the host."""
-        futures = [w.submit(w.forward, batch, sampling, generator) for w in self.workers]
+    def _run_step(self, batch, plan: ScheduledStep) -> torch.Tensor:
+        """Run one forward step on every rank; rank 0's next token ids [B] on the host. Rows whose
+        context the step does not complete (prefill chunks) need no token."""
+        wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
+        params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
+        generators = [seq.generator for seq in plan.seqs]
+        futures = [w.submit(w.forward, batch, params, generators) for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future in done and future.exception() is not None:
@@ -363,11 +453,19 @@ class InferEngine:
         return [w.kv.layout.nbytes for w in self.workers]
 
     def close(self) -> None:
-        """Free every device buffer, stream and communicator, and join every rank thread."""
+        """Stop: every waiting or running request ends (its caller gets :class:`EngineClosedError`),
+        the step in flight (if any) is let finish, then every device buffer, stream and communicator
+        is freed and every rank thread joined."""
         if self._closed:
             return
         self._closed = True
         try:
+            if hasattr(self, "scheduler"):
+                with self._lock:
+                    for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+                        self.scheduler.finish(seq, "closed")
+                with self._step_lock:
+                    pass                 # the step in flight, if any, has finished: nothing uses the ranks now
             self._release_all()
         finally:
             if self._owns_checkpoint:
@@ -375,7 +473,7 @@ class InferEngine:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise EngineConfigError("this InferEngine is closed; create a new one")
+            raise EngineClosedError("this InferEngine is closed; create a new one")
 
     def __enter__(self) -> "InferEngine":
         return self
@@ -415,6 +513,10 @@ def _validate(config: EngineConfig, model) -> None:
         rank, phase = config.fail_at
         if phase not in PHASES:
             raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
+
+
+def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationStats:
+    return GenerationStats(**{name: getattr(now, name) - value for name, value in vars(before).items()})
 
 
 def _positive_int(value) -> bool:

@@ -23,7 +23,7 @@ from .models.fusion import fused_views
 from .models.llama import LlamaRank
 from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
-from .sampling import SamplingParams, sample
+from .sampling import SamplingParams, sample_rows
 from .timeline import Timeline
 from .weights import RankWeights
 
@@ -180,11 +180,11 @@ class RankWorker:
         self.setup.comm.all_reduce(tensor, op="sum", stream=self.stream)
 
     # ---- serving ---------------------------------------------------------------------------
-    def forward(self, batch: StepBatch, sampling: SamplingParams,
-                generator: torch.Generator | None) -> torch.Tensor | None:
+    def forward(self, batch: StepBatch, sampling: list[SamplingParams | None],
+                generators: list[torch.Generator | None]) -> torch.Tensor | None:
         """One step: one host→device copy of the batch, the forward (a graph replay for a decode step
-        padded to a graph bucket), and on rank 0 the sampling of the real rows, on the device
-        (``generator`` lives there); rank 0 returns the next token ids [B] on the host (the step's one
+        padded to a graph bucket), and on rank 0 the sampling of the real rows, each with its own
+        parameters and generator, on the device (the generators live there); rank 0 returns the next token ids [B] on the host (the step's one
         device→host read), other ranks None."""
         with self.stream.torch_stream():
             if batch.real_rows is not None:
@@ -193,8 +193,7 @@ class RankWorker:
                 logits = self.model.forward(batch.to(self.device.torch_device))
             if self.rank != 0:
                 return None
-            tokens = sample(logits if sampling.is_greedy else logits.float(), sampling, generator)
-            return tokens.cpu()
+            return sample_rows(logits, sampling, generators).cpu()
 
     def kv_to_host(self) -> torch.Tensor:
         """A host copy of the whole KV pool, through the device API."""

@@ -1,8 +1,8 @@
-"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p)."""
+"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p), per row of a step."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,6 +18,9 @@ class SamplingParams:
     top_k: int = 0          # 0: no top-k filter
     top_p: float = 1.0      # 1.0: no nucleus filter
     seed: int | None = None
+    stop: list[str] = field(default_factory=list)           # stop strings (not part of the text returned)
+    stop_token_ids: list[int] = field(default_factory=list)  # stop tokens besides the model's EOS
+    ignore_eos: bool = False                                  # run to max_new_tokens past EOS (benchmarks)
 
     @property
     def is_greedy(self) -> bool:
@@ -35,6 +38,12 @@ class SamplingParams:
             raise EngineConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
         if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
             raise EngineConfigError(f"seed must be a non-negative integer or None, got {self.seed!r}")
+        if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop):
+            raise EngineConfigError(f"stop must be a list of non-empty strings, got {self.stop!r}")
+        if not isinstance(self.stop_token_ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
+            raise EngineConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise EngineConfigError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
 
 
 def _is_int(value) -> bool:
@@ -63,3 +72,16 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+
+
+def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
+                generators: list[torch.Generator | None]) -> torch.Tensor:
+    """Next token of each row of ``logits`` [B, V] with that row's own parameters and generator
+    (a request's seed makes its tokens independent of what else shares the step). A row whose
+    params are None needs no token (a prefill chunk short of its prompt's end): it gets the argmax.
+    Greedy rows take one argmax together; sampled rows are drawn one by one. Returns [B] int64."""
+    tokens = logits.argmax(dim=-1)
+    for row, (p, generator) in enumerate(zip(params, generators)):
+        if p is not None and not p.is_greedy:
+            tokens[row] = sample(logits[row:row + 1].float(), p, generator)[0]
+    return tokens

@@ -1,77 +1,169 @@
-"""Host-side bookkeeping for generation: KV block allocation, sequences, and step batches.
+"""The continuous scheduler (vLLM v1 / nano-vllm shape): requests join and leave the running batch
+at any step, and each step is planned within a token budget.
 
-Each sequence reserves, when admitted, every block it can ever need (prompt + max new tokens), so
-running sequences never wait for memory and nothing is preempted; finished sequences give their
-blocks back and waiting ones are admitted (continuous batching, nano-vllm style, without preemption).
+A step first serves the running sequences in arrival order (one token each at decode, the next chunk
+of a prompt still in prefill), then admits waiting ones while the budget, ``max_num_seqs`` and the KV
+blocks allow; a long prompt is split over steps (chunked prefill), so it never stalls running decodes.
+Blocks are allocated as sequences grow; when a running sequence cannot grow, the newest running
+sequences are preempted (their blocks given back, their tokens recomputed later: cheaply, since their
+full blocks usually stay in the prefix cache). Without chunked prefill a step either prefills whole
+prompts or decodes (the classic schedule, kept for the ablation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
+from .block_manager import BlockManager
+from .errors import SchedulerError
 from .models.batch import StepBatch
+from .sequence import Sequence, Status
 
-
-class BlockAllocator:
-    """A free list of KV block ids ``0..num_blocks-1``."""
-
-    def __init__(self, num_blocks: int):
-        self.num_blocks = num_blocks
-        self._free = list(range(num_blocks - 1, -1, -1))
-
-    @property
-    def num_free(self) -> int:
-        return len(self._free)
-
-    def allocate(self, count: int) -> list[int]:
-        assert count <= len(self._free), "caller checks num_free first"
-        return [self._free.pop() for _ in range(count)]
-
-    def release(self, blocks: list[int]) -> None:
-        self._free.extend(reversed(blocks))
+__all__ = ["ScheduledStep", "Scheduler", "Sequence", "Status", "build_step"]
 
 
 @dataclass
-class Sequence:
-    index: int                  # position in the caller's prompt list
-    prompt: list[int]
-    max_new_tokens: int         # already capped by the context length
-    output: list[int] = field(default_factory=list)
-    blocks: list[int] = field(default_factory=list)
-    num_cached: int = 0         # tokens whose K/V are in the cache
-    finish_reason: str | None = None
-    slots: np.ndarray | None = None   # KV slot of every position the blocks cover (set with the blocks)
+class ScheduledStep:
+    """One step's plan: ``seqs[i]`` feeds ``num_new[i]`` tokens; ``preempted`` went back to waiting."""
 
-    @property
-    def tokens(self) -> list[int]:
-        return self.prompt + self.output
+    seqs: list[Sequence]
+    num_new: list[int]
+    preempted: list[Sequence]
 
     @property
     def num_tokens(self) -> int:
-        return len(self.prompt) + len(self.output)
+        return sum(self.num_new)
 
-    def new_tokens(self) -> list[int]:
-        """The tokens whose K/V are not cached yet (the prompt at prefill, the last token at decode)."""
-        skip = self.num_cached - len(self.prompt)
-        return self.output[skip:] if skip >= 0 else self.prompt[self.num_cached:] + self.output
+    @property
+    def is_decode(self) -> bool:
+        """Every row feeds one token and completes its context (no prefill in the step)."""
+        return all(n == 1 and s.num_cached + 1 == s.num_tokens for s, n in zip(self.seqs, self.num_new))
 
-    def assign_blocks(self, blocks: list[int], block_size: int) -> None:
-        """Give the sequence its KV blocks (``[]`` takes them back) and cache its slot list."""
+
+class Scheduler:
+    """Waiting and running sequences over one :class:`BlockManager`. Not thread-safe: the engine
+    calls it under its lock."""
+
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 enable_chunked_prefill: bool = True):
         self.blocks = blocks
-        table = np.asarray(blocks, dtype=np.int64)
-        self.slots = (table[:, None] * block_size + np.arange(block_size)).ravel() if blocks else None
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.enable_chunked_prefill = enable_chunked_prefill
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
 
-    def blocks_needed(self, block_size: int) -> int:
-        return -(-(len(self.prompt) + self.max_new_tokens) // block_size)
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """End ``seq`` (finished, aborted or failed): out of every queue, its blocks back at once."""
+        if seq.status is Status.FINISHED:
+            return
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+            self.blocks.free(seq)
+        else:
+            self.waiting.remove(seq)
+        seq.status, seq.finish_reason = Status.FINISHED, reason
+
+    # ---- planning ----------------------------------------------------------------------------
+    def schedule(self) -> ScheduledStep:
+        if self.enable_chunked_prefill:
+            return self._schedule_mixed()
+        if self.waiting and len(self.running) < self.max_num_seqs:
+            step = ScheduledStep([], [], [])
+            self._admit(step, self.max_num_batched_tokens, chunks=False)
+            if step.seqs:
+                return step           # a prefill-only step: the decodes wait for it
+        step = ScheduledStep([], [], [])
+        self._serve_running(step, self.max_num_seqs)
+        return step
+
+    def _schedule_mixed(self) -> ScheduledStep:
+        step = ScheduledStep([], [], [])
+        budget = self._serve_running(step, self.max_num_batched_tokens)
+        if not step.preempted:
+            self._admit(step, budget, chunks=True)
+        return step
+
+    def _serve_running(self, step: ScheduledStep, budget: int) -> int:
+        """Schedule the running sequences in arrival order, preempting the newest when blocks run
+        out; returns the budget left."""
+        index = 0
+        while index < len(self.running) and budget > 0:
+            seq = self.running[index]
+            count = min(seq.num_tokens - seq.num_cached, budget)
+            while not self.blocks.grow(seq, seq.num_cached + count):
+                victim = self.running[-1]
+                self._preempt(victim, step)
+                if victim is seq:
+                    break
+            else:
+                step.seqs.append(seq)
+                step.num_new.append(count)
+                budget -= count
+                index += 1
+                continue
+            break   # seq itself was preempted: everything after it was too
+        return budget
+
+    def _admit(self, step: ScheduledStep, budget: int, chunks: bool) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            seq = self.waiting[0]
+            count = self.blocks.admit(seq, budget, whole=not chunks)
+            if not count:
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            step.seqs.append(seq)
+            step.num_new.append(count)
+            budget -= count
+
+    def _preempt(self, seq: Sequence, step: ScheduledStep) -> None:
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.status = Status.WAITING
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        step.preempted.append(seq)
+        if seq in step.seqs:
+            raise SchedulerError("a sequence scheduled in this step was preempted")
+
+    # ---- after the step ----------------------------------------------------------------------
+    def advance(self, step: ScheduledStep) -> list[Sequence]:
+        """Account for a run step: each still-running sequence has ``num_new`` more tokens cached
+        (and its new full blocks in the prefix cache). Returns those whose context is now complete,
+        which get the step's sampled token."""
+        complete = []
+        for seq, count in zip(step.seqs, step.num_new):
+            if seq.status is not Status.RUNNING:
+                continue     # aborted while the step ran
+            seq.num_cached += count
+            self.blocks.commit(seq)
+            if seq.num_cached == seq.num_tokens:
+                complete.append(seq)
+        return complete
 
 
-def build_step(seqs: list[Sequence], sliding_window: int | None = None) -> StepBatch:
-    """The batch that feeds each sequence's uncached tokens (the prompt at prefill, the last token
-    at decode) and attends to its context through its slot list (the last ``sliding_window``
+def build_step(seqs: list[Sequence], sliding_window: int | None = None,
+               num_new: list[int] | None = None) -> StepBatch:
+    """The batch that feeds each sequence ``num_new[i]`` (default: all) of its uncached tokens from
+    its ``num_cached`` (a prompt chunk at prefill, the last token at decode) and attends to its context through its slot list (the last ``sliding_window``
     positions only, when the model has one, as HF masks them). Vectorised: one Python iteration per
     sequence, none per token; the slots come from :meth:`Sequence.assign_blocks`."""
-    new_tokens = [seq.new_tokens() for seq in seqs]
+    counts = num_new or [None] * len(seqs)
+    new_tokens = [seq.new_tokens(count) for seq, count in zip(seqs, counts)]
     B = len(seqs)
     num_new = np.fromiter(map(len, new_tokens), np.int64, B)                   # [B]
     start = np.fromiter((seq.num_cached for seq in seqs), np.int64, B)         # [B]

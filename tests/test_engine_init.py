@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from anydev.core import PHASES, EngineConfig, EngineConfigError, EngineInitError, InferEngine
+from anydev.core import PHASES, EngineClosedError, EngineConfig, EngineConfigError, EngineInitError, InferEngine
 from anydev.core.checkpoint import demo_checkpoint
 from anydev.core.rank_worker import RankWorker
 from anydev.plugin_api import OutOfMemoryError, Stream, load_backend
@@ -191,7 +191,7 @@ def test_close_frees_memory_and_joins_threads(cpu):
     engine.close()   # safe twice
     assert free_bytes(cpu) == free_before
     assert thread_ids() == threads_before
-    with pytest.raises(EngineConfigError, match="closed"):
+    with pytest.raises(EngineClosedError, match="closed"):
         engine.generate(["hi"])
 
 

@@ -112,7 +112,8 @@ def test_padding_rows_never_touch_real_kv_pages():
     assert graph_blocks == num_blocks == 60                   # the scratch block comes on top
     slots = num_blocks * BLOCK
     assert pool.shape[2] == slots + BLOCK
-    torch.testing.assert_close(pool[:, :, :slots], eager_pool, rtol=1e-5, atol=1e-6)
+    # equal up to rounding: padded steps multiply more rows, which may round differently
+    torch.testing.assert_close(pool[:, :, :slots], eager_pool, rtol=1e-4, atol=1e-5)
     scratch = pool[:, :, slots]                               # written by the padding rows
     assert scratch.abs().sum() > 0
     assert torch.count_nonzero(pool[:, :, slots + 1:]) == 0   # the rest of the scratch block: untouched

@@ -1,0 +1,70 @@
+"""One request's state while the scheduler runs it: its tokens, its KV blocks, how far it is computed."""
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .sampling import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"      # not admitted yet, or preempted (its blocks given back, to be recomputed)
+    RUNNING = "running"      # holds KV blocks; gets tokens scheduled at each step
+    FINISHED = "finished"    # done, aborted or failed; holds nothing
+
+
+@dataclass
+class Sequence:
+    """``num_cached`` tokens of ``tokens`` have their K/V in ``blocks``; a step feeds the next
+    ``num_new`` of them (a prefill chunk, or the one newest token at decode)."""
+
+    index: int                  # the request's id (its position in a generate call's prompt list)
+    prompt: list[int]
+    max_new_tokens: int         # already capped by the context length
+    output: list[int] = field(default_factory=list)
+    blocks: list[int] = field(default_factory=list)
+    num_cached: int = 0         # tokens whose K/V are in the cache
+    finish_reason: str | None = None   # "eos" | "length" | "stop" | "abort" | "closed"
+    slots: np.ndarray | None = None    # KV slot of every position the blocks cover (set with the blocks)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    status: Status = Status.WAITING
+    generator: torch.Generator | None = None   # the request's own, when it has a seed
+    eos_ids: frozenset[int] = frozenset()      # the model's EOS tokens (empty with ignore_eos)
+    block_hashes: list[int] = field(default_factory=list)   # prefix-cache hash of each full block computed
+    num_prefix_hit: int = 0     # prompt tokens found in the prefix cache at admission
+    num_preemptions: int = 0
+    text: str = ""              # the output decoded, cut before a stop string (set when stop strings are used)
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def new_tokens(self, count: int | None = None) -> list[int]:
+        """The first ``count`` (default: all) tokens whose K/V are not cached yet: the prompt (or a
+        chunk of it) at prefill, the last token at decode."""
+        skip = self.num_cached - len(self.prompt)
+        pending = self.output[skip:] if skip >= 0 else self.prompt[self.num_cached:] + self.output
+        return pending if count is None else pending[:count]
+
+    def assign_blocks(self, blocks: list[int], block_size: int) -> None:
+        """Give the sequence its KV blocks (``[]`` takes them back) and cache its slot list."""
+        self.blocks = blocks
+        table = np.asarray(blocks, dtype=np.int64)
+        self.slots = (table[:, None] * block_size + np.arange(block_size)).ravel() if blocks else None
+
+    def blocks_needed(self, block_size: int) -> int:
+        """Blocks for the whole life of the sequence (prompt + every token it may generate)."""
+        return -(-(len(self.prompt) + self.max_new_tokens) // block_size)
