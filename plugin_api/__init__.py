@@ -3,6 +3,8 @@
 * :class:`DeviceRuntime` (``runtime.py``) is what a vendor implements; its docstrings are the spec.
 * :mod:`.objects` wraps a runtime in the objects users hold (Backend, Device, DeviceBuffer,
   HostBuffer, Stream, Event, Communicator).
+* :mod:`.kernels` names the optional device kernels (contract 1.2), with their torch references
+  (import it as ``anydev.plugin_api.kernels``; it imports torch, the rest of the contract does not).
 * :mod:`.hookspecs` is the pluggy hook every backend plugin implements; :mod:`.discovery` finds them.
 """
 from .discovery import Registry, get_registry, load_backend

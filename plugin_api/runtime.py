@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 from .errors import NotSupportedError
 from .types import CopyKind, MemoryInfo, RuntimeInfo
@@ -43,7 +43,7 @@ REQUIRED_CALLS = (
     "all_reduce", "all_gather", "broadcast",
     "torch_device", "tensor_from_pointer", "torch_stream",
 )
-OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph")
+OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph", "kernels")
 
 
 class TorchGraph(abc.ABC):
@@ -102,6 +102,9 @@ class DeviceRuntime(abc.ABC):
     reduce_ops: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
     #: Where this runtime runs, for reports: a hardware name, or ``"emulated runtime"``.
     hardware_label: str = "hardware"
+    #: How the kernels from :meth:`kernels` are made, for start-up logs (``"Triton"``,
+    #: ``"Triton, unverified on this hardware"``).
+    kernels_note: str = ""
 
     @classmethod
     def supports(cls, call: str) -> bool:
@@ -269,6 +272,21 @@ class DeviceRuntime(abc.ABC):
         raise NotSupportedError(
             f"{self.name} does not capture device graphs (torch_graph, optional since contract 1.1); "
             f"run eagerly"
+        )
+
+    def kernels(self) -> Mapping[str, Callable]:
+        """The device kernels this backend implements natively (optional, contract 1.2): a mapping
+        from names of :data:`anydev.plugin_api.kernels.KERNEL_NAMES` to callables with exactly the
+        signature, semantics and in-place behaviour of the torch reference of the same name in
+        :mod:`anydev.plugin_api.kernels` (whose docstrings are the spec). Offer any subset; the
+        engine runs the reference for the rest (``Backend.kernels()`` combines them). Called once,
+        after the backend is loaded; the kernels are called on tensors of this backend's devices,
+        on the current torch stream, and must be capturable in :meth:`torch_graph` (except
+        ``paged_prefill_attention``). The conformance suite's ``kernels`` group checks each one
+        against its reference. Backends without native kernels keep this default."""
+        raise NotSupportedError(
+            f"{self.name} offers no native kernels (kernels, optional since contract 1.2); the engine "
+            f"runs the torch references"
         )
 
     def close(self) -> None:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from .errors import ContractVersionError
 
-CONTRACT_VERSION: tuple[int, int] = (1, 1)  # 1.1 added the optional call ``torch_graph`` (device graphs)
+#: 1.1 added the optional call ``torch_graph`` (device graphs); 1.2 the optional call ``kernels``
+#: (native device kernels, :mod:`anydev.plugin_api.kernels`).
+CONTRACT_VERSION: tuple[int, int] = (1, 2)
 
 
 def format_version(version: tuple[int, int]) -> str:

@@ -1,9 +1,10 @@
 """Contract evolution: minor versions add optional calls without breaking plugins; majors are refused.
 
 A plugin here is a real pluggy plugin module (put in ``sys.modules``) whose runtime implements the
-required calls of contract 1.0 and nothing newer. The host is the real contract 1.1, whose minor bump
-added the optional call ``torch_graph`` (device graphs); a later minor is simulated by monkeypatching
-the host's contract version and adding an optional call to ``DeviceRuntime``, as a minor release would.
+required calls of contract 1.0 and nothing newer. The host is the real contract 1.2, whose minor bumps
+added the optional calls ``torch_graph`` (1.1, device graphs) and ``kernels`` (1.2, native device
+kernels); a later minor is simulated by monkeypatching the host's contract version and adding an
+optional call to ``DeviceRuntime``, as a minor release would.
 """
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from anydev.plugin_api import (
     hookimpl, runtime as runtime_module, version,
 )
 from anydev.plugin_api import discovery
+from anydev.plugin_api import kernels as kernels_module
 
-NEW_CALL = "stream_priority_range"   # a simulated contract 1.2 call
+NEW_CALL = "stream_priority_range"   # a simulated contract 1.3 call
 GRAPH_CALL = "torch_graph"           # the real contract 1.1 call
+KERNELS_CALL = "kernels"             # the real contract 1.2 call
 
 
 def _runtime_class(name: str, contract_version: tuple[int, int]) -> type[DeviceRuntime]:
@@ -51,24 +54,25 @@ def _install_plugin(monkeypatch, name: str, declared: tuple[int, int], runtime_v
 
 
 @pytest.fixture
-def host_1_2(monkeypatch):
-    """Make this process look like anydev with contract 1.2, which added the optional call NEW_CALL."""
-    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 2))
+def host_1_3(monkeypatch):
+    """Make this process look like anydev with contract 1.3, which added the optional call NEW_CALL."""
+    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 3))
 
     def stream_priority_range(self) -> tuple[int, int]:
-        """(least, greatest) stream priority (optional, contract 1.2)."""
-        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.2)")
+        """(least, greatest) stream priority (optional, contract 1.3)."""
+        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.3)")
 
     monkeypatch.setattr(DeviceRuntime, NEW_CALL, stream_priority_range, raising=False)
     monkeypatch.setattr(runtime_module, "OPTIONAL_CALLS", runtime_module.OPTIONAL_CALLS + (NEW_CALL,))
 
 
-def test_this_host_is_contract_1_1_with_torch_graph_optional():
-    assert version.CONTRACT_VERSION == (1, 1)
-    assert GRAPH_CALL in runtime_module.OPTIONAL_CALLS and GRAPH_CALL not in runtime_module.REQUIRED_CALLS
+def test_this_host_is_contract_1_2_with_torch_graph_and_kernels_optional():
+    assert version.CONTRACT_VERSION == (1, 2)
+    for call in (GRAPH_CALL, KERNELS_CALL):
+        assert call in runtime_module.OPTIONAL_CALLS and call not in runtime_module.REQUIRED_CALLS
 
 
-def test_1_0_plugin_loads_on_the_1_1_host_without_torch_graph(monkeypatch):
+def test_1_0_plugin_loads_on_the_1_2_host_without_torch_graph_or_kernels(monkeypatch):
     module_name = _install_plugin(monkeypatch, "old10", (1, 0))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert registry.broken == {}
@@ -78,6 +82,10 @@ def test_1_0_plugin_loads_on_the_1_1_host_without_torch_graph(monkeypatch):
     assert not backend.supports(GRAPH_CALL)
     with pytest.raises(NotSupportedError, match=GRAPH_CALL):
         backend.runtime.torch_graph(1, 0)
+    # No native kernels: every kernel is the torch reference.
+    assert not backend.supports(KERNELS_CALL)
+    assert backend.kernels().native == frozenset()
+    assert backend.kernels().rms_norm is kernels_module.rms_norm
     # The old plugin's own calls still work.
     assert backend.runtime.device_count() == "device_count called"
 
@@ -92,7 +100,7 @@ def test_1_1_plugin_that_implements_torch_graph_reports_it(monkeypatch):
     assert backend.runtime.torch_graph(7, 0) == ("graph", 7, 0)
 
 
-def test_1_0_plugin_loads_on_a_1_2_host_without_the_newer_optional_call(monkeypatch, host_1_2):
+def test_1_0_plugin_loads_on_a_1_3_host_without_the_newer_optional_call(monkeypatch, host_1_3):
     module_name = _install_plugin(monkeypatch, "old10", (1, 0))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert registry.broken == {}
@@ -104,14 +112,42 @@ def test_1_0_plugin_loads_on_a_1_2_host_without_the_newer_optional_call(monkeypa
     assert backend.runtime.device_count() == "device_count called"
 
 
-def test_1_2_plugin_that_implements_the_newer_call_reports_it(monkeypatch, host_1_2):
-    module_name = _install_plugin(monkeypatch, "new12", (1, 2))
+def test_1_3_plugin_that_implements_the_newer_call_reports_it(monkeypatch, host_1_3):
+    module_name = _install_plugin(monkeypatch, "new13", (1, 3))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
-    runtime_cls = registry.plugins["new12"].load
+    runtime_cls = registry.plugins["new13"].load
     monkeypatch.setattr(runtime_cls, NEW_CALL, lambda self: (-1, 0), raising=False)
-    backend = registry.load("new12")
+    backend = registry.load("new13")
     assert backend.supports(NEW_CALL)
     assert getattr(backend.runtime, NEW_CALL)() == (-1, 0)
+
+
+def test_1_2_plugin_with_some_kernels_gets_them_and_the_references_for_the_rest(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "kern12", (1, 2))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    runtime_cls = registry.plugins["kern12"].load
+
+    def my_rms_norm(x, weight, eps):
+        return x
+
+    monkeypatch.setattr(runtime_cls, KERNELS_CALL, lambda self: {"rms_norm": my_rms_norm}, raising=False)
+    monkeypatch.setattr(runtime_cls, "kernels_note", "hand-written", raising=False)
+    backend = registry.load("kern12")
+    kernels = backend.kernels()
+    assert backend.supports(KERNELS_CALL)
+    assert kernels.native == {"rms_norm"} and kernels.rms_norm is my_rms_norm
+    assert kernels.silu_and_mul is kernels_module.silu_and_mul
+    assert "native (hand-written) rms_norm" in kernels.describe()
+    assert "reference write_kv" in kernels.describe()
+
+
+def test_kernels_with_unknown_names_are_refused_naming_the_contract(monkeypatch):
+    module_name = _install_plugin(monkeypatch, "typo12", (1, 2))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    runtime_cls = registry.plugins["typo12"].load
+    monkeypatch.setattr(runtime_cls, KERNELS_CALL, lambda self: {"rmsnorm": lambda *a: None}, raising=False)
+    with pytest.raises(PluginError, match=r"typo12.*rmsnorm.*rms_norm"):
+        registry.load("typo12").kernels()
 
 
 def test_newer_minor_plugin_loads_on_an_older_minor_host(monkeypatch):
@@ -125,8 +161,8 @@ def test_plugin_for_another_major_version_is_refused_at_registration(monkeypatch
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "future" not in registry.plugins
     cause = registry.broken["future"].cause
-    assert "2.0" in cause and "1.1" in cause
-    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.1"):
+    assert "2.0" in cause and "1.2" in cause
+    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.2"):
         registry.load("future")
 
 
@@ -134,7 +170,7 @@ def test_runtime_whose_version_contradicts_its_plugin_is_refused_at_load(monkeyp
     module_name = _install_plugin(monkeypatch, "liar", (1, 0), runtime_version=(2, 3))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "liar" in registry.plugins
-    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.1"):
+    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.2"):
         registry.load("liar")
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from .event import Event
 from .memory import DeviceBuffer, HostBuffer
 from .stream import Stream
 
+if TYPE_CHECKING:
+    from ..kernels import KernelSet
+
 
 class Backend(Closable):
     """A loaded backend: the entry point to its devices and collectives."""
@@ -25,6 +28,7 @@ class Backend(Closable):
         self._what = f"backend '{self.name}'"
         self._devices: dict[int, Device] = {}
         self._lock = threading.Lock()
+        self._kernels = None
 
     @property
     def torch_device_type(self) -> str:
@@ -33,6 +37,18 @@ class Backend(Closable):
     def supports(self, call: str) -> bool:
         """True when the runtime provides ``call`` (required calls always; optional ones if overridden)."""
         return self.runtime.supports(call)
+
+    def kernels(self) -> "KernelSet":
+        """The device kernels to run on this backend (contract 1.2): the runtime's own where it
+        offers them (:meth:`DeviceRuntime.kernels`), the torch references otherwise; asked once."""
+        from ..kernels import KernelSet   # imports torch, which the rest of the contract does not
+
+        self._check_open()
+        with self._lock:
+            if self._kernels is None:
+                native = self.runtime.kernels() if self.supports("kernels") else {}
+                self._kernels = KernelSet(self.name, native, getattr(self.runtime, "kernels_note", ""))
+            return self._kernels
 
     def device_count(self) -> int:
         self._check_open()

@@ -1,0 +1,256 @@
+"""Device kernels (optional, contract 1.2): the operators of a Llama-family decoder that a backend may
+implement natively. Each function below is the torch **reference** of one kernel: its docstring is the
+spec a vendor implements (shapes, dtypes, layouts, what is read and written) and its body defines the
+meaning. A backend offers its own through :meth:`DeviceRuntime.kernels`; every kernel it does not offer
+runs as the reference, so a backend without kernels (any contract 1.0/1.1 plugin) works unchanged.
+
+Conventions shared by all kernels:
+
+* Tensors live on the backend's torch device; activations are float32, float16 or bfloat16.
+* **Paged KV cache**, per layer: ``k_cache`` and ``v_cache`` each ``[num_blocks, block_size,
+  num_kv_heads, head_dim]``, contiguous; token slot ``s`` is page ``s // block_size``, row
+  ``s % block_size``. (The engine's per-layer pool ``[2, slots, KV, D]`` gives them as
+  ``pool[0].view(num_blocks, block_size, KV, D)`` and ``pool[1].view(...)``.)
+* Index tensors are int32 (``block_tables``, ``seq_lens``, ``cu_seqlens_q``), except ``positions`` and
+  ``slot_mapping``, which are int64.
+* No kernel synchronises with the host or allocates memory whose size depends on tensor *values*, so
+  that decode steps can be captured as device graphs (:meth:`DeviceRuntime.torch_graph`).
+  (:func:`paged_prefill_attention` is the exception: prefill is never captured.)
+* Native kernels are checked against these references by the conformance suite's ``kernels`` group
+  (``conformance/test_kernels.py``), which states the tolerances per dtype.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+
+from .errors import PluginError
+
+#: Every kernel of contract 1.2, in the order of a decoder layer.
+KERNEL_NAMES = (
+    "write_kv", "paged_decode_attention", "paged_prefill_attention",
+    "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
+)
+
+
+# ---- attention over the paged KV cache -----------------------------------------------------------
+
+def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    """Write the K/V of ``T`` new tokens into their pages, in place.
+
+    ``key``/``value`` ``[T, KV, D]`` (any strides with a unit last stride), in the cache's dtype;
+    ``slot_mapping`` ``[T]`` int64. Token ``t`` goes to slot ``slot_mapping[t]`` of ``k_cache`` and
+    ``v_cache``; a negative slot is padding and nothing is written for it. Slots of real tokens are
+    distinct. Nothing else of the caches changes.
+    """
+    if slot_mapping.numel() == 0:
+        return
+    flat_k, flat_v = _flat(k_cache), _flat(v_cache)
+    keep = slot_mapping >= 0
+    # Graph-safe skipping of padding (no host sync, no value-dependent shapes): padding rows rewrite
+    # the largest real slot with the very value its own token writes (or, when every row is padding,
+    # slot 0 with its current content), so every duplicate write stores identical bytes.
+    last = slot_mapping.argmax()
+    target = torch.where(keep, slot_mapping, slot_mapping[last].clamp(min=0))
+    for new, flat in ((key, flat_k), (value, flat_v)):
+        filler = torch.where(keep[last], new[last], flat[target[last]])
+        flat.index_copy_(0, target, torch.where(keep[:, None, None], new, filler).to(flat.dtype))
+
+
+def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                           block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
+                           sliding_window: int | None = None) -> torch.Tensor:
+    """Attention of one new query per sequence over that sequence's pages; returns ``out [B, H, D]``
+    in ``q``'s dtype.
+
+    ``q`` ``[B, H, D]`` (after rotary); ``block_tables`` ``[B, M]`` int32, row ``b`` listing the
+    pages of sequence ``b`` in order (entries past its length are unspecified and must not be read);
+    ``seq_lens`` ``[B]`` int32, the number of keys of sequence ``b`` (the query's own K/V, written by
+    :func:`write_kv`, included). Query ``b`` sits at position ``seq_lens[b] - 1`` and attends the keys
+    at positions ``max(0, seq_lens[b] - sliding_window) .. seq_lens[b] - 1`` (all of them when
+    ``sliding_window`` is None): ``softmax(scale * q . k) . v``, computed in float32. GQA: query head
+    ``h`` uses KV head ``h // (H // KV)``. Pages past ``seq_lens[b]`` are never read. A row with
+    ``seq_lens[b] == 0`` is padding: its output is zeros.
+    """
+    B, H, D = q.shape
+    num_blocks, block_size, KV, _ = k_cache.shape
+    pages = block_tables.long().clamp(0, num_blocks - 1)                 # unused entries: any page
+    L = pages.shape[1] * block_size
+    keys = k_cache[pages].reshape(B, L, KV, D).transpose(1, 2).float()   # [B, KV, L, D]
+    values = v_cache[pages].reshape(B, L, KV, D).transpose(1, 2).float()
+    visible = _visible(torch.arange(L, device=q.device), seq_lens.long()[:, None] - 1,
+                       seq_lens.long()[:, None], sliding_window)[:, None, :, None]   # [B, 1, L, 1]
+    # Zero what is not visible, so that whatever the unread slots hold (even NaN) cannot leak in.
+    keys, values = keys.where(visible, 0.0), values.where(visible, 0.0)
+    out = F.scaled_dot_product_attention(
+        q.float()[:, :, None], keys, values, attn_mask=visible[..., 0][:, :, None], scale=scale,
+        enable_gqa=H != KV)[:, :, 0]                                     # [B, H, D]
+    return torch.where((seq_lens > 0)[:, None, None], out, 0.0).to(q.dtype)
+
+
+def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            cu_seqlens_q: torch.Tensor, seq_lens: torch.Tensor,
+                            block_tables: torch.Tensor, scale: float,
+                            sliding_window: int | None = None) -> torch.Tensor:
+    """Causal attention of the new tokens of ``B`` sequences packed without padding; returns
+    ``out [T, H, D]`` in ``q``'s dtype.
+
+    ``q`` ``[T, H, D]`` (after rotary); ``cu_seqlens_q`` ``[B+1]`` int32, cumulative query counts
+    (``cu_seqlens_q[0] == 0``, ``cu_seqlens_q[B] == T``): sequence ``b``'s queries are
+    ``q[cu[b]:cu[b+1]]`` (``q_len_b`` of them, possibly 0); ``seq_lens`` ``[B]`` int32, the number of
+    keys of sequence ``b`` (``>= q_len_b``); ``block_tables`` ``[B, M]`` int32 as in
+    :func:`paged_decode_attention`. The queries sit at positions ``seq_lens[b] - q_len_b ..
+    seq_lens[b] - 1``; the query at position ``p`` attends the keys at positions ``max(0, p + 1 -
+    sliding_window) .. p`` read through the pages: the new tokens' K/V were written by
+    :func:`write_kv` before the call, earlier positions may be a cached prefix (chunked prefill, prefix
+    caching). Math in float32; GQA as in decode. No mask tensor is needed by an implementation.
+    """
+    T, H, D = q.shape
+    KV = k_cache.shape[2]
+    out = q.new_zeros(T, H, D)
+    starts, lens = cu_seqlens_q.tolist(), seq_lens.tolist()   # host values: prefill is never captured
+    for b, length in enumerate(lens):
+        first, end = starts[b], starts[b + 1]
+        if end == first:
+            continue
+        slots = _slots(block_tables[b], length, k_cache.shape[1])
+        keys = _flat(k_cache)[slots].transpose(0, 1).float()                # [KV, L, D]
+        values = _flat(v_cache)[slots].transpose(0, 1).float()
+        positions = torch.arange(length - (end - first), length, device=q.device)[:, None]
+        visible = _visible(torch.arange(length, device=q.device), positions, positions + 1, sliding_window)
+        out[first:end] = F.scaled_dot_product_attention(
+            q[first:end].float().transpose(0, 1), keys, values, attn_mask=visible, scale=scale,
+            enable_gqa=H != KV).transpose(0, 1).to(q.dtype)
+    return out
+
+
+# ---- normalisation, rotary, activation -----------------------------------------------------------
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm over the last dimension: ``x`` ``[T, N]``, ``weight`` ``[N]``; returns ``[T, N]`` in
+    ``x``'s dtype. HF's numerics: ``x * rsqrt(mean(x^2) + eps)`` in float32, cast to ``x``'s dtype,
+    then multiplied by ``weight``."""
+    x32 = x.float()
+    normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return weight * normed
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> None:
+    """The residual add and the next RMSNorm, in place: ``residual <- x + residual`` (rounded to the
+    dtype, as HF's ``hidden_states = residual + hidden_states``), then ``x <- rms_norm(residual,
+    weight, eps)``. ``x`` and ``residual`` ``[T, N]`` contiguous, same dtype; ``weight`` ``[N]``."""
+    residual.add_(x)
+    x.copy_(rms_norm(residual, weight, eps))
+
+
+def rotary_embedding(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                     cos_sin_cache: torch.Tensor) -> None:
+    """Rotary position embedding of queries and keys, in place, HF/neox ``rotate_half`` style.
+
+    ``positions`` ``[T]`` int64; ``q`` ``[T, H, D]`` and ``k`` ``[T, KV, D]`` (views are allowed, e.g.
+    into a fused qkv projection; the last stride is 1); ``cos_sin_cache`` ``[max_pos, D]`` float32
+    from :func:`cos_sin_cache`, row ``p`` = ``cat(cos(p * inv_freq), sin(p * inv_freq))``. With
+    ``cos``/``sin`` the row's halves repeated to ``D``: ``x <- x * cos + rotate_half(x) * sin`` where
+    ``rotate_half(x) = cat(-x[D/2:], x[:D/2])``. HF's numerics: ``cos``/``sin`` are cast to ``x``'s
+    dtype and the math runs in that dtype (an implementation may compute in float32 and round once).
+    """
+    half = cos_sin_cache.shape[1] // 2
+    rows = cos_sin_cache.index_select(0, positions)                     # [T, D]
+    cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1)[:, None]  # [T, 1, D]
+    sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1)[:, None]
+    for x in (q, k):
+        c, s = cos.to(x.dtype), sin.to(x.dtype)
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        x.copy_(x * c + rotated * s)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's activation: ``x`` ``[T, 2I]`` (gate, then up, as one fused projection's output);
+    returns ``silu(x[:, :I]) * x[:, I:]`` ``[T, I]`` in ``x``'s dtype (HF: silu in the dtype, then
+    the multiply)."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
+    """The ``[max_positions, D]`` float32 table :func:`rotary_embedding` reads: row ``p`` is
+    ``cat(cos(p * inv_freq), sin(p * inv_freq))``. ``inv_freq`` ``[D/2]`` float32 from
+    ``anydev.core.models.rope.inverse_frequencies`` (default, linear and llama3 scaling), on the
+    device the cache should live on."""
+    positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
+    freqs = positions[:, None] * inv_freq.float()[None, :]
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+
+
+REFERENCES: Mapping[str, Callable] = {name: globals()[name] for name in KERNEL_NAMES}
+
+
+# ---- what the engine holds -----------------------------------------------------------------------
+
+class KernelSet:
+    """The kernels a backend runs: one attribute per name of :data:`KERNEL_NAMES` (the backend's own
+    where it offers one, the reference otherwise). ``native`` names the backend's own;
+    :meth:`describe` says which is which, in one line, for start-up logs."""
+
+    def __init__(self, backend: str, native: Mapping[str, Callable] | None = None, note: str = ""):
+        native = dict(native or {})
+        unknown = sorted(set(native) - set(KERNEL_NAMES))
+        if unknown:
+            raise PluginError(
+                f"backend '{backend}' offers unknown kernel(s) {', '.join(unknown)}; contract 1.2 "
+                f"kernels are: {', '.join(KERNEL_NAMES)} (anydev.plugin_api.kernels). Rename them, "
+                f"or upgrade anydev if they belong to a newer contract."
+            )
+        not_callable = sorted(name for name, fn in native.items() if not callable(fn))
+        if not_callable:
+            raise PluginError(f"backend '{backend}': kernel(s) {', '.join(not_callable)} are not callable")
+        self.backend = backend
+        self.note = note
+        self.native = frozenset(native)
+        for name in KERNEL_NAMES:
+            setattr(self, name, native.get(name, REFERENCES[name]))
+
+    @classmethod
+    def reference(cls, backend: str = "reference") -> "KernelSet":
+        """Every kernel from the torch references (what a backend without kernels gets)."""
+        return cls(backend)
+
+    def describe(self) -> str:
+        """E.g. ``nvidia kernels: native (Triton) write_kv, ...; reference rms_norm``."""
+        native = [n for n in KERNEL_NAMES if n in self.native]
+        reference = [n for n in KERNEL_NAMES if n not in self.native]
+        parts = []
+        if native:
+            parts.append(f"native{f' ({self.note})' if self.note else ''} {', '.join(native)}")
+        if reference:
+            parts.append(f"reference {', '.join(reference)}")
+        return f"{self.backend} kernels: {'; '.join(parts)}"
+
+    def __repr__(self) -> str:
+        return f"<KernelSet {self.describe()}>"
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def _flat(cache: torch.Tensor) -> torch.Tensor:
+    """``[num_blocks, block_size, KV, D]`` -> ``[slots, KV, D]`` (a view)."""
+    return cache.view(-1, *cache.shape[2:])
+
+
+def _slots(block_table: torch.Tensor, length: int, block_size: int) -> torch.Tensor:
+    """The cache slots of positions ``0 .. length-1`` of one sequence."""
+    positions = torch.arange(length, device=block_table.device)
+    return block_table.long()[positions // block_size] * block_size + positions % block_size
+
+
+def _visible(key_pos: torch.Tensor, query_pos: torch.Tensor, key_end: torch.Tensor,
+             sliding_window: int | None) -> torch.Tensor:
+    """Boolean ``[..., L]``: keys ``key_pos`` a query at ``query_pos`` sees (keys before ``key_end``,
+    inside the sliding window)."""
+    visible = key_pos < key_end
+    if sliding_window is not None:
+        visible &= key_pos > query_pos - sliding_window
+    return visible

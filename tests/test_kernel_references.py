@@ -1,0 +1,154 @@
+"""The torch references of contract 1.2's kernels (anydev.plugin_api.kernels) against independent,
+naive formulations: per-sequence loops over explicit slot lists, and the engine's own layers."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from anydev.core.models.layers import rms_norm as engine_rms_norm
+from anydev.core.models.rope import apply_rope, cos_sin, inverse_frequencies
+from anydev.plugin_api import kernels as K
+
+
+def _paged(num_blocks=12, block_size=4, kv=2, d=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(num_blocks, block_size, kv, d, generator=g)
+    v = torch.randn(num_blocks, block_size, kv, d, generator=g)
+    return k, v
+
+
+def _naive_attention(q_rows, positions, k_cache, v_cache, table, scale, window=None):
+    """q_rows [n, H, D] at ``positions``; keys read slot by slot through ``table``."""
+    block_size, kv = k_cache.shape[1], k_cache.shape[2]
+    group = q_rows.shape[1] // kv
+    out = torch.zeros_like(q_rows)
+    for i, p in enumerate(positions):
+        lo = 0 if window is None else max(0, p + 1 - window)
+        slots = [table[j // block_size] * block_size + j % block_size for j in range(lo, p + 1)]
+        keys = k_cache.view(-1, kv, k_cache.shape[3])[slots]        # [L, KV, D]
+        values = v_cache.view(-1, kv, v_cache.shape[3])[slots]
+        for h in range(q_rows.shape[1]):
+            weights = torch.softmax(keys[:, h // group] @ q_rows[i, h] * scale, dim=0)
+            out[i, h] = weights @ values[:, h // group]
+    return out
+
+
+def test_write_kv_writes_real_tokens_and_skips_padding():
+    k, v = _paged()
+    before_k, before_v = k.clone(), v.clone()
+    key, value = torch.randn(4, 2, 8), torch.randn(4, 2, 8)
+    slots = torch.tensor([5, -1, 17, -1])
+    K.write_kv(key, value, k, v, slots)
+    flat_k, flat_v = k.view(-1, 2, 8), v.view(-1, 2, 8)
+    assert torch.equal(flat_k[5], key[0]) and torch.equal(flat_k[17], key[2])
+    assert torch.equal(flat_v[5], value[0]) and torch.equal(flat_v[17], value[2])
+    untouched = torch.ones(flat_k.shape[0], dtype=torch.bool)
+    untouched[[5, 17]] = False
+    assert torch.equal(flat_k[untouched], before_k.view(-1, 2, 8)[untouched])
+    assert torch.equal(flat_v[untouched], before_v.view(-1, 2, 8)[untouched])
+
+
+def test_write_kv_with_only_padding_changes_nothing():
+    k, v = _paged()
+    before = k.clone()
+    K.write_kv(torch.randn(3, 2, 8), torch.randn(3, 2, 8), k, v, torch.tensor([-1, -1, -1]))
+    assert torch.equal(k, before)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_decode_attention_matches_a_slot_by_slot_loop(window):
+    k, v = _paged(kv=2)
+    tables = torch.tensor([[3, 7, 1], [0, 11, 2], [4, 5, 6]], dtype=torch.int32)
+    seq_lens = torch.tensor([9, 4, 0], dtype=torch.int32)
+    q = torch.randn(3, 4, 8)
+    out = K.paged_decode_attention(q, k, v, tables, seq_lens, 0.3, window)
+    for b in range(2):
+        want = _naive_attention(q[b:b + 1], [int(seq_lens[b]) - 1], k, v, tables[b].tolist(), 0.3, window)
+        torch.testing.assert_close(out[b:b + 1], want)
+    assert torch.equal(out[2], torch.zeros(4, 8))   # seq_len 0: padding row
+
+
+def test_decode_attention_ignores_what_lies_past_the_length():
+    k, v = _paged(kv=1)
+    tables = torch.tensor([[2, 9]], dtype=torch.int32)
+    q = torch.randn(1, 2, 8)
+    clean = K.paged_decode_attention(q, k, v, tables, torch.tensor([5], dtype=torch.int32), 1.0)
+    k.view(-1, 1, 8)[9 * 4 + 1:] = float("nan")    # the rest of the last page and beyond
+    v[9, 1:] = float("nan")
+    dirty = K.paged_decode_attention(q, k, v, tables, torch.tensor([5], dtype=torch.int32), 1.0)
+    assert torch.equal(clean, dirty)
+
+
+@pytest.mark.parametrize("window", [None, 4])
+def test_prefill_attention_over_a_cached_prefix_matches_the_loop(window):
+    k, v = _paged(kv=2)
+    tables = torch.tensor([[3, 7, 1], [0, 11, 2], [4, 5, 6]], dtype=torch.int32)
+    seq_lens = torch.tensor([10, 3, 6], dtype=torch.int32)
+    q_lens = [4, 3, 0]                      # sequence 0 has a 6-token cached prefix; 2 is all cached
+    cu = torch.tensor([0, 4, 7, 7], dtype=torch.int32)
+    q = torch.randn(7, 4, 8)
+    out = K.paged_prefill_attention(q, k, v, cu, seq_lens, tables, 0.25, window)
+    for b, n in enumerate(q_lens):
+        first, length = int(cu[b]), int(seq_lens[b])
+        want = _naive_attention(q[first:first + n], list(range(length - n, length)), k, v,
+                                tables[b].tolist(), 0.25, window)
+        torch.testing.assert_close(out[first:first + n], want)
+
+
+def test_the_last_prefill_query_is_a_decode_query():
+    k, v = _paged(kv=1)
+    tables = torch.tensor([[5, 2, 8]], dtype=torch.int32)
+    q = torch.randn(6, 4, 8)
+    seq_lens = torch.tensor([11], dtype=torch.int32)
+    prefill = K.paged_prefill_attention(q, k, v, torch.tensor([0, 6], dtype=torch.int32), seq_lens, tables, 0.5)
+    decode = K.paged_decode_attention(q[-1:], k, v, tables, seq_lens, 0.5)
+    torch.testing.assert_close(prefill[-1:], decode)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_is_the_engines_and_the_fused_form_adds_the_residual_first(dtype):
+    x, residual = torch.randn(5, 16).to(dtype), torch.randn(5, 16).to(dtype)
+    weight = torch.rand(16).to(dtype)
+    assert torch.equal(K.rms_norm(x, weight, 1e-5), engine_rms_norm(x, weight, 1e-5))
+    summed = x + residual
+    xf, rf = x.clone(), residual.clone()
+    K.fused_add_rms_norm(xf, rf, weight, 1e-5)
+    assert torch.equal(rf, summed)
+    assert torch.equal(xf, engine_rms_norm(summed, weight, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64}])
+def test_rotary_embedding_is_the_engines_rope_in_place(dtype, scaling):
+    inv_freq = inverse_frequencies(16, 10000.0, scaling)
+    cache = K.cos_sin_cache(inv_freq, 300)
+    assert cache.shape == (300, 16) and cache.dtype == torch.float32
+    positions = torch.tensor([0, 7, 299, 64])
+    qkv = torch.randn(4, 3 * 2 + 2, 16).to(dtype)          # a fused view: q and k share a buffer
+    q, k = qkv[:, :4], qkv[:, 4:6]
+    cos, sin = cos_sin(positions[None], inv_freq, dtype)   # [1, T, 1, D]
+    want_q, want_k = apply_rope(q[None], cos, sin)[0], apply_rope(k[None], cos, sin)[0]
+    untouched = qkv[:, 6:].clone()
+    K.rotary_embedding(positions, q, k, cache)
+    assert torch.equal(q, want_q) and torch.equal(k, want_k)
+    assert torch.equal(qkv[:, 6:], untouched)
+
+
+def test_cos_sin_cache_rows_are_cos_then_sin_of_position_times_frequency():
+    inv_freq = torch.tensor([1.0, 0.5])
+    cache = K.cos_sin_cache(inv_freq, 4)
+    torch.testing.assert_close(cache[3], torch.tensor([math.cos(3), math.cos(1.5), math.sin(3), math.sin(1.5)]))
+
+
+def test_silu_and_mul_multiplies_the_gate_activation_by_up():
+    x = torch.randn(3, 10)
+    torch.testing.assert_close(K.silu_and_mul(x), F.silu(x[:, :5]) * x[:, 5:])
+
+
+def test_every_kernel_name_has_a_documented_reference():
+    for name in K.KERNEL_NAMES:
+        assert K.REFERENCES[name].__doc__ and K.REFERENCES[name].__name__ == name
