@@ -58,13 +58,13 @@ class Communicator(Closable):
         self.runtime.broadcast(send_ptr, recv_ptr, n, dt, root, self.handle, self._stream(stream, send, recv))
 
     def _stream(self, stream: Stream, *memory) -> int:
-        """``stream``'s handle, after checks; torch tensors in ``memory`` stay alive until its next
-        ``synchronize()``, as pageable copies do, so a temporary cannot be freed under the collective."""
+        """``stream``'s handle, after checks; the stream holds torch tensors in ``memory`` until the
+        collective has run (as it does pageable copies), so a temporary cannot be freed under it."""
         self._check_open()
         stream._check_open()
         if stream.device is not self.device:
             raise InvalidArgumentError(f"{self._what} used with a stream on {stream.device}")
-        stream._keepalive.extend(m for m in memory if m is not None and not isinstance(m, DeviceBuffer))
+        stream._hold([m for m in memory if m is not None and not isinstance(m, DeviceBuffer)])
         return stream.handle
 
     def _span(self, memory, count, dtype) -> tuple[int, int, str]:

@@ -1,6 +1,7 @@
 """Backend and Device: the entry points, and the factories of every other object."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Sequence
 
@@ -96,7 +97,8 @@ class Backend(Closable):
 
 
 class Device:
-    """One device of a backend. Shared by threads; a rank's thread calls ``set_current()`` first."""
+    """One device of a backend. Shared by threads; a rank's thread calls ``set_current()`` first.
+    Only ``set_current()`` changes the calling thread's current device."""
 
     def __init__(self, backend: Backend, index: int):
         self.backend = backend
@@ -115,34 +117,49 @@ class Device:
         self.backend._check_open()
         self.runtime.set_device(self.index)
 
+    @contextlib.contextmanager
+    def _made_current(self):
+        """This device is current for the calling thread inside the block; the thread's previous
+        current device is restored after it (the factories below have no side effect)."""
+        self.backend._check_open()
+        previous = self.runtime.get_device()
+        if previous == self.index:
+            yield
+            return
+        self.runtime.set_device(self.index)
+        try:
+            yield
+        finally:
+            self.runtime.set_device(previous)
+
     def synchronize(self) -> None:
         """Wait for all work on this device."""
-        self.set_current()
-        self.runtime.device_synchronize()
+        with self._made_current():
+            self.runtime.device_synchronize()
 
     def memory_info(self) -> MemoryInfo:
-        self.set_current()
-        return self.runtime.memory_info()
+        with self._made_current():
+            return self.runtime.memory_info()
 
     def alloc(self, nbytes: int) -> "DeviceBuffer":
         """Allocate ``nbytes`` of device memory (0 allowed), aligned to 256 bytes."""
         _check_size(nbytes)
-        self.set_current()
-        return DeviceBuffer(self, self.runtime.malloc(nbytes), nbytes)
+        with self._made_current():
+            return DeviceBuffer(self, self.runtime.malloc(nbytes), nbytes)
 
     def alloc_host(self, nbytes: int) -> "HostBuffer":
         """Allocate ``nbytes`` of pinned host memory for fast async copies to and from this device."""
         _check_size(nbytes)
-        self.set_current()
-        return HostBuffer(self, self.runtime.malloc_host(nbytes), nbytes)
+        with self._made_current():
+            return HostBuffer(self, self.runtime.malloc_host(nbytes), nbytes)
 
     def create_stream(self) -> "Stream":
-        self.set_current()
-        return Stream(self, self.runtime.stream_create())
+        with self._made_current():
+            return Stream(self, self.runtime.stream_create())
 
     def create_event(self, timing: bool = False) -> "Event":
-        self.set_current()
-        return Event(self, self.runtime.event_create(bool(timing)), bool(timing))
+        with self._made_current():
+            return Event(self, self.runtime.event_create(bool(timing)), bool(timing))
 
 
 def _check_size(nbytes) -> None:

@@ -50,8 +50,12 @@ class Graph(Closable):
                 raise InvalidArgumentError("share_memory_with must be a captured graph of the same device")
             shared = share_memory_with._graph
         self._capture_started = True
-        with self._graph.capture(shared):
-            yield self
+        self.stream._capturing = True   # no event records inside a capture (see Stream._hold)
+        try:
+            with self._graph.capture(shared):
+                yield self
+        finally:
+            self.stream._capturing = False
         self._captured = True
 
     def replay(self) -> None:

@@ -1,6 +1,7 @@
 """Stream: an in-order queue of memsets, copies, event records and waits on one device."""
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
@@ -17,12 +18,18 @@ if TYPE_CHECKING:
 class Stream(Closable):
     """An in-order queue of work on one device. Use one stream from one thread at a time."""
 
+    #: Host objects that queued work uses are fenced by an event once this many have gathered.
+    FENCE_EVERY = 16
+
     def __init__(self, device: Device, handle: int):
         self.device = device
         self.runtime = device.runtime
         self.handle = handle
         self._what = f"stream on {device}"
-        self._keepalive: list = []
+        self._keepalive: list = []                    # held since the last fence
+        self._fenced: deque[tuple[Event, list]] = deque()  # (event after their work, held objects)
+        self._spare_events: list[Event] = []
+        self._capturing = False                       # set by Graph.capture: no event records then
         self._memset = self.runtime.memset_async
         self._closed = False  # on the instance: the hot paths read it, and that lookup is cheaper
 
@@ -74,9 +81,7 @@ class Stream(Closable):
             )
         kind = {(False, False): CopyKind.HOST_TO_HOST, (False, True): CopyKind.HOST_TO_DEVICE,
                 (True, False): CopyKind.DEVICE_TO_HOST, (True, True): CopyKind.DEVICE_TO_DEVICE}[(src_dev, dst_dev)]
-        for obj in (dst, src):
-            if not isinstance(obj, (DeviceBuffer, HostBuffer)):
-                self._keepalive.append(obj)
+        self._hold([obj for obj in (dst, src) if not isinstance(obj, (DeviceBuffer, HostBuffer))])
         self.runtime.memcpy_async(dst_ptr + dst_offset, src_ptr + src_offset, nbytes, kind, self.handle)
 
     def record(self, event: "Event | None" = None) -> "Event":
@@ -96,7 +101,27 @@ class Stream(Closable):
         """Block until all work enqueued so far has finished."""
         self._check_open()
         self.runtime.stream_synchronize(self.handle)
-        self._keepalive.clear()
+        self._drop_held(everything=True)
+
+    def _hold(self, objects: list) -> None:
+        """Keep ``objects`` (host memory or tensors that enqueued work reads or writes) alive until
+        that work has run, without a host sync: every ``FENCE_EVERY`` objects an event recorded at
+        the tail closes a batch, and batches whose event has completed are dropped then (a
+        non-blocking query of the oldest). ``synchronize()`` drops everything."""
+        self._keepalive.extend(objects)
+        if len(self._keepalive) >= self.FENCE_EVERY and not self._capturing:
+            self._drop_held(everything=False)
+            event = self._spare_events.pop() if self._spare_events else self.device.create_event()
+            event.record(self)
+            self._fenced.append((event, self._keepalive))
+            self._keepalive = []
+
+    def _drop_held(self, everything: bool) -> None:
+        """Release the batches whose work has run (all of them after a sync)."""
+        while self._fenced and (everything or self._fenced[0][0].query()):
+            self._spare_events.append(self._fenced.popleft()[0])
+        if everything:
+            self._keepalive = []
 
     def torch_stream(self):
         """Context manager: torch kernels inside it run on this stream."""
@@ -111,5 +136,10 @@ class Stream(Closable):
         return Graph(self, self.runtime.torch_graph(self.handle, self.device.index))
 
     def _release(self) -> None:
-        self.runtime.stream_destroy(self.handle)
-        self._keepalive.clear()
+        try:
+            for event in self._spare_events + [event for event, _ in self._fenced]:
+                event.close()
+        finally:
+            self.runtime.stream_destroy(self.handle)
+            self._fenced.clear()
+            self._spare_events, self._keepalive = [], []
