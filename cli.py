@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
@@ -186,4 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return SUBCOMMANDS[args.command].run(args)
+    try:
+        return SUBCOMMANDS[args.command].run(args)
+    except AnydevError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130   # as shells report SIGINT

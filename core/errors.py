@@ -28,14 +28,22 @@ class EngineInitError(AnydevError):
         super().__init__(f"rank {rank} failed during '{phase}': {type(cause).__name__}: {cause}")
 
 
+#: Exit code after Ctrl-C, as shells report a process ended by SIGINT (128 + 2).
+INTERRUPTED_EXIT = 130
+
+
 def run_command(run: Callable[..., int], *args) -> int:
     """Run a command-line entry point: an :class:`AnydevError` becomes one ``error: ...`` line on
-    stderr and exit code 2, not a traceback. Other exceptions are bugs and propagate."""
+    stderr and exit code 2, Ctrl-C one ``interrupted`` line and exit code 130, not a traceback
+    (``run`` has released what it holds on the way out). Other exceptions are bugs and propagate."""
     try:
         return run(*args)
     except AnydevError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT
 
 
 class EngineClosedError(AnydevError):
