@@ -15,6 +15,7 @@ import torch
 
 from .checkpoint_errors import ModelLoadError
 from .config import SUPPORTED_ARCHITECTURES, ModelConfig, expected_tensor_names
+from .tensor_slices import HostTensorSlice, TensorSlice
 from .tokenizer import ChatTemplateError, Tokenizer
 
 __all__ = [
@@ -24,7 +25,11 @@ __all__ = [
 
 
 class TensorStore(Protocol):
-    """Where a checkpoint's tensors come from; names and tensors in HF layout."""
+    """Where a checkpoint's tensors come from; names and tensors in HF layout.
+
+    A store that can read part of a tensor also has ``tensor_slice(name, cut) -> TensorSlice``
+    (:mod:`.tensor_slices`); for the others a slice narrows the whole tensor from ``load``.
+    """
 
     def names(self) -> list[str]: ...
     def load(self, name: str) -> torch.Tensor: ...
@@ -71,6 +76,16 @@ class Checkpoint:
         if name not in self._names:
             raise KeyError(f"{self.source} has no tensor '{name}'")
         return self._store.load(name)
+
+    def tensor_slice(self, name: str, cut) -> TensorSlice:
+        """The part ``cut`` (``(dim, start, length)``, or None for all) of tensor ``name``, to be read
+        a block of rows at a time in the stored dtype (see :mod:`.tensor_slices`). Thread-safe."""
+        if name not in self._names:
+            raise KeyError(f"{self.source} has no tensor '{name}'")
+        reader = getattr(self._store, "tensor_slice", None)
+        if reader is not None:
+            return reader(name, cut)
+        return HostTensorSlice(self._store.load(name), cut)
 
     def close(self) -> None:
         self._store.close()

@@ -60,10 +60,20 @@ class EngineConfig:
     #: Decode through captured device graphs where the backend supports them (``--enforce-eager``
     #: turns it off); they cost one KV block per rank for padding rows, and one capture per bucket.
     use_graphs: bool = True
+    #: Pinned host memory per rank for loading the weights (two buffers): all the host memory a
+    #: rank's load holds, whatever the model's size.
+    weight_staging_bytes: int = 128 << 20
+    #: Threads per rank reading the checkpoint (default: the host's cores shared by the ranks, at most 8).
+    weight_read_threads: int | None = None
     #: Test hook: makes a rank's step graph from its stream (default: the device API's graphs).
     graph_factory: Callable | None = None
     #: Test hook: rank r raises during phase p (one of ``PHASES``), to exercise the failure path.
     fail_at: tuple[int, str] | None = None
+
+
+def default_read_threads(tp: int) -> int:
+    """Reader threads per rank: the host's cores shared among the ranks, 1 to 8."""
+    return max(1, min(8, (os.cpu_count() or 1) // tp))
 
 
 @dataclass
@@ -158,7 +168,8 @@ class InferEngine:
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
                       rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
-                      config.fail_at, progress, graph_factory)
+                      config.fail_at, progress, graph_factory, config.weight_staging_bytes,
+                      config.weight_read_threads or default_read_threads(config.tp))
             for rank in range(config.tp)
         ]
         start = time.perf_counter()
@@ -495,6 +506,11 @@ def _validate(config: EngineConfig, model) -> None:
         value = getattr(config, name)
         if not _positive_int(value):
             raise EngineConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if not _positive_int(config.weight_staging_bytes) or config.weight_staging_bytes < 2:
+        raise EngineConfigError(f"weight_staging_bytes must be an integer >= 2 (two buffers), "
+                                f"got {config.weight_staging_bytes!r}")
+    if config.weight_read_threads is not None and not _positive_int(config.weight_read_threads):
+        raise EngineConfigError(f"weight_read_threads must be an integer >= 1 or None, got {config.weight_read_threads!r}")
     if config.num_blocks is not None and not _positive_int(config.num_blocks):
         raise EngineConfigError(f"num_blocks must be an integer >= 1 or None, got {config.num_blocks!r}")
     if not isinstance(config.memory_fraction, (int, float)) or not 0 < config.memory_fraction <= 1:

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 
 from .checkpoint_errors import ModelLoadError
 from .config import ModelConfig, normalize_rope_scaling
 from .gguf_tokenizer import gguf_tokenizer
+from .tensor_slices import HostTensorSlice
 from .tokenizer import Tokenizer
 
 # GGUF architectures we read, and the ModelConfig architecture each becomes (mistral GGUFs say "llama").
@@ -90,11 +91,22 @@ class GGUFStore:
         return list(self._tensors)
 
     def load(self, name: str) -> torch.Tensor:
+        return self._decode(name, None)
+
+    def tensor_slice(self, name: str, cut) -> HostTensorSlice:
+        """The rank's part of ``name``, decoded from the rows (and, block-aligned, the columns) it
+        covers only; quantized types are dequantized here, on the host, per shard."""
+        full = tuple(int(n) for n in reversed(self._tensors[name].shape))
+        return HostTensorSlice(self._decode(name, cut), None, full_shape=full)
+
+    def _decode(self, name: str, cut) -> torch.Tensor:
         if self._reader is None:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
-        tensor = decode_tensor(self._tensors[name], self._path)
-        if name in self._permuted_heads:
-            tensor = unpermute_rows(tensor, self._permuted_heads[name])
+        tensor = decode_slice(self._tensors[name], cut, self._path)
+        if name in self._permuted_heads:   # the permutation is within each head: undo it on the local heads
+            full_rows = int(self._tensors[name].shape[-1])
+            head_rows = full_rows // self._permuted_heads[name]
+            tensor = unpermute_rows(tensor, tensor.shape[0] // head_rows)
         return tensor
 
     def close(self) -> None:
@@ -105,16 +117,50 @@ class GGUFStore:
 def decode_tensor(tensor, path: Path) -> torch.Tensor:
     """A GGUF tensor as a CPU tensor in HF shape: F32/F16/BF16 keep their dtype, every quantized type
     is dequantized to float32. The result owns its memory (no view of the file)."""
-    shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
+    return decode_slice(tensor, None, path)
+
+
+def decode_slice(tensor, cut, path: Path) -> torch.Tensor:
+    """The part ``cut`` ((dim, start, length) in HF layout, or None) of a GGUF tensor, decoded as
+    :func:`decode_tensor` does, from the bytes of that part only: the rows it covers, and along a row
+    the quantization blocks it covers (a cut that splits a block decodes whole rows, then narrows)."""
+    shape = [int(n) for n in reversed(tensor.shape)]   # GGUF lists dims innermost-first
     kind = tensor.tensor_type
-    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        return torch.from_numpy(np.array(tensor.data.reshape(shape)))
+    block, block_bytes = GGML_QUANT_SIZES[kind]
+    rows = shape[0] if len(shape) > 1 else 1            # a 1-D tensor is one row
+    raw = tensor.data.view(np.uint8).reshape(rows, -1)
+    narrow_after = None
+    if cut is not None:
+        dim, start, length = cut
+        if dim == 0 and len(shape) > 1:
+            raw = raw[start:start + length]
+        elif start % block == 0 and length % block == 0:   # along the row: whole blocks only
+            raw = raw[:, start // block * block_bytes:(start + length) // block * block_bytes]
+        else:
+            narrow_after = cut
+        if narrow_after is None:
+            shape[dim] = length
+    decoded = _decode_bytes(raw, kind, tuple(shape) if narrow_after is None else
+                            tuple(int(n) for n in reversed(tensor.shape)), tensor.name, path)
+    return decoded if narrow_after is None else decoded.narrow(*narrow_after).contiguous()
+
+
+def _decode_bytes(raw: np.ndarray, kind, shape: tuple[int, ...], name: str, path: Path) -> torch.Tensor:
+    """Decode bytes of whole rows (a view of the file) into a tensor that owns its memory."""
+    if kind in (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16):
+        raw = np.array(raw)    # a copy: the result must not view the file
+    else:
+        raw = np.ascontiguousarray(raw)
+    if kind == GGMLQuantizationType.F32:
+        return torch.from_numpy(raw.view(np.float32).reshape(shape))
+    if kind == GGMLQuantizationType.F16:
+        return torch.from_numpy(raw.view(np.float16).reshape(shape))
     if kind == GGMLQuantizationType.BF16:
-        return torch.from_numpy(np.array(tensor.data.view(np.int16).reshape(shape))).view(torch.bfloat16)
+        return torch.from_numpy(raw.view(np.int16).reshape(shape)).view(torch.bfloat16)
     try:
-        return torch.from_numpy(dequantize(tensor.data, kind).reshape(shape))
+        return torch.from_numpy(dequantize(raw, kind).reshape(shape))
     except NotImplementedError as err:
-        raise ModelLoadError(f"{path}: tensor '{tensor.name}' has type {kind.name}, which the gguf "
+        raise ModelLoadError(f"{path}: tensor '{name}' has type {kind.name}, which the gguf "
                              f"package cannot dequantize (upgrade gguf, or use another quantization)") from err
 
 

@@ -9,6 +9,7 @@ from safetensors import SafetensorError, safe_open
 from .checkpoint_errors import ModelLoadError
 from .config import ModelConfig, model_config_from_hf, read_json
 from .hf_tokenizer import load_hf_tokenizer
+from .safetensors_slices import SafetensorsFile, SafetensorsSlice
 from .tokenizer import Tokenizer
 
 SINGLE_FILE = "model.safetensors"
@@ -20,11 +21,13 @@ class SafetensorsStore:
 
     ``weight_map`` maps each tensor name to the file holding it. Every file is opened once, here,
     so a corrupt header is reported when the checkpoint is opened rather than halfway through a load.
+    ``load`` reads whole tensors through safetensors; ``tensor_slice`` reads a rank's part by byte range.
     """
 
     def __init__(self, weight_map: dict[str, Path]):
         self.weight_map = weight_map
         self._handles = {path: _open_safetensors(path) for path in dict.fromkeys(weight_map.values())}
+        self._files = {path: SafetensorsFile(path) for path in self._handles}
         for name, path in weight_map.items():
             if name not in self._handles[path].keys():
                 raise ModelLoadError(f"{path}: the index says it holds '{name}' but it does not")
@@ -37,8 +40,16 @@ class SafetensorsStore:
             raise ModelLoadError("the checkpoint is closed")
         return self._handles[self.weight_map[name]].get_tensor(name)
 
+    def tensor_slice(self, name: str, cut) -> SafetensorsSlice:
+        if self._handles is None:
+            raise ModelLoadError("the checkpoint is closed")
+        return SafetensorsSlice(self._files[self.weight_map[name]], name, cut)
+
     def close(self) -> None:
         self._handles = None
+        for file in self._files.values():
+            file.close()
+        self._files = {}
 
 
 def _open_safetensors(path: Path):

@@ -25,7 +25,7 @@ from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
 from .sampling import SamplingParams, sample_rows
 from .timeline import Timeline
-from .weights import RankWeights
+from .weights import DEFAULT_STAGING_BYTES, RankWeights
 
 
 class InitCancelled(Exception):
@@ -58,6 +58,8 @@ class RankSetup:
     fail_at: tuple[int, str] | None         # fault injection for tests
     progress: bool
     graph_factory: Callable | None = None   # Stream -> StepGraph; None: decode runs eagerly
+    staging_bytes: int = DEFAULT_STAGING_BYTES   # pinned host memory for loading the weights
+    read_threads: int = 1                   # threads reading each block of weights
 
 
 class RankWorker:
@@ -126,7 +128,8 @@ class RankWorker:
         self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype)
         with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
                   position=self.rank, leave=True, disable=not s.progress) as bar:
-            self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update)
+            self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,
+                              s.read_threads)
 
     def _kv_layout(self) -> KVLayout:
         s, config = self.setup, self.setup.checkpoint.config

@@ -106,3 +106,9 @@ def shard_tensor(name: str, tensor: torch.Tensor, shard: RankShard) -> torch.Ten
         return tensor
     dim, start, length = cut
     return tensor.narrow(dim, start, length)
+
+
+def slice_of(name: str, shard: RankShard) -> tuple[int, int, int] | None:
+    """(dim, start, length) of the part of checkpoint tensor ``name`` that the rank holds, or None
+    when it holds all of it: what the loader reads for the rank, and nothing else."""
+    return _slice(name, shard)

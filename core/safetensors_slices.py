@@ -1,0 +1,109 @@
+"""Slices of tensors in safetensors files, read by byte range: a rank reads the bytes of its shard and
+no others, straight into the caller's (pinned) buffer.
+
+The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length, a JSON
+header giving each tensor's dtype, shape and ``data_offsets`` [begin, end) in the data area, then the
+data, row-major. A slice along dimension 0 (or the whole tensor) is one byte range, read with
+``os.preadv`` (the kernel copies from the page cache; no page tables to fill); a slice along dimension 1
+is one range per row, copied from a read-only memory map of the file.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint_errors import ModelLoadError
+from .tensor_slices import sliced_shape
+
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+
+
+class SafetensorsFile:
+    """One open safetensors file: its header, a descriptor for ranged reads and a memory map."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            (header_len,) = struct.unpack("<Q", f.read(8))
+            self.header = json.loads(f.read(header_len))
+        self.data_start = 8 + header_len
+        self._fd = os.open(self.path, os.O_RDONLY)
+        size = os.fstat(self._fd).st_size
+        self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None
+        self._bytes = np.frombuffer(self._map, dtype=np.uint8) if size else np.empty(0, np.uint8)
+
+    def entry(self, name: str) -> tuple[torch.dtype, tuple[int, ...], int, int]:
+        """(dtype, shape, first byte, end byte) of tensor ``name``; offsets from the start of the file."""
+        info = self.header[name]
+        if info["dtype"] not in DTYPES:
+            raise ModelLoadError(f"{self.path}: tensor '{name}' is {info['dtype']}; weights must be one of "
+                                 f"{', '.join(DTYPES)}")
+        begin, end = info["data_offsets"]
+        return DTYPES[info["dtype"]], tuple(info["shape"]), self.data_start + begin, self.data_start + end
+
+    def close(self) -> None:
+        """Drop the map (freed once no array made from it is left) and close the descriptor."""
+        self._bytes = self._map = None
+        os.close(self._fd)
+
+
+def read_spans(source: SafetensorsFile, out: np.ndarray, offset: int, rows: int, length: int, stride: int) -> None:
+    """Copy ``rows`` spans of ``length`` bytes, ``stride`` bytes apart from ``offset`` in ``source``,
+    one after another into the uint8 array ``out``. Every byte a rank reads passes through here."""
+    if rows == 1 or stride == length:
+        _pread_exactly(source, out[:rows * length], offset)
+        return
+    spans = np.lib.stride_tricks.as_strided(source._bytes[offset:offset + (rows - 1) * stride + length],
+                                            shape=(rows, length), strides=(stride, 1), writeable=False)
+    np.copyto(out[:rows * length].reshape(rows, length), spans)
+
+
+def _pread_exactly(source: SafetensorsFile, out: np.ndarray, offset: int) -> None:
+    view = memoryview(out).cast("B")
+    done = 0
+    while done < len(view):
+        got = os.preadv(source._fd, [view[done:]], offset + done)
+        if got <= 0:
+            raise ModelLoadError(f"{source.path}: file ends at byte {offset + done}, inside a tensor (truncated?)")
+        done += got
+
+
+class SafetensorsSlice:
+    """The slice ``cut`` of tensor ``name`` in ``source`` (see :mod:`anydev.core.tensor_slices`)."""
+
+    def __init__(self, source: SafetensorsFile, name: str, cut):
+        self.dtype, self.full_shape, begin, end = source.entry(name)
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        if end - begin != _numel(self.full_shape) * itemsize:
+            raise ModelLoadError(f"{source.path}: tensor '{name}' has {end - begin} bytes for shape {self.full_shape}")
+        self.shape = sliced_shape(self.full_shape, cut)
+        self._source = source
+        full_row = _numel(self.full_shape[1:]) * itemsize
+        self._stride = full_row
+        if cut is None or cut[0] == 0:     # whole rows: one contiguous range
+            first_row = 0 if cut is None else cut[1]
+            self._start, self._length = begin + first_row * full_row, full_row
+        elif cut[0] == 1 and len(self.full_shape) >= 2:   # part of every row
+            inner = _numel(self.full_shape[2:]) * itemsize
+            self._start, self._length = begin + cut[1] * inner, cut[2] * inner
+        else:
+            raise ValueError(f"cannot slice '{name}' {self.full_shape} along dimension {cut[0]}")
+
+    def read_rows(self, first: int, count: int, out: np.ndarray) -> None:
+        if self._length == self._stride:
+            read_spans(self._source, out, self._start + first * self._stride, 1, count * self._length, count * self._length)
+        else:
+            read_spans(self._source, out, self._start + first * self._stride, count, self._length, self._stride)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
