@@ -86,3 +86,57 @@ def random_checkpoint(config=None, seed: int = 0, with_tokenizer: bool = False):
     tokenizer = build_demo_model()[1] if with_tokenizer else None
     return Checkpoint(config, tokenizer, RandomStore(config, seed), f"random weights ({config.num_hidden_layers} layers, "
                       f"hidden {config.hidden_size})")
+
+
+def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, shard_bytes: int = 5 << 30,
+                      seed: int = 0) -> int:
+    """Write a random ``config`` model as an HF directory, the way transformers saves one: weights in
+    ``dtype`` split into safetensors files of at most ``shard_bytes`` (``model-0000i-of-0000n``, with
+    ``model.safetensors.index.json``; one ``model.safetensors`` when it all fits), config.json,
+    generation_config.json and the demo model's tokenizer. One file's tensors are in memory at a time.
+    Returns the number of parameters."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    from ..demo_model import BOS, DEMO_CHAT_TEMPLATE, EOS, build_demo_tokenizer
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    store = RandomStore(config, seed)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name, shape in store.shapes.items():
+        nbytes = math.prod(shape) * itemsize
+        if groups[-1] and size + nbytes > shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    files = ["model.safetensors"] if len(groups) == 1 else \
+        [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    for file, names in zip(files, groups):
+        save_file({name: store.load(name).to(dtype).contiguous() for name in names}, str(directory / file),
+                  metadata={"format": "pt"})
+    if len(files) > 1:
+        total = sum(math.prod(store.shapes[n]) * itemsize for n in store.shapes)
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {name: file for file, names in zip(files, groups) for name in names}}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    hf_config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_hidden_layers, "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": config.num_key_value_heads, "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_theta, "max_position_embeddings": config.max_position_embeddings,
+        "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."), "bos_token_id": 0,
+        "eos_token_id": 1,
+    }
+    (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}))
+    build_demo_tokenizer().save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": BOS, "eos_token": EOS, "chat_template": DEMO_CHAT_TEMPLATE}))
+    return sum(math.prod(shape) for shape in store.shapes.values())
