@@ -165,11 +165,12 @@ class InferEngine:
                        config.max_num_seqs * blocks_per_seq + spare, blocks_per_seq + spare, config.memory_fraction)
         self._cancel = threading.Event()
         self._timeline = Timeline()
+        read_threads = config.weight_read_threads or default_read_threads(config.tp)
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
                       rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
-                      config.fail_at, progress, graph_factory, config.weight_staging_bytes,
-                      config.weight_read_threads or default_read_threads(config.tp))
+                      config.fail_at, progress, graph_factory,
+                      staging_bytes=config.weight_staging_bytes, read_threads=read_threads)
             for rank in range(config.tp)
         ]
         start = time.perf_counter()
