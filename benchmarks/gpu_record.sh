@@ -3,7 +3,7 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
-# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.{json,txt}, decode.{json,txt},
+# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json, decode.{json,txt},
 # steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
@@ -37,6 +37,8 @@ run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.js
   run python3 examples/test_infer.py --device nvidia --model /tmp/llama-8kv --tp "$NGPU" --enable-paged-attn \
       --batch-size 4 --max-new-tokens 64 --prompt 'Hello'
 } > "$OUT/infer.txt" 2>&1
-run python3 benchmarks/init_bench.py --device nvidia --tp "$NGPU" --kv-gib-per-rank "$KV_GIB" --out "$OUT/init.json" > "$OUT/init.txt" 2>&1
+# init from a real 8B-shaped checkpoint on local disk, TP=1 and TP=every GPU (writes init-tp*.json)
+OUT="$OUT" NGPU="$NGPU" KV_GIB="$KV_GIB" bash benchmarks/init_record.sh > "$OUT/init.txt" 2>&1
+echo "$? benchmarks/init_record.sh" >> "$OUT/steps.txt"
 run python3 benchmarks/decode_bench.py --device nvidia --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 tail -n 5 "$OUT"/*.txt

@@ -1,31 +1,47 @@
-"""Engine start-up: the parallel init (every rank at once, one async memset, one sync) against the
-old serial one (ranks one by one, KV zeroed from host zeros with a sync per layer), same run, same
-config. Llama-shaped model with random weights made in process; a big KV cache per rank.
+"""Engine start-up from a real checkpoint: each rank alone against all ranks together, in one run.
 
-    python benchmarks/init_bench.py --device nvidia --tp 8 --kv-gib-per-rank 40 --out results/init.json
-    python benchmarks/init_bench.py --layers 2 --hidden 256 --kv-gib-per-rank 0.25     # cpu smoke run
+    python benchmarks/make_random_model.py /tmp/llama-8b --hidden 4096 --layers 32 --heads 32 --kv-heads 8 \\
+        --intermediate 14336 --vocab 128256
+    python benchmarks/init_bench.py --device nvidia --tp 2 --model /tmp/llama-8b --kv-gib-per-rank 40 --out init.json
+    python benchmarks/init_bench.py --layers 2 --hidden 256 --kv-gib-per-rank 0.25    # cpu smoke run, random weights
 
-Prints each mode's per-rank phase table, the serial/parallel ratio and the KV-zero bandwidth: bytes
-over the host-measured 'kv zero' + 'sync' phases, and over the device-measured zeroing (timing events).
+In order, all in one process:
+1. the limits, measured here: the host's memory bandwidth (a copy, one thread and every core) and
+   the pinned host->device copy bandwidth of each device alone and of all together;
+2. the page cache warmed: every weight file read once (timed, so a cold first read shows);
+3. the weight load alone: each rank's shard loaded by itself, one rank after another, then all ranks
+   at once, with per-rank and total GB/s (stored bytes over the load's time, until its last copy is done);
+4. the engine's init in three modes: "serial" (the old one: ranks one by one, KV zeroed from host
+   zeros with a sync per layer), "sequential" (ranks one by one, each as parallel runs it: each rank
+   alone) and "parallel" (every rank at once), with each one's per-rank phase table and load stats.
+Ratios: parallel init wall over the slowest rank alone (sequential mode's longest rank span), and
+serial over parallel.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from anydev.core import EngineConfig, InferEngine, format_timeline
-from anydev.core.engine import DTYPES
+from anydev.core.engine import DTYPES, default_read_threads
 from anydev.core.errors import run_command
 from anydev.core.kv_cache import KVLayout
 from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
 from anydev.core.timeline import PHASES, phase_seconds
+from anydev.core.weights import RankWeights
 from anydev.plugin_api import load_backend
+
+MODES = ("serial", "sequential", "parallel")
 
 
 def parse_args(argv=None):
@@ -33,12 +49,18 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
+    p.add_argument("--model", help="an HF model directory (make_random_model.py writes one); default: random "
+                                   "weights made in process from the shape options")
     add_shape_arguments(p)
     p.add_argument("--block-size", type=int, default=16)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank")
     size.add_argument("--kv-gib-per-rank", type=float, default=None, help="KV cache size per rank, GiB (default 1)")
     p.add_argument("--memory-fraction", type=float, default=0.95)
+    p.add_argument("--staging-mib", type=int, default=128, help="pinned staging memory per rank, MiB")
+    p.add_argument("--read-threads", type=int, default=None, help="reader threads per rank (default: cores / tp, <= 8)")
+    p.add_argument("--limit-mib", type=int, default=1024, help="buffer size of the bandwidth measurements, MiB")
+    p.add_argument("--modes", default=",".join(MODES), help=f"engine init modes to run, of {','.join(MODES)}")
     p.add_argument("--repeat", type=int, default=1, help="runs per mode (alternating); the best is reported")
     p.add_argument("--no-warmup", action="store_true", help="let the first run also pay for device context creation")
     p.add_argument("--out", help="write the results as JSON here")
@@ -50,56 +72,203 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    model = config_from_arguments(args)
+    if args.model:
+        from anydev.core.checkpoint import open_checkpoint
+        checkpoint = open_checkpoint(args.model)
+        model = checkpoint.config
+    else:
+        model = config_from_arguments(args)
+        checkpoint = random_checkpoint(model)
     check_tp(model, args.tp)
-    checkpoint = random_checkpoint(model)
     backend = load_backend(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
     block_bytes = KVLayout(model.num_hidden_layers, 1, args.block_size, rank_shard(model, args.tp, 0).num_kv_heads,
                            model.head_dim, dtype).block_bytes
     num_blocks = args.num_blocks or max(1, int((args.kv_gib_per_rank or 1.0) * 2**30) // block_bytes)
+    threads = args.read_threads or default_read_threads(args.tp)
+    staging = args.staging_mib << 20
     config = dict(device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."), block_size=args.block_size,
-                  num_blocks=num_blocks, memory_fraction=args.memory_fraction)
+                  num_blocks=num_blocks, memory_fraction=args.memory_fraction, weight_staging_bytes=staging,
+                  weight_read_threads=threads)
     print(f"model: {checkpoint!r}\nKV cache per rank: {num_blocks} blocks x {block_bytes} B = "
-          f"{num_blocks * block_bytes / 2**30:.2f} GiB; {args.tp} rank(s) on {args.device}")
+          f"{num_blocks * block_bytes / 2**30:.2f} GiB; {args.tp} rank(s) on {args.device}; "
+          f"{threads} reader thread(s) and {args.staging_mib} MiB pinned staging per rank; {os.cpu_count()} cores")
+    devices = [backend.device(i) for i in range(args.tp)]
     if not args.no_warmup:   # create each device's context once, outside the timed runs
-        for index in range(min(args.tp, backend.device_count())):
-            backend.device(index).synchronize()
+        for device in devices:
+            device.synchronize()
 
+    report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
+                  config=config, model=_shape(model), source=checkpoint.source)
+    report["limits"] = limits = measure_limits(devices, args.limit_mib << 20)
+    print(f"\nhost memory bandwidth (copy): {limits['host_copy_gbps_1_thread']:.1f} GB/s on 1 thread, "
+          f"{limits['host_copy_gbps_all']:.1f} GB/s on {limits['host_threads']} threads")
+    print("pinned host->device: " + ", ".join(f"device {i} {g:.1f} GB/s alone" for i, g in enumerate(limits["h2d_gbps_alone"]))
+          + f"; all {args.tp} together {sum(limits['h2d_gbps_together']):.1f} GB/s "
+          f"({', '.join(f'{g:.1f}' for g in limits['h2d_gbps_together'])})")
+    if args.model:
+        report["page_cache"] = warm_page_cache(args.model)
+        print(f"page cache warmed: {report['page_cache']['bytes'] / 1e9:.2f} GB of weight files read in "
+              f"{report['page_cache']['seconds']:.2f} s ({report['page_cache']['gbps']:.1f} GB/s)")
+
+    report["weights"] = weights = measure_weights(checkpoint, devices, dtype, staging, threads)
+    print_weights(weights, limits)
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     best: dict[str, dict] = {}
     for _ in range(args.repeat):
-        for mode in ("serial", "parallel"):
+        for mode in modes:
             result = measure(checkpoint, EngineConfig(init_mode=mode, **config))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
-    for mode in ("serial", "parallel"):
+    for mode in modes:
         r = best[mode]
         print(f"\n{mode} init: {r['init_seconds']:.3f} s")
         print(r["table"])
         for rank in r["ranks"]:
-            print(f"  rank {rank['rank']}: KV zero {rank['kv_bytes'] / 2**30:.2f} GiB, host-timed "
-                  f"{rank['zero_host_gbps']:.1f} GB/s, device-timed {rank['zero_device_gbps']:.1f} GB/s")
-    ratio = best["serial"]["init_seconds"] / best["parallel"]["init_seconds"]
-    print(f"\nserial / parallel init time: {ratio:.2f}x")
+            load = rank["load"]
+            print(f"  rank {rank['rank']}: weights {load['stored_bytes'] / 1e9:.2f} GB in {load['seconds']:.3f} s = "
+                  f"{load['gbps']:.1f} GB/s (reading {load['read_seconds']:.3f} s, waiting on copies "
+                  f"{load['wait_seconds']:.3f} s, preparing slices {load['open_seconds']:.3f} s); KV zero "
+                  f"{rank['kv_bytes'] / 2**30:.2f} GiB, host-timed {rank['zero_host_gbps']:.1f} GB/s, "
+                  f"device-timed {rank['zero_device_gbps']:.1f} GB/s")
+    ratios = {}
+    if "parallel" in best and "sequential" in best:
+        alone = max(rank["span_seconds"] for rank in best["sequential"]["ranks"])
+        ratios["parallel_over_slowest_rank_alone"] = best["parallel"]["init_seconds"] / alone
+        print(f"\nparallel init wall / slowest rank alone: {best['parallel']['init_seconds']:.3f} / {alone:.3f} s "
+              f"= {ratios['parallel_over_slowest_rank_alone']:.2f}x (target <= 1.15x)")
+    if "parallel" in best and "serial" in best:
+        ratios["serial_over_parallel"] = best["serial"]["init_seconds"] / best["parallel"]["init_seconds"]
+        print(f"serial / parallel init time: {ratios['serial_over_parallel']:.2f}x")
+    report.update(ratios=ratios, modes={m: {k: v for k, v in r.items() if k != "table"} for m, r in best.items()})
     if args.out:
-        report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
-                      config=config, model=_shape(model), ratio=ratio,
-                      modes={m: {k: v for k, v in r.items() if k != "table"} for m, r in best.items()})
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
         print(f"wrote {args.out}")
     return 0
 
 
+# ---- limits ---------------------------------------------------------------------------------
+def measure_limits(devices, nbytes: int) -> dict:
+    host_threads = os.cpu_count() or 1
+    return dict(host_copy_gbps_1_thread=host_copy_gbps(1, nbytes), host_copy_gbps_all=host_copy_gbps(host_threads, nbytes),
+                host_threads=host_threads, h2d_gbps_alone=[h2d_gbps([d], nbytes)[0] for d in devices],
+                h2d_gbps_together=h2d_gbps(devices, nbytes))
+
+
+def host_copy_gbps(threads: int, nbytes: int, repeat: int = 3) -> float:
+    """Bytes copied per second by ``threads`` threads, each copying its part of one buffer (best of 3)."""
+    src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+    bounds = [nbytes * i // threads for i in range(threads + 1)]
+    best = 0.0
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(repeat):
+            start = time.perf_counter()
+            list(pool.map(lambda i: np.copyto(dst[bounds[i]:bounds[i + 1]], src[bounds[i]:bounds[i + 1]]), range(threads)))
+            best = max(best, nbytes / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+def h2d_gbps(devices, nbytes: int, repeat: int = 3) -> list[float]:
+    """Pinned host->device copy bandwidth of each device, all of ``devices`` copying at once."""
+    barrier = threading.Barrier(len(devices))
+
+    def one(device) -> float:
+        device.set_current()
+        host, dev, stream = device.alloc_host(nbytes), device.alloc(nbytes), device.create_stream()
+        try:
+            stream.memcpy_async(dev, host)   # first touch outside the timing
+            stream.synchronize()
+            barrier.wait()
+            start = time.perf_counter()
+            for _ in range(repeat):
+                stream.memcpy_async(dev, host)
+            stream.synchronize()
+            return repeat * nbytes / (time.perf_counter() - start) / 1e9
+        finally:
+            stream.close()
+            dev.close()
+            host.close()
+
+    with ThreadPoolExecutor(len(devices)) as pool:
+        return list(pool.map(one, devices))
+
+
+def warm_page_cache(directory) -> dict:
+    """Read every weight file once (the loads below then read from the page cache)."""
+    from pathlib import Path
+
+    total, start = 0, time.perf_counter()
+    chunk = bytearray(64 << 20)
+    for path in sorted(Path(directory).glob("*.safetensors")):
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(chunk):
+                total += n
+    seconds = time.perf_counter() - start
+    return dict(bytes=total, seconds=seconds, gbps=total / seconds / 1e9 if seconds else 0.0)
+
+
+# ---- weights alone and together ---------------------------------------------------------------
+def measure_weights(checkpoint, devices, dtype, staging: int, threads: int) -> dict:
+    """Each rank's weight load alone (one after another), then all at once."""
+    config, tp = checkpoint.config, len(devices)
+
+    def load(rank: int, barrier=None) -> dict:
+        device = devices[rank]
+        device.set_current()
+        stream = device.create_stream()
+        weights = RankWeights(device, config, rank_shard(config, tp, rank), dtype)
+        try:
+            if barrier is not None:
+                barrier.wait()
+            stats = weights.load(checkpoint, stream, lambda: None, lambda n: None, staging, threads)
+            return dict(rank=rank, **vars(stats), gbps=stats.gbps)
+        finally:
+            weights.close()
+            stream.close()
+
+    alone = [load(rank) for rank in range(tp)]
+    barrier = threading.Barrier(tp)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(tp) as pool:
+        together = list(pool.map(lambda r: load(r, barrier), range(tp)))
+    wall = time.perf_counter() - start   # includes each rank's device allocation before the barrier
+    slowest = max(r["seconds"] for r in together)
+    stored = sum(r["stored_bytes"] for r in together)
+    return dict(alone=alone, together=together, together_slowest_seconds=slowest, together_wall_seconds=wall,
+                together_total_gbps=stored / slowest / 1e9 if slowest else 0.0)
+
+
+def print_weights(weights: dict, limits: dict) -> None:
+    print("\nweight load (stored bytes / seconds until the last copy is done; page cache warm)")
+    print(f"{'rank':>4}  {'GB':>6}  {'alone s':>8}  {'GB/s':>6}  {'together s':>10}  {'GB/s':>6}  "
+          f"{'read s':>7}  {'wait s':>7}  {'prep s':>7}   (together: read, waiting on copies, preparing slices)")
+    for a, t in zip(weights["alone"], weights["together"]):
+        print(f"{a['rank']:>4}  {a['stored_bytes'] / 1e9:>6.2f}  {a['seconds']:>8.3f}  {a['gbps']:>6.1f}  "
+              f"{t['seconds']:>10.3f}  {t['gbps']:>6.1f}  {t['read_seconds']:>7.3f}  {t['wait_seconds']:>7.3f}  "
+              f"{t['open_seconds']:>7.3f}")
+    slowest_alone = max(a["seconds"] for a in weights["alone"])
+    print(f"together: {weights['together_total_gbps']:.1f} GB/s in total; slowest rank together / slowest alone "
+          f"{weights['together_slowest_seconds'] / slowest_alone:.2f}x; limits: pinned host->device "
+          f"{min(limits['h2d_gbps_alone']):.1f} GB/s per device alone, {sum(limits['h2d_gbps_together']):.1f} together; "
+          f"host copy {limits['host_copy_gbps_all']:.1f} GB/s")
+
+
+# ---- engine init ------------------------------------------------------------------------------
 def measure(checkpoint, config: EngineConfig) -> dict:
     with InferEngine(checkpoint, config) as engine:
         records = engine.timeline
         t0 = min(r.start for r in records)
         ranks = []
         for rank, (nbytes, device_ms) in enumerate(zip(engine.kv_cache_bytes, engine.kv_zero_device_ms)):
+            mine = [r for r in records if r.rank == rank]
             host_s = phase_seconds(records, rank, "kv zero") + phase_seconds(records, rank, "sync")
+            stats = engine.workers[rank].weights.stats
             ranks.append(dict(rank=rank, kv_bytes=nbytes, zero_host_gbps=nbytes / host_s / 1e9 if host_s else 0.0,
                               zero_device_gbps=nbytes / (device_ms / 1e3) / 1e9 if device_ms else 0.0,
+                              span_seconds=max(r.end for r in mine) - min(r.start for r in mine),
+                              load=dict(**vars(stats), gbps=stats.gbps),
                               phases_ms={p: phase_seconds(records, rank, p) * 1e3 for p in PHASES}))
         return dict(init_seconds=engine.init_seconds, table=format_timeline(records, t0), ranks=ranks,
                     records=[dict(rank=r.rank, phase=r.phase, start=r.start - t0, end=r.end - t0) for r in records])

@@ -3,7 +3,8 @@ device API (``anydev.plugin_api``); torch does the math on tensors viewed from o
 
 Start-up follows InfiniLM's fixed design: the engine makes every communicator at once, creates every
 rank worker, and only then waits for all of them. Each rank zeroes its KV cache with one async
-memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark.
+memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark;
+``"sequential"`` runs the ranks one after another as parallel mode runs each (each rank alone).
 
 Decode steps run as device graphs (:mod:`.graphs`) when the backend offers them (contract 1.1's
 optional ``torch_graph``) and ``EngineConfig.use_graphs`` is true; prefill always runs eagerly.
@@ -36,7 +37,7 @@ DTYPES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
 }
-INIT_MODES = ("parallel", "serial")
+INIT_MODES = ("parallel", "serial", "sequential")
 
 
 @dataclass
@@ -56,7 +57,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     #: Reuse the KV blocks of a cached prompt prefix (see :mod:`.block_manager`).
     enable_prefix_caching: bool = True
-    init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour, for benchmarks)
+    init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour) | "sequential" (benchmarks)
     #: Decode through captured device graphs where the backend supports them (``--enforce-eager``
     #: turns it off); they cost one KV block per rank for padding rows, and one capture per bucket.
     use_graphs: bool = True

@@ -124,6 +124,18 @@ def test_serial_init_runs_the_ranks_one_after_another():
         assert min(r.start for r in records if r.rank == rank) >= previous_end
 
 
+def test_sequential_init_runs_each_rank_alone_as_parallel_mode_does(monkeypatch):
+    """The benchmark's 'each rank alone': ranks one after another, each zeroing with one memset."""
+    memsets = _count_calls(monkeypatch, "memset_async")
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="sequential")) as engine:
+        records = engine.timeline
+        assert {id(args[0]) for _, args, _ in memsets} == {id(w.kv.buffer) for w in engine.workers}
+    assert len(memsets) == 4
+    for rank in range(1, 4):
+        previous_end = max(r.end for r in records if r.rank == rank - 1)
+        assert min(r.start for r in records if r.rank == rank) >= previous_end
+
+
 def test_timeline_has_every_phase_of_every_rank_in_order():
     with InferEngine(demo_checkpoint(), EngineConfig(tp=2, num_blocks=8)) as engine:
         records = engine.timeline

@@ -28,6 +28,7 @@ def record(tmp_path: Path, fail_on: str) -> tuple[list[str], Path, subprocess.Co
     (root / "benchmarks").mkdir(parents=True)
     (root / "scripts").mkdir()
     shutil.copy(REPO / "benchmarks" / "gpu_record.sh", root / "benchmarks")
+    shutil.copy(REPO / "benchmarks" / "init_record.sh", root / "benchmarks")
     shutil.copy(REPO / "scripts" / "device_setup.sh", root / "scripts")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -43,12 +44,13 @@ def record(tmp_path: Path, fail_on: str) -> tuple[list[str], Path, subprocess.Co
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
-@pytest.mark.parametrize("fail_on", ["pip install", "overhead_bench.py", "make_random_model.py", "decode_bench.py"])
+@pytest.mark.parametrize("fail_on", ["pip install", "overhead_bench.py", "make_random_model.py", "--tp 1 --model",
+                                     "decode_bench.py"])
 def test_every_step_runs_and_the_archive_is_written_when_a_step_fails(tmp_path, fail_on):
     calls, archive, done = record(tmp_path, fail_on)
     assert any(fail_on in c for c in calls), f"the fake never saw the failing step: {calls}"
     for later in ("list-backends", "anydev.conformance", "overhead_bench.py", "test_infer.py", "graph_smoke.py",
-                  "init_bench.py", "decode_bench.py"):
+                  "init_bench.py --device nvidia --tp 1 ", "init_bench.py --device nvidia --tp 2 ", "decode_bench.py"):
         assert any(later in c for c in calls), f"step '{later}' did not run after '{fail_on}' failed:\n{done.stderr}"
     assert archive.is_file(), f"no archive written:\n{done.stdout}\n{done.stderr}"
     with tarfile.open(archive) as tar:
@@ -57,7 +59,8 @@ def test_every_step_runs_and_the_archive_is_written_when_a_step_fails(tmp_path, 
                 "steps.txt"} <= names, names
         steps = tar.extractfile("steps.txt").read().decode()
     failed = [line for line in steps.splitlines() if not line.startswith("0 ")]
-    assert failed and all(fail_on in line or "device_setup" in line for line in failed), steps
+    # init_record.sh is one step of the record: a failure inside it shows as that step failing
+    assert failed and all(fail_on in line or "device_setup" in line or "init_record" in line for line in failed), steps
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The init record of issue 14, on its own (benchmarks/gpu_record.sh runs it too): write the Llama-3-8B
+# shaped random checkpoint (16 GB, bf16, sharded) to local disk, then init_bench from it at TP=1 and at
+# TP=every GPU: the limits, each rank alone and all together, the per-phase table per rank.
+#   bash benchmarks/init_record.sh            # from the repo root on the GPU machine; outputs under $OUT
+# Every step runs whatever the others did (no `set -e`); the status is non-zero when one failed.
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+MODEL=${MODEL_DIR:-/tmp/llama-8b}
+KV_GIB=${KV_GIB:-40}
+NGPU=${NGPU:-$(nvidia-smi -L | wc -l)}
+status=0
+step() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(exit $rc)"; [[ $rc == 0 ]] || status=1; }
+
+if [[ ! -f "$MODEL/model.safetensors.index.json" ]]; then
+    step python3 benchmarks/make_random_model.py "$MODEL" --hidden 4096 --layers 32 --heads 32 --kv-heads 8 \
+        --intermediate 14336 --vocab 128256
+fi
+df -h "$MODEL" | tail -n 1
+for tp in $(printf '%s\n' 1 "$NGPU" | sort -un); do
+    step python3 benchmarks/init_bench.py --device nvidia --tp "$tp" --model "$MODEL" --kv-gib-per-rank "$KV_GIB" \
+        --out "$OUT/init-tp$tp.json"
+done
+exit $status
