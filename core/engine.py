@@ -42,7 +42,7 @@ INIT_MODES = ("parallel", "serial", "sequential")
 
 @dataclass
 class EngineConfig:
-    device: str = "cpu"
+    device: str | None = None         # backend name; default: $ANYDEV_DEVICE, else cpu
     tp: int = 1
     dtype: str | None = None          # default: bfloat16 on accelerators, float32 on cpu
     block_size: int = 16
@@ -151,7 +151,7 @@ class InferEngine:
         count = self.backend.device_count()
         if config.tp > count:
             raise EngineConfigError(
-                f"tp={config.tp} needs {config.tp} devices, but backend '{config.device}' has {count}"
+                f"tp={config.tp} needs {config.tp} devices, but backend '{self.backend.name}' has {count}"
             )
         self.dtype = _resolve_dtype(config, self.backend)
         devices = [self.backend.device(rank) for rank in range(config.tp)]

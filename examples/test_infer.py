@@ -31,7 +31,8 @@ class _OneLineParser(argparse.ArgumentParser):
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = _OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default="cpu", help="anydev backend: cpu, nvidia, moore, metax, ... (default cpu)")
+    p.add_argument("--device", default=None,
+                   help="anydev backend: cpu, nvidia, moore, metax, ... (default: $ANYDEV_DEVICE, else cpu)")
     p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
     p.add_argument("--enable-paged-attn", action="store_true", help="accepted for InfiniLM compatibility; paging is always on")
@@ -62,7 +63,7 @@ def run(args) -> int:
     from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
     from anydev.plugin_api import load_backend
 
-    load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
+    args.device = load_backend(args.device).name   # an unknown or unavailable device fails first
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
     sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)

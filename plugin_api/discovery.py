@@ -131,9 +131,22 @@ def get_registry() -> Registry:
         return _default_registry
 
 
+def default_backend_name() -> str:
+    """The backend a program uses when it is given none: ``$ANYDEV_DEVICE``, else ``cpu``."""
+    return os.environ.get(DEVICE_ENV, "").strip() or "cpu"
+
+
 def load_backend(name: str | None = None) -> Backend:
-    """Load the backend ``name`` (default: ``$ANYDEV_DEVICE``, else ``cpu``)."""
-    return get_registry().load(name or os.environ.get(DEVICE_ENV) or "cpu")
+    """Load the backend ``name`` (default: :func:`default_backend_name`)."""
+    if name is not None:
+        return get_registry().load(name)
+    name = default_backend_name()
+    try:
+        return get_registry().load(name)
+    except UnknownBackendError as exc:
+        if not os.environ.get(DEVICE_ENV, "").strip():
+            raise
+        raise UnknownBackendError(name, exc.known, named_by=f"${DEVICE_ENV}") from None
 
 
-__all__ = ["Registry", "BrokenPlugin", "get_registry", "load_backend", "BackendUnavailableError"]
+__all__ = ["Registry", "BrokenPlugin", "get_registry", "load_backend", "default_backend_name", "BackendUnavailableError"]

@@ -73,11 +73,11 @@ class ContractVersionError(PluginError):
 class UnknownBackendError(AnydevError, LookupError):
     """A backend was asked for by a name no plugin registered."""
 
-    def __init__(self, name: str, known: list[str]):
+    def __init__(self, name: str, known: list[str], named_by: str = ""):
         self.name = name
         self.known = sorted(known)
         super().__init__(
-            f"unknown backend '{name}'; known backends: {', '.join(self.known) or '(none)'}"
+            f"unknown backend '{name}'{f' (named by {named_by})' if named_by else ''}; known backends: {', '.join(self.known) or '(none)'}"
             " (run `anydev list-backends` for details)"
         )
 
