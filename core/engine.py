@@ -145,7 +145,7 @@ class InferEngine:
     # ---- start-up ----------------------------------------------------------------------------
     def _start(self, progress: bool) -> None:
         config, model = self.config, self.checkpoint.config
-        _validate(config, model)
+        validate_config(config, model)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
         count = self.backend.device_count()
@@ -260,14 +260,7 @@ class InferEngine:
             raise EngineConfigError(f"{self.checkpoint.source} has no tokenizer; call generate_ids with token ids")
         if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
             raise EngineConfigError("prompts must be a list of strings")
-        ids = []
-        for prompt in prompts:
-            if use_chat_template and tokenizer.has_chat_template:
-                text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
-                ids.append(tokenizer.encode(text, add_special_tokens=False))
-            else:
-                ids.append(tokenizer.encode(prompt, add_special_tokens=True))
-        return self.generate_ids(ids, sampling)
+        return self.generate_ids([tokenizer.encode_prompt(p, use_chat_template) for p in prompts], sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams | None = None) -> list[GenerationOutput]:
         """Generate for prompts given as token ids, on the engine's scheduler: the prompts join
@@ -495,8 +488,9 @@ class InferEngine:
         self.close()
 
 
-def _validate(config: EngineConfig, model) -> None:
-    """Raise :class:`EngineConfigError` for the first bad setting."""
+def validate_config(config: EngineConfig, model) -> None:
+    """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
+    config ``model`` (checked before any weights load)."""
     if model.architecture not in SUPPORTED_ARCHITECTURES:
         raise EngineConfigError(
             f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
@@ -525,6 +519,12 @@ def _validate(config: EngineConfig, model) -> None:
                 f"max_model_len {config.max_model_len} exceeds the model's context of "
                 f"{model.max_position_embeddings} tokens (max_position_embeddings)"
             )
+    context = config.max_model_len or model.max_position_embeddings
+    if config.block_size > context:
+        raise EngineConfigError(
+            f"block_size {config.block_size} is larger than the context of {context} tokens (max_model_len, "
+            f"--max-cache-len; default the model's); use a block size of at most {context} (--block-size)"
+        )
     if config.dtype is not None and config.dtype not in DTYPES:
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
     if config.fail_at is not None:

@@ -22,6 +22,10 @@ class ChatTemplateError(AnydevError, ValueError):
     """The chat template rejected the messages (it called ``raise_exception``) or failed to render."""
 
 
+class InvalidTextError(AnydevError, ValueError):
+    """Text that cannot be tokenized: it is not valid UTF-8 (e.g. undecodable command-line bytes)."""
+
+
 def _raise_exception(message: str):
     raise jinja2.exceptions.TemplateError(message)
 
@@ -69,7 +73,21 @@ class Tokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:
+                raise InvalidTextError(f"the text is not valid UTF-8 (it holds {text[err.start]!r}, an undecodable "
+                                       "byte or a lone surrogate); give it as UTF-8") from None
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_prompt(self, prompt: str, use_chat_template: bool = True) -> list[int]:
+        """A user prompt's token ids: rendered through the chat template (which writes the BOS) when
+        the model has one and ``use_chat_template`` is true, else encoded as plain text."""
+        if use_chat_template and self.has_chat_template:
+            text = self.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+            return self.encode(text, add_special_tokens=False)
+        return self.encode(prompt, add_special_tokens=True)
 
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

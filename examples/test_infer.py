@@ -19,6 +19,7 @@ import os
 import sys
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
+from anydev.core.engine import validate_config
 from anydev.core.errors import run_command
 
 DEFAULT_PROMPT = "Hello, world! What is a device?"
@@ -73,9 +74,12 @@ def run(args) -> int:
     config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
                           max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager)
+    validate_config(config, checkpoint.config)   # the settings and the prompt are checked before any weights load
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
     print(f"model: {checkpoint!r}")
+    max_new_tokens = _new_tokens_that_fit(checkpoint, args, use_template)
+    sampling = _with(sampling, max_new_tokens=max_new_tokens)
     with InferEngine(checkpoint, config, progress=True) as engine:
         print(f"device: {args.device} x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
               f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
@@ -91,7 +95,7 @@ def run(args) -> int:
         print(f"decode:  {stats.decode_tokens} tokens, {stats.decode_tokens_per_s:.1f} tokens/s")
         if not is_demo:
             return 0
-        greedy = SamplingParams(args.max_new_tokens)
+        greedy = SamplingParams(max_new_tokens)
         if sampling.is_greedy and engine.dtype.is_floating_point and str(engine.dtype) == "torch.float32":
             tokens = [o.token_ids for o in outputs]
         else:
@@ -113,8 +117,26 @@ def run(args) -> int:
         print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
               f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
         _print_first_differences(tokens, expected, "cpu")
-    match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], args.max_new_tokens) and match
+    match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], max_new_tokens) and match
     return 0 if match else 1
+
+
+def _new_tokens_that_fit(checkpoint, args, use_template: bool) -> int:
+    """``--max-new-tokens``, capped (and said so) to the room the context leaves after the prompt;
+    an error when it leaves none."""
+    if checkpoint.tokenizer is None:
+        return args.max_new_tokens   # the engine says so
+    context = args.max_cache_len or checkpoint.config.max_position_embeddings
+    prompt_tokens = len(checkpoint.tokenizer.encode_prompt(args.prompt, use_template))
+    room = context - prompt_tokens
+    if room < 1:
+        raise_config(f"the prompt has {prompt_tokens} tokens, but the context is {context} tokens (--max-cache-len; "
+                     "default the model's), leaving no room to generate; shorten the prompt or raise --max-cache-len")
+    if args.max_new_tokens <= room:
+        return args.max_new_tokens
+    print(f"max new tokens: {room}, not {args.max_new_tokens} (--max-new-tokens): the context of {context} tokens "
+          f"leaves {room} after the prompt's {prompt_tokens}")
+    return room
 
 
 def _check_against_transformers(checkpoint, prompt_ids, tokens, max_new_tokens) -> bool:
@@ -142,10 +164,11 @@ def _print_first_differences(tokens, expected, reference: str) -> None:
                   f"{reference} has {want[first:first + 5]}")
 
 
-def _with(config: EngineConfig, **changes) -> EngineConfig:
+def _with(settings, **changes):
+    """A copy of the dataclass ``settings`` with ``changes``."""
     from dataclasses import replace
 
-    return replace(config, **changes)
+    return replace(settings, **changes)
 
 
 def raise_config(message: str):

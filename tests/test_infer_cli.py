@@ -62,7 +62,7 @@ def test_moore_on_a_machine_without_it_is_one_line_naming_libmusart():
     (["--max-new-tokens", "0"], "max_new_tokens must be"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--dtype", "int3"], "dtype 'int3' is not supported"),
-    (["--max-cache-len", "8"], "leaving no room to generate"),
+    (["--max-cache-len", "8", "--block-size", "4"], "leaving no room to generate"),
     (["--num-blocks", "100000000"], "blocks of 16 tokens fit"),
     (["--tp", "two"], "invalid int value"),
 ])
