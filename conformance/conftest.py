@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from anydev.conformance.report import BACKEND_KEY, GROUP_KEY, HARDWARE_KEY
+from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import load_outcome, rank_counts, selected_backends
 from anydev.plugin_api import Backend, BackendUnavailableError, is_stub
 
@@ -73,3 +74,11 @@ def stream(device):
     if not s.closed:
         s.synchronize()
         s.close()
+
+
+@pytest.fixture
+def long_work(device, stream):
+    """A :class:`~anydev.conformance.long_work.LongWork` on device 0, calibrated on ``stream``."""
+    work = LongWork(device, stream)
+    yield work
+    work.free()

@@ -1,6 +1,7 @@
 """Collectives: all_reduce (every op the backend offers), all_gather and broadcast, for every required
 dtype, on 1..N thread ranks (one communicator, device, stream and thread per rank), against a torch
-reference computed on the host.
+reference computed on the host; the same at 64 MiB on every rank count from 2; collectives in stream
+order behind long work; errors of queued collectives reported at the next synchronize.
 
 Inputs are small integers, so every dtype (bfloat16 included) holds them and the results exactly;
 only ``avg`` (a division) is compared with a tolerance, the rounding bound of :func:`average_tolerance`.
@@ -10,8 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import max_ranks, require_devices, require_torch_bridge, run_ranks
-from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES, Communicator
+from anydev.plugin_api import REQUIRED_COLLECTIVE_DTYPES, AnydevError, Communicator
 from anydev.plugin_api.types import REDUCE_OPS
 
 COUNT = 1031  # elements per rank: odd, not a power of two
@@ -254,3 +256,143 @@ def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig,
     for rank, (got_reduced, got_gathered) in enumerate(results):
         assert_same(got_gathered.reshape(-1), torch.cat(inputs), f"torch all_gather {dtype}, rank {rank} of {n}")
         assert_same(got_reduced, expected, f"torch broadcast, all_reduce, then +1 {dtype}, rank {rank} of {n}")
+
+
+LARGE_BYTES = 64 << 20  # per rank: far above the sizes where libraries switch algorithms and protocols
+
+
+def tiled_input(rank: int, dtype: str, count: int) -> torch.Tensor:
+    """``count`` elements of rank ``rank``'s small-integer pattern (period COUNT), cheap at 64 MiB."""
+    pattern = rank_input(rank, dtype)
+    return pattern.repeat(-(-count // COUNT))[:count].contiguous()
+
+
+@pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
+def test_collectives_at_64_mib(communicators, dtype):
+    """all_reduce (sum) of 64 MiB, all_gather into 64 MiB and broadcast of 64 MiB, every element
+    checked on every rank (2..N ranks): faults that appear only above some size or for one dtype fail."""
+    n = len(communicators)
+    if n < 2:
+        pytest.skip("the 64 MiB collectives run on 2 ranks and more")
+    torch_dtype = TORCH_DTYPES[dtype]
+    itemsize = torch.empty((), dtype=torch_dtype).element_size()
+    count = LARGE_BYTES // itemsize
+    part = count // n  # all_gather: each rank's share of the 64 MiB
+    inputs = [tiled_input(r, dtype, count) for r in range(n)]
+    expected_sum = reference_reduce([rank_input(r, dtype) for r in range(n)], "sum", dtype).repeat(-(-count // COUNT))[:count]
+    expected_gather = torch.cat([t[:part] for t in inputs])
+    root = n - 1
+
+    def rank_body(rank: int) -> str:
+        comm = communicators[rank]
+        device = comm.device
+        device.set_current()
+        stream = device.create_stream()
+        send, recv = device.alloc(count * itemsize), device.alloc(count * itemsize)
+        out = torch.empty(count, dtype=torch_dtype)
+        try:
+            checks = (
+                ("all_reduce sum", lambda: comm.all_reduce(send, recv, op="sum", stream=stream, count=count, dtype=dtype), expected_sum),
+                ("all_gather", lambda: comm.all_gather(send, recv, stream=stream, count=part, dtype=dtype), expected_gather),
+                (f"broadcast from root {root}", lambda: comm.broadcast(send, recv, root=root, stream=stream, count=count, dtype=dtype), inputs[root]),
+            )
+            for what, call, expected in checks:
+                stream.memset_async(recv, 0xFF)
+                stream.memcpy_async(send, inputs[rank])
+                call()
+                stream.memcpy_async(out, recv)
+                stream.synchronize()
+                wrong = (out[: expected.numel()] != expected).nonzero()
+                if wrong.numel():
+                    first = int(wrong[0])
+                    return (f"{what} of {LARGE_BYTES >> 20} MiB {dtype}, rank {rank} of {n}: {wrong.numel()} wrong elements, "
+                            f"the first at {first} (byte {first * itemsize}): {out[first].item()}, expected {expected[first].item()}")
+            return ""
+        finally:
+            stream.synchronize()
+            send.free()
+            recv.free()
+            stream.close()
+
+    problems = [p for p in run_ranks(n, rank_body, f"64 MiB collectives {dtype}") if p]
+    assert not problems, "; ".join(problems)
+
+
+def test_collectives_run_in_stream_order(communicators):
+    """A collective waits for the work enqueued before it on its stream (here long work that writes
+    its send buffer), and the work enqueued after it waits for the collective."""
+    n = len(communicators)
+    nbytes = COUNT * 4
+
+    def rank_body(rank: int) -> torch.Tensor:
+        comm = communicators[rank]
+        device = comm.device
+        device.set_current()
+        stream = device.create_stream()
+        long_work = LongWork(device, stream)
+        send, recv = device.alloc(nbytes), device.alloc(nbytes)
+        out = torch.zeros(COUNT, dtype=torch.int32)
+        try:
+            stream.memset_async(send, 0)
+            stream.memset_async(recv, 0)
+            stream.synchronize()
+            long_work.enqueue(stream, final_value=1)  # every int32 of it: 0x01010101
+            stream.memcpy_async(send, long_work.buf, nbytes)
+            comm.all_reduce(send, recv, op="sum", stream=stream, count=COUNT, dtype="int32")
+            stream.memcpy_async(out, recv)
+            stream.synchronize()
+            return out
+        finally:
+            stream.synchronize()
+            long_work.free()
+            send.free()
+            recv.free()
+            stream.close()
+
+    results = run_ranks(n, rank_body, "collectives in stream order")
+    expected = torch.full((COUNT,), n * 0x01010101, dtype=torch.int32)
+    for rank, got in enumerate(results):
+        assert_same(got, expected, f"all_reduce behind long work on its stream, rank {rank} of {n} "
+                    "(a wrong value: the collective ran before the work enqueued ahead of it, or the copy after it ran first)")
+
+
+def test_errors_of_queued_collectives_are_reported_at_synchronize(backend):
+    """Ranks that call one collective with different counts make it fail on the stream; the next
+    ``synchronize`` of each rank's stream raises an anydev error instead of returning normally.
+
+    Host-memory backends only: on a GPU the way to make queued work fail is a device fault, which
+    ends the process's device context (a sticky error), so this cannot run amid other checks; there
+    the vendor runtime reports it at the next synchronize and the backend wraps the error code.
+    """
+    if backend.torch_device_type != "cpu":
+        pytest.skip("provoking a failure of queued work on a GPU needs a device fault, which ends the device context")
+    require_devices(backend, 2)
+    comms = backend.create_communicators([backend.device(0), backend.device(1)])
+
+    def rank_body(rank: int) -> str:
+        comm = comms[rank]
+        device = comm.device
+        device.set_current()
+        stream = device.create_stream()
+        count = COUNT + rank  # the ranks disagree
+        buf = device.alloc(count * 4)
+        try:
+            stream.memset_async(buf, 0)
+            comm.all_reduce(buf, op="sum", stream=stream, count=count, dtype="float32")
+            try:
+                stream.synchronize()
+            except AnydevError as exc:
+                return f"{type(exc).__name__}: {exc}"
+            return ""
+        finally:
+            buf.free()
+            stream.close()
+
+    try:
+        reported = run_ranks(2, rank_body, "a collective the ranks call with different counts")
+    finally:
+        for comm in comms:
+            comm.close()
+    for rank, error in enumerate(reported):
+        assert error, (f"rank {rank}: all_reduce with counts {COUNT} and {COUNT + 1} on its two ranks, yet synchronize() "
+                       "returned normally: the error of the queued work was swallowed")

@@ -1,9 +1,11 @@
-"""Memory: allocation sizes and alignment, memset and memcpy of every kind, and the typed errors."""
+"""Memory: allocation sizes and alignment, memset and memcpy of every kind, free waiting for queued
+work, torch views at offsets, and the typed errors."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import ClosedError, InvalidArgumentError, OutOfMemoryError
 
 ALIGNMENT = 256
@@ -34,9 +36,11 @@ def test_alloc_sizes(device, stream, size_name):
     try:
         assert buf.nbytes == nbytes
         assert buf.ptr % ALIGNMENT == 0, f"address {buf.ptr:#x} of a {nbytes}-byte buffer is not {ALIGNMENT}-aligned"
-        stream.memset_async(buf, 0xA5)
+        stream.memset_async(buf, 0x5C)  # not 0xA5, the cpu backend's byte for uninitialised memory
         got = read_back(stream, buf)
-        assert got.size == nbytes and bool(np.all(got == 0xA5)), "memset of the whole buffer did not read back"
+        assert got.size == nbytes and bool(np.all(got == 0x5C)), (
+            f"memset of the whole buffer did not read back: first wrong byte at {int(np.argmax(got != 0x5C))} of {nbytes}"
+        )
     finally:
         buf.free()
 
@@ -159,6 +163,50 @@ def test_every_device_round_trip(backend):
             buf.free()
             stream.close()
     backend.device(0).set_current()
+
+
+def test_free_waits_for_queued_work(device, stream, long_work):
+    """``free`` is synchronising (as ``cudaFree``): work queued before it, behind long work, has run
+    by the time it returns, so a copy out of the freed buffer has landed."""
+    nbytes = 1 << 20
+    buf = device.alloc(nbytes)
+    out = np.zeros(nbytes, dtype=np.uint8)
+    long_work.enqueue(stream, final_value=0)
+    stream.memset_async(buf, 0x3C)
+    stream.memcpy_async(out, buf)
+    buf.free()
+    landed = bool(np.all(out == 0x3C))
+    stream.synchronize()
+    assert landed, "free() returned before the work queued on the buffer had run (free must wait, as cudaFree does)"
+
+
+def test_torch_views_see_the_bytes_at_their_offset(backend, device, stream):
+    """``as_tensor(offset=...)`` views the device bytes at that offset: reads see what a copy put
+    there, and torch writes land there."""
+    require_torch_bridge(backend)
+    import torch
+
+    nbytes = 3 * 4096
+    data = random_bytes(nbytes, seed=4)
+    buf = device.alloc(nbytes)
+    try:
+        stream.memcpy_async(buf, data)
+        stream.synchronize()
+        for offset in (0, 256, 4096 + 512):
+            view = buf.as_tensor(torch.uint8, (1024,), offset=offset)
+            got = view.cpu().numpy()
+            assert np.array_equal(got, data[offset:offset + 1024]), (
+                f"a torch view at offset {offset} reads other bytes (first wrong at {int(np.argmax(got != data[offset:offset + 1024]))})"
+            )
+        with stream.torch_stream():
+            buf.as_tensor(torch.uint8, (512,), offset=2048).fill_(0xEE)
+        stream.synchronize()
+        expected = data.copy()
+        expected[2048:2560] = 0xEE
+        got = read_back(stream, buf)
+        assert np.array_equal(got, expected), f"a torch write through a view at offset 2048 landed at byte {int(np.argmax(got != expected))}"
+    finally:
+        buf.free()
 
 
 def test_oversize_alloc_raises_out_of_memory(device):

@@ -1,9 +1,9 @@
 """Streams and events: order within a stream, order across streams through events, non-blocking
-queries of long work, elapsed time, and synchronisation.
+queries of long work, overlap of independent streams, elapsed time against a known amount of work,
+asynchronous copies from pinned memory, and synchronisation.
 
-"Long work" is a chain of memsets sized from the device's own memset speed (measured first) to take
-about :data:`LONG_WORK_S` seconds, so that the check holds on a CPU thread and on a 4 TB/s GPU alike:
-enqueuing it takes a tiny fraction of that, so a query right after enqueuing finds it still running.
+"Long work" (``long_work.py``) is a chain of memsets that takes about ``LONG_WORK_S`` on this
+device; work enqueued behind it has not run yet when the host looks right after enqueuing.
 """
 from __future__ import annotations
 
@@ -13,60 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from anydev.conformance.long_work import LONG_WORK_S, LongWork, poll, read_back
 from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import InvalidArgumentError
-
-LONG_WORK_S = 0.3
-MAX_CHAIN = 2000  # memsets; bounds the enqueue time
-SMALL_CHUNK = 64 << 20  # first try; a CPU thread sets it in a few ms
-BIG_CHUNK = 1 << 30  # on fast devices, so that each memset outlasts its enqueue by far
-
-
-def read_back(stream, buf) -> np.ndarray:
-    out = np.empty(buf.nbytes, dtype=np.uint8)
-    stream.memcpy_async(out, buf)
-    stream.synchronize()
-    return out
-
-
-class LongWork:
-    """A buffer and a chain of memsets on it that takes about ``LONG_WORK_S`` on this device."""
-
-    def __init__(self, device, stream):
-        free = device.memory_info().free
-        self.buf, one = self._calibrate(device, stream, max(1 << 20, min(SMALL_CHUNK, free // 8)))
-        if one < 1e-3 and free // 8 > self.buf.nbytes:  # a fast device: use a bigger buffer
-            self.buf.free()
-            self.buf, one = self._calibrate(device, stream, min(BIG_CHUNK, free // 8))
-        self.nbytes = self.buf.nbytes
-        self.chain = int(min(MAX_CHAIN, max(8, LONG_WORK_S / one)))
-
-    @staticmethod
-    def _calibrate(device, stream, nbytes):
-        """A buffer of ``nbytes`` and the seconds one memset of it takes (after a first, warming one)."""
-        buf = device.alloc(nbytes)
-        stream.memset_async(buf, 0)
-        stream.synchronize()
-        start = time.perf_counter()
-        stream.memset_async(buf, 1)
-        stream.synchronize()
-        return buf, max(time.perf_counter() - start, 1e-6)
-
-    def enqueue(self, stream, final_value: int) -> None:
-        """The chain, ending with every byte of the buffer equal to ``final_value``."""
-        for i in range(self.chain - 1):
-            stream.memset_async(self.buf, i % 251)
-        stream.memset_async(self.buf, final_value)
-
-    def free(self) -> None:
-        self.buf.free()
-
-
-@pytest.fixture
-def long_work(device, stream):
-    work = LongWork(device, stream)
-    yield work
-    work.free()
 
 
 def test_order_within_a_stream(device, stream):
@@ -152,19 +101,124 @@ def test_device_synchronize_waits_for_every_stream(device, stream, long_work):
         other.close()
 
 
-def test_elapsed_time_is_positive(device, stream, long_work):
+def timed_run(device, stream, long_work, repeats: int) -> tuple[float, float, float]:
+    """Elapsed seconds between two timing events around ``repeats`` chains of long work, and the
+    bounds the host can prove for them by watching the events.
+
+    The start event completes after its record was enqueued (``h0``) and before the host first sees
+    it done (``h1``); the end event completes after the last time the host saw it not done (``h2``)
+    and before the host sees it done (``h3``). So ``h2 - h1 <= elapsed <= h3 - h0`` whatever the
+    machine's load: an order argument, not a timing threshold.
+    """
     start, end = device.create_event(timing=True), device.create_event(timing=True)
     try:
+        h0 = time.perf_counter()
         stream.record(start)
-        long_work.enqueue(stream, final_value=5)
+        long_work.enqueue(stream, final_value=5, repeats=repeats)
         stream.record(end)
-        end.synchronize()
+        h1 = h2 = None
+        deadline = time.monotonic() + 60 * repeats
+        while True:
+            if h1 is None and start.query():
+                h1 = time.perf_counter()
+            before = time.perf_counter()
+            if end.query():
+                h3 = time.perf_counter()
+                break
+            if h1 is not None:
+                h2 = before
+            assert time.monotonic() < deadline, "the timed work did not finish within a minute"
+            time.sleep(0.001)
+        if h1 is None:  # the start event was first seen done together with the end event
+            h1 = h3
         elapsed = start.elapsed_ms(end)
         assert isinstance(elapsed, float), f"elapsed_ms returned {type(elapsed).__name__}"
-        assert elapsed > 0.0, f"elapsed time over {long_work.chain} memsets is {elapsed} ms"
+        return elapsed / 1000.0, (h2 - h1 if h2 is not None else 0.0), h3 - h0
     finally:
         start.close()
         end.close()
+
+
+def test_elapsed_time_matches_the_work(device, stream, long_work):
+    """Elapsed time over one and over four chains of long work lies within what the host saw of each
+    (see ``timed_run``); a constant, or a time not measured on the stream, cannot fit both."""
+    slack = 2e-3  # event timestamp resolution and host/device clock reads (CUDA: ~1 us)
+    results = {}
+    for repeats in (1, 4):
+        elapsed, low, high = timed_run(device, stream, long_work, repeats)
+        results[repeats] = elapsed
+        assert elapsed > 0.0, f"elapsed time over {repeats * long_work.chain} memsets is {elapsed * 1e3} ms"
+        assert low - slack <= elapsed <= high * 1.01 + slack, (
+            f"elapsed_ms over {repeats * long_work.chain} memsets says {elapsed * 1e3:.3f} ms, but the host saw "
+            f"the work take between {low * 1e3:.3f} and {high * 1e3:.3f} ms"
+        )
+    assert results[4] > results[1], f"four times the work took {results[4] * 1e3:.3f} ms, once {results[1] * 1e3:.3f} ms"
+
+
+def test_independent_streams_overlap(device, stream, long_work):
+    """A second stream is not held up by a first one's long work: a small memset enqueued on it after
+    the chain completes while the chain is still running. A backend that runs every stream on one
+    queue can never show that state; a busy machine may hide it once, so up to three tries."""
+    other = device.create_stream()
+    small = device.alloc(4096)
+    seen = []
+    try:
+        for attempt in range(1, 4):
+            long_work.enqueue(stream, final_value=1, repeats=attempt)
+            busy = stream.record()
+            other.memset_async(small, 3)
+            quick = other.record()
+            poll(quick.query, "a memset on an idle stream")
+            still_busy = busy.query() is False
+            stream.synchronize()
+            busy.close()
+            quick.close()
+            seen.append(still_busy)
+            if still_busy:
+                break
+        assert seen[-1], (
+            f"in {len(seen)} tries, a memset on a second stream never finished before the long work enqueued "
+            "earlier on the first stream: independent streams do not overlap (one queue for all of them?)"
+        )
+    finally:
+        other.synchronize()
+        small.free()
+        other.close()
+
+
+def test_copies_from_pinned_memory_are_asynchronous(device, stream, long_work):
+    """Copies to and from pinned host memory (``alloc_host``) run when the stream reaches them:
+    ``memcpy_async`` returns at once, a host-to-device copy reads the pinned bytes as they are then
+    (the host changes them after enqueuing), and a device-to-host copy writes them only then."""
+    nbytes = 1 << 20
+    pinned_in, pinned_out = device.alloc_host(nbytes), device.alloc_host(nbytes)
+    dst = device.alloc(nbytes)
+    try:
+        pinned_in.numpy()[:] = 1
+        pinned_out.numpy()[:] = 0
+        stream.memset_async(dst, 0)
+        long_work.enqueue(stream, final_value=0)
+        stream.memcpy_async(dst, pinned_in)  # H2D: must read the 2s written below
+        stream.memset_async(long_work.buf, 9, nbytes)
+        stream.memcpy_async(pinned_out, long_work.buf, nbytes)  # D2H: 9s, written only when reached
+        copied = stream.record()
+        assert copied.query() is False, (
+            "memcpy_async from and to pinned memory waited for the stream's earlier work (synchronous copies)"
+        )
+        assert bool(np.all(pinned_out.numpy() == 0)), "the device-to-host copy wrote pinned memory before the stream reached it"
+        pinned_in.numpy()[:] = 2  # before the stream reaches the copy
+        got = read_back(stream, dst)
+        copied.close()
+        assert bool(np.all(got == 2)), (
+            f"the host-to-device copy read the pinned bytes when it was enqueued (saw {int(got[0])}, expected 2): "
+            "alloc_host memory is not pinned (staged as pageable memory), or the copy ran synchronously"
+        )
+        assert bool(np.all(pinned_out.numpy() == 9)), "the device-to-host copy into pinned memory did not land"
+    finally:
+        stream.synchronize()
+        dst.free()
+        pinned_in.free()
+        pinned_out.free()
 
 
 def test_elapsed_time_needs_timing_events(device, stream):

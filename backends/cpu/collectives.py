@@ -99,20 +99,31 @@ def _elements(address: int, count: int, dtype: str) -> torch.Tensor:
     return byte_view(address, count * DTYPE_SIZES[dtype]).view(TORCH_DTYPES[dtype])
 
 
+REDUCE_CHUNK = 1 << 20  # elements reduced at a time: bounds the float64 temporaries of large calls
+
+
 def _all_reduce(requests: list[Request], mine: Request) -> torch.Tensor:
-    stacked = torch.stack([_elements(r.send, mine.count, mine.dtype) for r in requests])
+    sends = [_elements(r.send, mine.count, mine.dtype) for r in requests]
+    out = torch.empty(mine.count, dtype=sends[0].dtype)
+    for start in range(0, mine.count, REDUCE_CHUNK):
+        end = min(start + REDUCE_CHUNK, mine.count)
+        out[start:end] = _reduce_chunk(torch.stack([s[start:end] for s in sends]), mine.op, len(requests))
+    return out
+
+
+def _reduce_chunk(stacked: torch.Tensor, op: str, nranks: int) -> torch.Tensor:
     is_float = stacked.is_floating_point()
     wide = stacked.to(torch.float64 if is_float else torch.int64)  # one rounding, at the end
-    if mine.op == "sum":
+    if op == "sum":
         return wide.sum(0)
-    if mine.op == "prod":
+    if op == "prod":
         return wide.prod(0)
-    if mine.op == "max":
+    if op == "max":
         return wide.amax(0)
-    if mine.op == "min":
+    if op == "min":
         return wide.amin(0)
     total = wide.sum(0)  # avg: integer types truncate, as NCCL does
-    return total / len(requests) if is_float else torch.div(total, len(requests), rounding_mode="trunc")
+    return total / nranks if is_float else torch.div(total, nranks, rounding_mode="trunc")
 
 
 def _all_gather(requests: list[Request], mine: Request) -> torch.Tensor:
