@@ -12,6 +12,8 @@ Options (the long ``--anydev-*`` spellings are aliases):
 * ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
   (default: min(device count, 4)).
 * ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
+* ``--anydev-mutant NAMES``: register deliberately broken backends (``conformance/mutants/``) as
+  ``mutant-NAME``, for ``--device mutant-NAME`` (``python -m anydev.conformance.mutants`` does this).
 * ``--anydev-emulated moore,metax``: build the emulated vendor runtimes with gcc before the session and
   point the moore and metax plugins at them, so their code runs on a machine without the cards.
 """
@@ -43,6 +45,11 @@ def pytest_addoption(parser) -> None:
         help="write the conformance report as JSON to FILE and the Markdown matrix next to it",
     )
     group.addoption(
+        "--anydev-mutant", dest="anydev_mutant", default=None, metavar="NAMES",
+        help="register deliberately broken backends (comma list of mutant names) as mutant-NAME "
+        "(python -m anydev.conformance.mutants runs the suite on each)",
+    )
+    group.addoption(
         "--anydev-emulated", dest="anydev_emulated", default=None, metavar="VENDORS",
         help="build emulated vendor runtimes (comma list of: moore, metax) and load the real plugins on them",
     )
@@ -52,6 +59,14 @@ def pytest_configure(config) -> None:
     tp = config.getoption("anydev_tp")
     if tp is not None and tp < 1:
         raise _usage_error(f"--tp must be at least 1, got {tp}")
+    mutants = config.getoption("anydev_mutant")
+    if mutants:  # in every process (xdist workers too): each has its own registry
+        from .mutants import register_backends
+
+        try:
+            register_backends([m.strip() for m in mutants.split(",") if m.strip()])
+        except KeyError as exc:
+            raise _usage_error(f"--anydev-mutant: {exc.args[0]}") from None
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
         return
     emulated = _set_up_emulation(config)

@@ -64,9 +64,18 @@ class Registry:
         except Exception as exc:  # reported, not swallowed: see names() / load()
             self.broken[name] = BrokenPlugin(name, source, f"{type(exc).__name__}: {exc}")
 
-    def _collect(self) -> None:
+    def add(self, plugin: object, source: str) -> None:
+        """Register one more plugin object (with an ``anydev_backends`` hookimpl) after discovery, as
+        the conformance suite's mutation runner does for its deliberately broken backends. Its
+        backends are checked like discovered ones; a clash or a bad declaration lands in ``broken``."""
+        self._register(source, source, lambda: plugin)
+        self._collect(only=source)
+
+    def _collect(self, only: str | None = None) -> None:
         for impl in self.plugin_manager.hook.anydev_backends.get_hookimpls():
             source = impl.plugin_name
+            if only is not None and source != only:
+                continue
             try:
                 declared = impl.function()
                 declared = [declared] if isinstance(declared, hookspecs.BackendPlugin) else list(declared or [])

@@ -1,0 +1,111 @@
+"""``python -m anydev.conformance.mutants``: run the conformance suite on every mutant.
+
+    python -m anydev.conformance.mutants                 # all of them, two at a time
+    python -m anydev.conformance.mutants -j 4 memset-noop broadcast-root-0
+    python -m anydev.conformance.mutants --list
+
+Each mutant runs in its own pytest process on its checks (``Mutant.checks``), stopping at the first
+failure (``-x``): that check caught it. Prints one line per mutant and ``mutants caught: N/N``; exits
+non-zero when a mutant survived (its checks all passed) or its run went wrong (no check failed, yet
+pytest did not pass: a usage error, a crash). ``--modules`` adds mutant modules (import names).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import MODULES_ENV, Mutant, all_mutants
+
+SUITE_DIR = Path(__file__).resolve().parent.parent
+#: Environment of each run: small virtual devices, and collective timeouts short enough that a
+#: mutant which makes ranks miss each other fails in seconds, not minutes.
+RUN_ENV = {"ANYDEV_CPU_DEVICE_MEMORY": "1GiB", "ANYDEV_CPU_COLLECTIVE_TIMEOUT": "30", "OMP_NUM_THREADS": "1"}
+RUN_TIMEOUT_S = 600
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    verdict: str  # "caught" | "survived" | "error"
+    detail: str  # the catching check and its reason, or what went wrong
+    seconds: float
+
+
+def pytest_command(m: Mutant, report: Path, tp: int) -> list[str]:
+    return [
+        sys.executable, "-m", "pytest", *[str(SUITE_DIR / c) for c in m.checks],
+        "-p", "no:cacheprovider", "-q", "-x", "--rootdir", str(SUITE_DIR),
+        "--anydev-mutant", m.name, "--device", m.backend_name, "--tp", str(tp), "--report", str(report),
+    ]
+
+
+def run_one(m: Mutant, workdir: Path, tp: int) -> Outcome:
+    """Run the suite on one mutant; ``$ANYDEV_MUTANT_MODULES`` passes on to the run."""
+    report = workdir / f"{m.name}.json"
+    env = {**os.environ, **RUN_ENV}
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(pytest_command(m, report, tp), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Outcome(m, "error", f"the run did not finish within {RUN_TIMEOUT_S} s", time.monotonic() - start)
+    seconds = time.monotonic() - start
+    failed = []
+    if report.exists():
+        failed = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "fail"]
+    if failed:
+        first = failed[0]
+        check = first["check"].removeprefix("conformance/")
+        reason = " ".join(first["reason"].split("\n")[0].split())
+        return Outcome(m, "caught", f"{check}: {reason[:200]}", seconds)
+    if proc.returncode == 0:
+        return Outcome(m, "survived", f"every check passed ({', '.join(m.checks)})", seconds)
+    tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+    return Outcome(m, "error", f"pytest exited {proc.returncode} without a failed check: {tail[:300]}", seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m anydev.conformance.mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs at a time (default: 2)")
+    parser.add_argument("--tp", type=int, default=2, help="largest rank count of the collective and engine checks (default: 2)")
+    parser.add_argument("--modules", default="", help="extra mutant modules to import (comma-separated import names)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and their faults, run nothing")
+    args = parser.parse_args(argv)
+    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
+    if modules:
+        os.environ[MODULES_ENV] = ",".join(filter(None, [os.environ.get(MODULES_ENV, ""), *modules]))
+    known = all_mutants()
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown mutant(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    chosen = [known[n] for n in (args.names or known)]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name}: {m.fault} [checks: {', '.join(m.checks)}]")
+        return 0
+    width = max(len(m.name) for m in chosen)
+    with tempfile.TemporaryDirectory(prefix="anydev-mutants-") as tmp, ThreadPoolExecutor(args.jobs) as pool:
+        futures = [pool.submit(run_one, m, Path(tmp), args.tp) for m in chosen]
+        outcomes = []
+        for future in futures:
+            o = future.result()
+            outcomes.append(o)
+            print(f"{o.verdict.upper():8} {o.mutant.name:{width}}  ({o.seconds:5.1f} s) {o.detail}", flush=True)
+    caught = sum(o.verdict == "caught" for o in outcomes)
+    print(f"mutants caught: {caught}/{len(outcomes)}")
+    for o in outcomes:
+        if o.verdict != "caught":
+            print(f"NOT CAUGHT: {o.mutant.name} ({o.mutant.fault}): {o.verdict}: {o.detail}")
+    return 0 if caught == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

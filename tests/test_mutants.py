@@ -1,0 +1,66 @@
+"""The mutation runner of the conformance suite: a mutant the suite fails is reported caught, with
+the check; a mutant that changes nothing survives and fails the run; the registry's rules."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from anydev.backends.cpu.runtime import CpuRuntime
+from anydev.conformance import mutants
+
+REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
+    "memset-noop", "memset-first-page", "memcpy-synchronous", "pinned-is-pageable", "event-query-always-done",
+    "elapsed-time-constant", "wait-event-ignored", "streams-one-queue", "current-device-global",
+    "all-reduce-local", "all-reduce-wrong-above-1mib", "all-reduce-bf16-wrong", "all-gather-reversed",
+    "broadcast-root-0", "collectives-off-stream", "kv-never-zeroed", "torch-view-offset",
+    "errors-swallowed", "free-no-wait", "alloc-on-device-0",
+}
+
+EXTRA = textwrap.dedent('''
+    from anydev.backends.cpu.runtime import CpuRuntime
+    from anydev.conformance.mutants import mutant
+    from anydev.conformance.mutants.memory import MemsetDoesNothing
+
+    @mutant("identity", checks=["test_memory.py::test_memset_pattern_and_sub_range"])
+    class Identity(CpuRuntime):
+        """Changes nothing: the suite passes on it, so it survives."""
+
+    @mutant("memset-noop-narrow", checks=["test_memory.py::test_memset_pattern_and_sub_range"])
+    class NarrowMemsetNoop(MemsetDoesNothing):
+        """memset_async does nothing (run on one check only)."""
+''')
+
+
+def test_every_required_fault_has_a_mutant():
+    known = mutants.all_mutants()
+    assert REQUIRED <= set(known), f"missing mutants: {sorted(REQUIRED - set(known))}"
+    for m in known.values():
+        assert issubclass(m.runtime, CpuRuntime) and m.fault and m.checks, m
+
+
+def test_a_mutant_needs_a_docstring_and_a_unique_name():
+    with pytest.raises(ValueError, match="docstring"):
+        mutants.mutant("no-doc", checks=["test_memory.py"])(type("NoDoc", (CpuRuntime,), {}))
+    with pytest.raises(ValueError, match="two mutants"):
+        mutants.mutant("memset-noop", checks=["test_memory.py"])(type("Other", (CpuRuntime,), {"__doc__": "x"}))
+
+
+def test_runner_reports_caught_with_the_check_and_fails_on_a_survivor(tmp_path):
+    (tmp_path / "extra_mutants.py").write_text(EXTRA)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance.mutants", "--modules", "extra_mutants", "-j", "2",
+         "memset-noop-narrow", "identity"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "mutants caught: 1/2" in out, out
+    caught = next(line for line in out.splitlines() if line.startswith("CAUGHT"))
+    assert "memset-noop-narrow" in caught and "test_memset_pattern_and_sub_range" in caught, out
+    assert any(line.startswith("SURVIVED") and "identity" in line for line in out.splitlines()), out
+    assert "NOT CAUGHT: identity" in out, out
