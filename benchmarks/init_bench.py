@@ -49,8 +49,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
-    p.add_argument("--model", help="an HF model directory (make_random_model.py writes one); default: random "
-                                   "weights made in process from the shape options")
+    p.add_argument("--model", help="an HF model directory or a .gguf file (make_random_model.py writes both); "
+                                   "default: random weights made in process from the shape options")
     add_shape_arguments(p)
     p.add_argument("--block-size", type=int, default=16)
     size = p.add_mutually_exclusive_group()
@@ -129,7 +129,7 @@ def run(args) -> int:
             load = rank["load"]
             print(f"  rank {rank['rank']}: weights {load['stored_bytes'] / 1e9:.2f} GB in {load['seconds']:.3f} s = "
                   f"{load['gbps']:.1f} GB/s (reading {load['read_seconds']:.3f} s, waiting on copies "
-                  f"{load['wait_seconds']:.3f} s, preparing slices {load['open_seconds']:.3f} s); KV zero "
+                  f"{load['wait_seconds']:.3f} s, opening slices {load['open_seconds']:.3f} s); KV zero "
                   f"{rank['kv_bytes'] / 2**30:.2f} GiB, host-timed {rank['zero_host_gbps']:.1f} GB/s, "
                   f"device-timed {rank['zero_device_gbps']:.1f} GB/s")
     ratios = {}
@@ -196,12 +196,13 @@ def h2d_gbps(devices, nbytes: int, repeat: int = 3) -> list[float]:
 
 
 def warm_page_cache(directory) -> dict:
-    """Read every weight file once (the loads below then read from the page cache)."""
+    """Read every weight file (or the one GGUF file) once: the loads below then read from the page cache."""
     from pathlib import Path
 
     total, start = 0, time.perf_counter()
     chunk = bytearray(64 << 20)
-    for path in sorted(Path(directory).glob("*.safetensors")):
+    path = Path(directory)
+    for path in [path] if path.is_file() else sorted(path.glob("*.safetensors")):
         with open(path, "rb", buffering=0) as f:
             while n := f.readinto(chunk):
                 total += n
@@ -243,7 +244,7 @@ def measure_weights(checkpoint, devices, dtype, staging: int, threads: int) -> d
 def print_weights(weights: dict, limits: dict) -> None:
     print("\nweight load (stored bytes / seconds until the last copy is done; page cache warm)")
     print(f"{'rank':>4}  {'GB':>6}  {'alone s':>8}  {'GB/s':>6}  {'together s':>10}  {'GB/s':>6}  "
-          f"{'read s':>7}  {'wait s':>7}  {'prep s':>7}   (together: read, waiting on copies, preparing slices)")
+          f"{'read s':>7}  {'wait s':>7}  {'open s':>7}   (together: read, waiting on copies, opening slices)")
     for a, t in zip(weights["alone"], weights["together"]):
         print(f"{a['rank']:>4}  {a['stored_bytes'] / 1e9:>6.2f}  {a['seconds']:>8.3f}  {a['gbps']:>6.1f}  "
               f"{t['seconds']:>10.3f}  {t['gbps']:>6.1f}  {t['read_seconds']:>7.3f}  {t['wait_seconds']:>7.3f}  "

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The init record of issue 14, on its own (benchmarks/gpu_record.sh runs it too): write the Llama-3-8B
 # shaped random checkpoint (16 GB, bf16, sharded) to local disk, then init_bench from it at TP=1 and at
-# TP=every GPU: the limits, each rank alone and all together, the per-phase table per rank.
+# TP=every GPU: the limits, each rank alone and all together, the per-phase table per rank; then the
+# cost of a GGUF (Q8_0) load at TP=every GPU.
 #   bash benchmarks/init_record.sh            # from the repo root on the GPU machine; outputs under $OUT
 # Every step runs whatever the others did (no `set -e`); the status is non-zero when one failed.
 set -uo pipefail
@@ -22,4 +23,9 @@ for tp in $(printf '%s\n' 1 "$NGPU" | sort -un); do
     step python3 benchmarks/init_bench.py --device nvidia --tp "$tp" --model "$MODEL" --kv-gib-per-rank "$KV_GIB" \
         --out "$OUT/init-tp$tp.json"
 done
+# GGUF: Q8_0 blocks dequantized on the host per shard, by the reader threads ("read s" holds it);
+# the ~1B shape, as the dequantization runs at well under 1 GB/s per thread
+step python3 benchmarks/make_random_model.py /tmp/llama-1b-q8.gguf --gguf Q8_0
+step python3 benchmarks/init_bench.py --device nvidia --tp "$NGPU" --model /tmp/llama-1b-q8.gguf --kv-gib-per-rank 4 \
+    --modes sequential,parallel --out "$OUT/init-gguf-tp$NGPU.json"
 exit $status

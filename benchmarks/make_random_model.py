@@ -7,6 +7,7 @@ saves them) and the demo model's tokenizer (ids beyond its 384 tokens decode to 
     python benchmarks/make_random_model.py /tmp/llama-8kv --hidden 4096 --layers 8 --heads 32 --kv-heads 8
     python benchmarks/make_random_model.py /tmp/llama-8b --hidden 4096 --layers 32 --heads 32 --kv-heads 8 \\
         --intermediate 14336 --vocab 128256                                      # Llama-3-8B's shape, 16 GB
+    python benchmarks/make_random_model.py /tmp/llama-1b.gguf --gguf Q8_0       # a GGUF file instead
 """
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import time
 from pathlib import Path
 
 from anydev.core.engine import DTYPES
-from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, save_random_model
+from anydev.core.models.random_weights import (GGUF_TYPES, add_shape_arguments, config_from_arguments,
+                                               save_random_gguf, save_random_model)
 
 
 def main(argv=None) -> int:
@@ -24,10 +26,16 @@ def main(argv=None) -> int:
     add_shape_arguments(p)
     p.add_argument("--dtype", default="bfloat16", choices=sorted(set(DTYPES)), help="stored dtype (default bfloat16)")
     p.add_argument("--shard-gib", type=float, default=4.0, help="largest weight file, GiB (default 4)")
+    p.add_argument("--gguf", choices=GGUF_TYPES, help="write one GGUF file (OUT) with 2-D weights of this type")
     args = p.parse_args(argv)
 
     config = config_from_arguments(args)
     start = time.perf_counter()
+    if args.gguf:
+        params = save_random_gguf(args.out, config, args.gguf)
+        print(f"wrote {args.out}: {params / 1e6:.0f} M parameters ({args.gguf}), {args.out.stat().st_size / 1e9:.2f} GB, "
+              f"{time.perf_counter() - start:.1f} s")
+        return 0
     params = save_random_model(args.out, config, DTYPES[args.dtype], int(args.shard_gib * 2**30))
     files = sorted(args.out.glob("*.safetensors"))
     print(f"wrote {args.out}: {params / 1e6:.0f} M parameters ({args.dtype}) in {len(files)} file(s), "

@@ -18,7 +18,7 @@ from gguf.quants import dequantize
 from .checkpoint_errors import ModelLoadError
 from .config import ModelConfig, normalize_rope_scaling
 from .gguf_tokenizer import gguf_tokenizer
-from .tensor_slices import HostTensorSlice
+from .tensor_slices import sliced_shape
 from .tokenizer import Tokenizer
 
 # GGUF architectures we read, and the ModelConfig architecture each becomes (mistral GGUFs say "llama").
@@ -33,6 +33,9 @@ _LAYER_NAMES = {
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
 }
+_STORED_DTYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
+                  GGMLQuantizationType.BF16: torch.bfloat16}
+_GGUF_PARTS = {hf: g for g, hf in _LAYER_NAMES.items()}
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 ROPE_FREQS = "rope_freqs.weight"   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
 
@@ -46,6 +49,16 @@ def hf_name(gguf_name: str) -> str | None:
         layer, part, kind = match.groups()
         return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
     return None
+
+
+def gguf_name(hf: str) -> str:
+    """The GGUF name of an HF tensor name (the inverse of :func:`hf_name`)."""
+    for gguf_global, hf_global in _GLOBAL_NAMES.items():
+        if hf == hf_global:
+            return gguf_global
+    _, _, layer, rest = hf.split(".", 3)
+    part, kind = rest.rsplit(".", 1)
+    return f"blk.{layer}.{_GGUF_PARTS[part]}.{kind}"
 
 
 def unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -91,58 +104,80 @@ class GGUFStore:
         return list(self._tensors)
 
     def load(self, name: str) -> torch.Tensor:
-        return self._decode(name, None)
+        piece = self.tensor_slice(name, None)
+        out = torch.empty(piece.shape, dtype=piece.dtype)
+        piece.read_rows(0, piece.shape[0], out.view(-1).view(torch.uint8).numpy())
+        return out
 
-    def tensor_slice(self, name: str, cut) -> HostTensorSlice:
-        """The rank's part of ``name``, decoded from the rows (and, block-aligned, the columns) it
-        covers only; quantized types are dequantized here, on the host, per shard."""
-        full = tuple(int(n) for n in reversed(self._tensors[name].shape))
-        return HostTensorSlice(self._decode(name, cut), None, full_shape=full)
-
-    def _decode(self, name: str, cut) -> torch.Tensor:
+    def tensor_slice(self, name: str, cut) -> GGUFSlice:
         if self._reader is None:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
-        tensor = decode_slice(self._tensors[name], cut, self._path)
-        if name in self._permuted_heads:   # the permutation is within each head: undo it on the local heads
-            full_rows = int(self._tensors[name].shape[-1])
-            head_rows = full_rows // self._permuted_heads[name]
-            tensor = unpermute_rows(tensor, tensor.shape[0] // head_rows)
-        return tensor
+        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path)
 
     def close(self) -> None:
         self._reader = None   # drops the memory map once no loaded tensor refers to it
         self._tensors = {}
 
 
+class GGUFSlice:
+    """The part ``cut`` of a GGUF tensor in HF layout (see :mod:`.tensor_slices`), decoded a block of
+    rows at a time from the bytes of those rows only: along a row, only the quantization blocks the
+    cut covers (a cut that splits a block decodes whole rows, then narrows). Quantized types are
+    dequantized on the host, per block, by the thread that reads it; F32/F16/BF16 keep their dtype.
+    ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads."""
+
+    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path):
+        self.full_shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
+        self.shape = sliced_shape(self.full_shape, cut)
+        self._tensor, self._path = tensor, path
+        kind = tensor.tensor_type
+        self.dtype = _STORED_DTYPES.get(kind, torch.float32)
+        block, block_bytes = GGML_QUANT_SIZES[kind]
+        rows = self.full_shape[0] if len(self.full_shape) > 1 else 1      # a 1-D tensor is one row
+        self._raw = tensor.data.view(np.uint8).reshape(rows, -1)
+        self._first_row, self._columns, self._narrow, self._cut = 0, slice(None), None, cut
+        if cut is not None and len(self.full_shape) > 1:
+            dim, start, length = cut
+            if dim == 0:
+                self._first_row = start
+            elif start % block == 0 and length % block == 0:   # along the row: whole blocks only
+                self._columns = slice(start // block * block_bytes, (start + length) // block * block_bytes)
+            else:
+                self._narrow = (start, length)
+        self._head_rows = self.full_shape[0] // permuted_heads if permuted_heads else None
+
+    def _file_rows(self, first: int, count: int):
+        """Rows of the file holding HF rows ``[first, first + count)`` of the slice."""
+        if self._head_rows is None:
+            return slice(self._first_row + first, self._first_row + first + count)
+        # llama.cpp stores row (head, a, b) of HF's (head, half a, b) at (head, b, a)
+        rows = self._first_row + first + np.arange(count)
+        head, within = np.divmod(rows, self._head_rows)
+        half, b = np.divmod(within, self._head_rows // 2)
+        return head * self._head_rows + b * 2 + half
+
+    def read_rows(self, first: int, count: int, out: np.ndarray) -> None:
+        if len(self.full_shape) == 1:   # norms and biases: small, decoded whole
+            decoded = decode_tensor(self._tensor, self._path)
+            if self._head_rows is not None:
+                decoded = unpermute_rows(decoded, self.full_shape[0] // self._head_rows)
+            start = 0 if self._cut is None else self._cut[1]
+            decoded = decoded[start + first:start + first + count]
+        else:
+            shape = (count, self.full_shape[1] if self._columns == slice(None) else self.shape[1])
+            raw = self._raw[self._file_rows(first, count), self._columns]
+            decoded = _decode_bytes(raw, self._tensor.tensor_type, shape, self._tensor.name, self._path)
+            if self._narrow is not None:
+                decoded = decoded.narrow(1, *self._narrow)
+        torch.from_numpy(out).view(self.dtype).view(decoded.shape).copy_(decoded)
+
+
 def decode_tensor(tensor, path: Path) -> torch.Tensor:
     """A GGUF tensor as a CPU tensor in HF shape: F32/F16/BF16 keep their dtype, every quantized type
     is dequantized to float32. The result owns its memory (no view of the file)."""
-    return decode_slice(tensor, None, path)
-
-
-def decode_slice(tensor, cut, path: Path) -> torch.Tensor:
-    """The part ``cut`` ((dim, start, length) in HF layout, or None) of a GGUF tensor, decoded as
-    :func:`decode_tensor` does, from the bytes of that part only: the rows it covers, and along a row
-    the quantization blocks it covers (a cut that splits a block decodes whole rows, then narrows)."""
-    shape = [int(n) for n in reversed(tensor.shape)]   # GGUF lists dims innermost-first
-    kind = tensor.tensor_type
-    block, block_bytes = GGML_QUANT_SIZES[kind]
-    rows = shape[0] if len(shape) > 1 else 1            # a 1-D tensor is one row
-    raw = tensor.data.view(np.uint8).reshape(rows, -1)
-    narrow_after = None
-    if cut is not None:
-        dim, start, length = cut
-        if dim == 0 and len(shape) > 1:
-            raw = raw[start:start + length]
-        elif start % block == 0 and length % block == 0:   # along the row: whole blocks only
-            raw = raw[:, start // block * block_bytes:(start + length) // block * block_bytes]
-        else:
-            narrow_after = cut
-        if narrow_after is None:
-            shape[dim] = length
-    decoded = _decode_bytes(raw, kind, tuple(shape) if narrow_after is None else
-                            tuple(int(n) for n in reversed(tensor.shape)), tensor.name, path)
-    return decoded if narrow_after is None else decoded.narrow(*narrow_after).contiguous()
+    shape = tuple(int(n) for n in reversed(tensor.shape))
+    rows = shape[0] if len(shape) > 1 else 1
+    return _decode_bytes(tensor.data.view(np.uint8).reshape(rows, -1), tensor.tensor_type, shape, tensor.name, path)
 
 
 def _decode_bytes(raw: np.ndarray, kind, shape: tuple[int, ...], name: str, path: Path) -> torch.Tensor:

@@ -35,11 +35,11 @@ _MIN_PART_BYTES = 1 << 20
 class LoadStats:
     """Where one rank's weight load spent its time (seconds on the rank's thread)."""
 
-    stored_bytes: int = 0        # bytes read from the checkpoint (its dtype) and copied to the device
+    stored_bytes: int = 0        # bytes copied host→device: the checkpoint's dtype (GGUF quants: float32)
     device_bytes: int = 0        # bytes of weights on the device (the engine's dtype)
     seconds: float = 0.0         # the whole load, until the last copy (and conversion) finished
-    open_seconds: float = 0.0    # preparing slices (GGUF: decoding and dequantizing the shard)
-    read_seconds: float = 0.0    # filling staging buffers from the checkpoint
+    open_seconds: float = 0.0    # opening each tensor's slice (headers, shape checks)
+    read_seconds: float = 0.0    # filling staging buffers from the checkpoint (GGUF: dequantizing too)
     wait_seconds: float = 0.0    # waiting for a staging buffer the device was still copying from
     blocks: int = 0
 

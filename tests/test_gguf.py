@@ -254,19 +254,29 @@ def test_a_rank_slice_decodes_only_its_part_and_equals_the_whole_tensor_cut(writ
 
 
 def test_per_shard_dequantization_touches_only_the_shards_blocks(written, monkeypatch):
-    """At tp=2 a Q8_0 rank dequantizes half of each split tensor's blocks, not all of them."""
+    """At tp=2 a Q8_0 rank dequantizes half of each split tensor's blocks, a block of rows at a time."""
     from anydev.core import gguf_loader
     from anydev.core.models.sharding import rank_shard, slice_of
     model = written("Q8_0")
-    blocks = []
+    calls = []
     real = gguf_loader.dequantize
-    monkeypatch.setattr(gguf_loader, "dequantize", lambda data, kind: blocks.append(data.size) or real(data, kind))
+    monkeypatch.setattr(gguf_loader, "dequantize", lambda data, kind: calls.append(data.size) or real(data, kind))
     with open_checkpoint(model.path) as ckpt:
-        name = "model.layers.0.mlp.down_proj.weight"   # split along its rows' blocks
-        whole_bytes = (blocks.clear(), ckpt.load(name), sum(blocks))[2]
-        blocks.clear()
-        ckpt.tensor_slice(name, slice_of(name, rank_shard(ckpt.config, 2, 1)))
-        assert sum(blocks) == whole_bytes // 2
+        for name in ("model.layers.0.mlp.down_proj.weight", "model.layers.1.self_attn.q_proj.weight"):
+            whole = ckpt.load(name)            # split along rows' blocks; split by rows (and permuted)
+            whole_bytes = sum(calls)
+            calls.clear()
+            cut = slice_of(name, rank_shard(ckpt.config, 2, 1))
+            piece = ckpt.tensor_slice(name, cut)
+            assert calls == []                 # nothing decoded until rows are read
+            rows, row_bytes = piece.shape[0], piece.shape[1] * 4
+            out = torch.empty(rows * row_bytes, dtype=torch.uint8)
+            for first in range(0, rows, 5):    # blocks of 5 rows, as a small staging buffer would
+                count = min(5, rows - first)
+                piece.read_rows(first, count, out[first * row_bytes:(first + count) * row_bytes].numpy())
+            assert sum(calls) == whole_bytes // 2 and max(calls) < whole_bytes // 2, name
+            assert torch.equal(out.view(torch.float32).view(piece.shape), whole.narrow(*cut)), name
+            calls.clear()
 
 
 @pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_K"])

@@ -43,3 +43,19 @@ def test_init_bench_reports_each_ranks_shard_alone_and_together(tmp_path):
     assert report["page_cache"]["bytes"] == sum(f.stat().st_size for f in (tmp_path / "model").glob("*.safetensors"))
     assert report["ratios"]["parallel_over_slowest_rank_alone"] > 0
     assert all(g > 0 for g in report["limits"]["h2d_gbps_alone"] + [report["limits"]["host_copy_gbps_all"]])
+
+
+def test_init_bench_from_a_gguf_file_loads_dequantized_shards(tmp_path):
+    from anydev.core.models.random_weights import save_random_gguf
+    config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2)
+    save_random_gguf(tmp_path / "model.gguf", config, "Q8_0")
+    out = tmp_path / "init.json"
+    assert load_bench().main(["--tp", "2", "--model", str(tmp_path / "model.gguf"), "--num-blocks", "8",
+                              "--limit-mib", "4", "--modes", "parallel", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["page_cache"]["bytes"] == (tmp_path / "model.gguf").stat().st_size
+    for rank in range(2):
+        shard = rank_shard(config, 2, rank)
+        float32_bytes = 4 * sum(math.prod(local_shape(n, config, shard)) for n in expected_tensor_names(config))
+        assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == float32_bytes

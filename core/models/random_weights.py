@@ -140,3 +140,63 @@ def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, sh
     (directory / "tokenizer_config.json").write_text(json.dumps(
         {"bos_token": BOS, "eos_token": EOS, "chat_template": DEMO_CHAT_TEMPLATE}))
     return sum(math.prod(shape) for shape in store.shapes.values())
+
+
+#: GGUF tensor types :func:`save_random_gguf` writes.
+GGUF_TYPES = ("F32", "F16", "Q8_0")
+
+
+def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
+    """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer): 2-D
+    weights in ``tensor_type``, norms in F32. Q8_0 blocks are drawn directly (an fp16 scale of
+    1/(127 sqrt(fan_in)) and random int8 values), so even an 8B shape is written in seconds; the file
+    is for timing the loader, not a model of anything. Returns the number of parameters."""
+    import json
+
+    import gguf
+    import numpy as np
+
+    from ..demo_model import BOS, EOS, build_demo_tokenizer
+    from ..gguf_loader import gguf_name
+
+    if tensor_type not in GGUF_TYPES:
+        raise ValueError(f"tensor type {tensor_type!r}: use one of {GGUF_TYPES}")
+    tokenizer = json.loads(build_demo_tokenizer().to_str())["model"]
+    tokens = sorted(tokenizer["vocab"], key=tokenizer["vocab"].get)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["merges"]]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_theta)
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in (BOS, EOS) else 1 for t in tokens])
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokenizer["vocab"][BOS])
+    writer.add_eos_token_id(tokenizer["vocab"][EOS])
+
+    store = RandomStore(config, seed)
+    rng = np.random.default_rng(seed)
+    for name, shape in store.shapes.items():
+        if len(shape) == 1 or tensor_type == "F32":
+            writer.add_tensor(gguf_name(name), store.load(name).numpy().astype(np.float32))
+        elif tensor_type == "F16":
+            writer.add_tensor(gguf_name(name), store.load(name).numpy().astype(np.float16))
+        else:   # Q8_0: blocks of 32 values, each an fp16 scale then 32 int8
+            rows, cols = shape
+            blocks = np.empty((rows, cols // 32, 34), dtype=np.uint8)
+            scale = np.float16(1.0 / (127 * math.sqrt(cols)))
+            blocks[..., :2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
+            blocks[..., 2:] = rng.integers(-127, 128, size=(rows, cols // 32, 32), dtype=np.int8).view(np.uint8)
+            writer.add_tensor(gguf_name(name), blocks.reshape(rows, -1), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return sum(math.prod(shape) for shape in store.shapes.values())
