@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,6 +100,30 @@ def normalize_rope_scaling(scaling: dict | None, source: str) -> dict | None:
     return normalized
 
 
+def shape_int(value, field: str, where: str) -> int:
+    """``value`` as an integer >= 1 (an integral float is accepted), or ModelLoadError naming
+    ``field`` as ``where`` (the file) spells it."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        number = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        number = None
+    if number is None or number < 1:
+        raise ModelLoadError(f"{where}: '{field}' must be an integer >= 1, got {value!r}; fix it in the file")
+    return number
+
+
+def check_attention(config: ModelConfig, where: str, heads_field: str, kv_heads_field: str) -> None:
+    """The head counts and head size must fit together (the fields named as ``where`` spells them)."""
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    if heads % kv_heads:
+        raise ModelLoadError(f"{where}: '{kv_heads_field}' ({kv_heads}) must divide '{heads_field}' ({heads}); "
+                             "fix it in the file")
+    if config.head_dim % 2:
+        raise ModelLoadError(f"{where}: the head size {config.head_dim} is odd; rotary embeddings need an even one")
+
+
 def _first_set(*values):
     return next((v for v in values if v is not None), None)
 
@@ -122,9 +147,18 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
     if config.get("mlp_bias"):
         raise ModelLoadError(f"{source}: mlp_bias=true is not supported")
 
-    hidden_size = int(_required(config, "hidden_size", source))
-    heads = int(_required(config, "num_attention_heads", source))
-    kv_heads = int(config.get("num_key_value_heads") or heads)
+    where = f"{source}/config.json"
+
+    def size(key: str, default=None) -> int:
+        value = config.get(key, default) if default is not None else _required(config, key, source)
+        return shape_int(value, key, where)
+
+    hidden_size, heads = size("hidden_size"), size("num_attention_heads")
+    kv_heads = heads if config.get("num_key_value_heads") is None else size("num_key_value_heads")
+    if config.get("head_dim") is None and hidden_size % heads:
+        raise ModelLoadError(f"{where}: 'hidden_size' ({hidden_size}) is not a multiple of 'num_attention_heads' "
+                             f"({heads}) and there is no 'head_dim'; fix it in the file")
+    head_dim = hidden_size // heads if config.get("head_dim") is None else size("head_dim")
     rope = config.get("rope_parameters") or config.get("rope_scaling")
     rope_theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta") or 10000.0
 
@@ -135,19 +169,19 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
         attention_bias = output_bias = bool(config.get("attention_bias", False))
         sliding_window = config.get("sliding_window") if architecture == "mistral" else None
 
-    return ModelConfig(
+    model = ModelConfig(
         architecture=architecture,
-        vocab_size=int(_required(config, "vocab_size", source)),
+        vocab_size=size("vocab_size"),
         hidden_size=hidden_size,
-        intermediate_size=int(_required(config, "intermediate_size", source)),
-        num_hidden_layers=int(_required(config, "num_hidden_layers", source)),
+        intermediate_size=size("intermediate_size"),
+        num_hidden_layers=size("num_hidden_layers"),
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
-        head_dim=int(config.get("head_dim") or hidden_size // heads),
+        head_dim=head_dim,
         rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
         rope_theta=float(rope_theta),
         rope_scaling=normalize_rope_scaling(rope, source),
-        max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+        max_position_embeddings=size("max_position_embeddings", 2048),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         attention_bias=attention_bias,
         torch_dtype=config.get("torch_dtype") or config.get("dtype"),
@@ -155,8 +189,10 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
         eos_token_ids=union_ids(as_id_list(config.get("eos_token_id")),
                                 as_id_list(generation_config.get("eos_token_id"))),
         attention_output_bias=output_bias,
-        sliding_window=int(sliding_window) if sliding_window else None,
+        sliding_window=shape_int(sliding_window, "sliding_window", where) if sliding_window else None,
     )
+    check_attention(model, where, "num_attention_heads", "num_key_value_heads")
+    return model
 
 
 def expected_tensor_names(config: ModelConfig) -> list[str]:

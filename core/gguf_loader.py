@@ -16,7 +16,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueTy
 from gguf.quants import dequantize
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, normalize_rope_scaling
+from .config import ModelConfig, check_attention, normalize_rope_scaling, shape_int
 from .gguf_tokenizer import gguf_tokenizer
 from .tensor_slices import sliced_shape
 from .tokenizer import Tokenizer
@@ -83,9 +83,28 @@ def read_metadata(reader: GGUFReader) -> dict:
     return values
 
 
+class _Truncated(Exception):
+    def __init__(self, needed: int):
+        self.needed = needed
+
+
+class _BoundedReader(GGUFReader):
+    """A GGUFReader that says so when a read runs past the end of the file (where the stock one
+    fails later with an unrelated numpy error)."""
+
+    def _get(self, offset, dtype, count=1, override_order=None):
+        end = int(offset) + np.dtype(dtype).itemsize * int(count)
+        if end > len(self.data):
+            raise _Truncated(end)
+        return super()._get(offset, dtype, count, override_order)
+
+
 def _open_reader(path: Path) -> GGUFReader:
     try:
-        return GGUFReader(path)
+        return _BoundedReader(path)
+    except _Truncated as cut:
+        raise ModelLoadError(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes, but its contents "
+                             f"run to byte {cut.needed} at least; copy or download it again") from None
     except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, OSError) as err:
         raise ModelLoadError(f"{path}: corrupt GGUF header ({err})") from err
 
@@ -253,34 +272,42 @@ def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, sour
             raise ModelLoadError(f"{source}: GGUF metadata lacks '{gguf_arch}.{name}'")
         return value
 
-    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    head_dim = int(key("attention.key_length", hidden // heads))
-    rope_dims = int(key("rope.dimension_count", head_dim))
+    def size(name: str, default=None) -> int:
+        return shape_int(key(name, default), f"{gguf_arch}.{name}", source)
+
+    hidden, heads = size("embedding_length"), size("attention.head_count")
+    if f"{gguf_arch}.attention.key_length" not in meta and hidden % heads:
+        raise ModelLoadError(f"{source}: '{gguf_arch}.embedding_length' ({hidden}) is not a multiple of "
+                             f"'{gguf_arch}.attention.head_count' ({heads})")
+    head_dim = size("attention.key_length", hidden // heads)
+    rope_dims = size("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise ModelLoadError(f"{source}: partial rotary embeddings ({rope_dims} of {head_dim} dims) are unsupported")
     theta = float(key("rope.freq_base", 10000.0))
     embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embedding is None:
         raise ModelLoadError(f"{source}: GGUF file has no token_embd.weight tensor")
-    return ModelConfig(
+    model = ModelConfig(
         architecture=GGUF_ARCHITECTURES[gguf_arch],
         vocab_size=int(embedding.shape[1]),
         hidden_size=hidden,
-        intermediate_size=int(key("feed_forward_length")),
-        num_hidden_layers=int(key("block_count")),
+        intermediate_size=size("feed_forward_length"),
+        num_hidden_layers=size("block_count"),
         num_attention_heads=heads,
-        num_key_value_heads=int(key("attention.head_count_kv", heads)),
+        num_key_value_heads=size("attention.head_count_kv", heads),
         head_dim=head_dim,
         rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
         rope_theta=theta,
         rope_scaling=_rope_scaling(meta, gguf_arch, reader, theta, head_dim, source),
-        max_position_embeddings=int(key("context_length")),
+        max_position_embeddings=size("context_length"),
         tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
         attention_bias=any(t.name == "blk.0.attn_q.bias" for t in reader.tensors),
         torch_dtype=None,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_ids=list(tokenizer.eos_token_ids),
     )
+    check_attention(model, source, f"{gguf_arch}.attention.head_count", f"{gguf_arch}.attention.head_count_kv")
+    return model
 
 
 def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:

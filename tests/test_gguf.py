@@ -175,10 +175,10 @@ def test_token_ids_equal_transformers_gguf_tokenizer(tmp_path, tokenizer_model, 
 
 
 # --------------------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("damage", ["bad magic", "truncated", "bad version"])
+@pytest.mark.parametrize("damage", ["bad magic", "bad version"])
 def test_corrupt_header_names_the_file(written, tmp_path, damage):
     data = written("F32").path.read_bytes()
-    damaged = {"bad magic": b"GGML" + data[4:], "truncated": data[:64],
+    damaged = {"bad magic": b"GGML" + data[4:],
                "bad version": data[:4] + (99).to_bytes(4, "little") + data[8:]}[damage]
     path = tmp_path / "broken.gguf"
     path.write_bytes(damaged)

@@ -1,0 +1,80 @@
+"""Malformed model configs and files are one ModelLoadError line naming the file and the field."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anydev.core.checkpoint import ModelLoadError, open_checkpoint
+from checkpoints import write_gguf_checkpoint, write_hf_checkpoint
+
+pytest.importorskip("transformers", reason="the test checkpoints are written through transformers")
+
+
+def single_line_error(call) -> str:
+    with pytest.raises(ModelLoadError) as info:
+        call()
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    return write_hf_checkpoint(tmp_path_factory.mktemp("hf") / "llama")
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    return write_gguf_checkpoint(tmp_path_factory.mktemp("gguf") / "model.gguf").path
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(num_attention_heads=0), "'num_attention_heads' must be an integer >= 1, got 0"),
+    (dict(num_key_value_heads=0), "'num_key_value_heads' must be an integer >= 1, got 0"),
+    (dict(num_key_value_heads=3), "'num_key_value_heads' (3) must divide 'num_attention_heads' (4)"),
+    (dict(hidden_size=64.5), "'hidden_size' must be an integer >= 1, got 64.5"),
+    (dict(hidden_size="64"), "'hidden_size' must be an integer >= 1, got '64'"),
+    (dict(num_hidden_layers=True), "'num_hidden_layers' must be an integer >= 1, got True"),
+    (dict(hidden_size=66), "'hidden_size' (66) is not a multiple of 'num_attention_heads' (4)"),
+])
+def test_bad_hf_config_fields_are_named_with_the_file(hf_dir, tmp_path, change, message):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    for item in hf_dir.iterdir():
+        (directory / item.name).symlink_to(item)
+    config = json.loads((hf_dir / "config.json").read_text())
+    config.pop("head_dim", None)
+    config.update(change)
+    (directory / "config.json").unlink()
+    (directory / "config.json").write_text(json.dumps(config))
+    error = single_line_error(lambda: open_checkpoint(directory))
+    assert error.startswith(f"{directory}/config.json: ") and message in error, error
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("attention.head_count", 0, "'llama.attention.head_count' must be an integer >= 1, got 0"),
+    ("attention.head_count_kv", 0, "'llama.attention.head_count_kv' must be an integer >= 1, got 0"),
+    ("attention.head_count_kv", 3, "'llama.attention.head_count_kv' (3) must divide 'llama.attention.head_count' (4)"),
+    ("embedding_length", 64.5, "'llama.embedding_length' must be an integer >= 1, got 64.5"),
+])
+def test_bad_gguf_metadata_is_named_with_the_file(gguf_file, field, value, message):
+    from gguf import GGUFReader
+
+    from anydev.core.gguf_loader import gguf_model_config, read_metadata
+
+    reader = GGUFReader(gguf_file)
+    meta = read_metadata(reader)
+    meta[f"llama.{field}"] = value
+    meta.pop("llama.attention.key_length", None)
+    tokenizer = open_checkpoint(gguf_file).tokenizer
+    error = single_line_error(lambda: gguf_model_config(meta, reader, tokenizer, str(gguf_file)))
+    assert error.startswith(f"{gguf_file}: ") and message in error, error
+
+
+@pytest.mark.parametrize("keep", [64, 2000, 0.5, 0.999])
+def test_a_truncated_gguf_file_is_called_truncated(gguf_file, tmp_path, keep):
+    data = gguf_file.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[:keep if isinstance(keep, int) else int(len(data) * keep)])
+    error = single_line_error(lambda: open_checkpoint(path))
+    assert error.startswith(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes"), error
