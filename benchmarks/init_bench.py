@@ -20,6 +20,7 @@ serial over parallel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -74,11 +75,16 @@ def main(argv=None) -> int:
 def run(args) -> int:
     if args.model:
         from anydev.core.checkpoint import open_checkpoint
-        checkpoint = open_checkpoint(args.model)
-        model = checkpoint.config
+
+        def fresh():   # a new memory map per measurement: none inherits page tables another filled
+            return contextlib.closing(open_checkpoint(args.model))
     else:
-        model = config_from_arguments(args)
-        checkpoint = random_checkpoint(model)
+        in_process = random_checkpoint(config_from_arguments(args))
+
+        def fresh():
+            return contextlib.nullcontext(in_process)
+    checkpoint = in_process if not args.model else open_checkpoint(args.model)
+    model = checkpoint.config
     check_tp(model, args.tp)
     backend = load_backend(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
@@ -111,14 +117,15 @@ def run(args) -> int:
         print(f"page cache warmed: {report['page_cache']['bytes'] / 1e9:.2f} GB of weight files read in "
               f"{report['page_cache']['seconds']:.2f} s ({report['page_cache']['gbps']:.1f} GB/s)")
 
-    report["weights"] = weights = measure_weights(checkpoint, devices, dtype, staging, threads)
+    report["weights"] = weights = measure_weights(fresh, devices, dtype, staging, threads)
     print_weights(weights, limits)
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     best: dict[str, dict] = {}
     for _ in range(args.repeat):
         for mode in modes:
-            result = measure(checkpoint, EngineConfig(init_mode=mode, **config))
+            with fresh() as checkpoint:
+                result = measure(checkpoint, EngineConfig(init_mode=mode, **config))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
     for mode in modes:
@@ -211,11 +218,17 @@ def warm_page_cache(directory) -> dict:
 
 
 # ---- weights alone and together ---------------------------------------------------------------
-def measure_weights(checkpoint, devices, dtype, staging: int, threads: int) -> dict:
-    """Each rank's weight load alone (one after another), then all at once."""
-    config, tp = checkpoint.config, len(devices)
+def measure_weights(fresh, devices, dtype, staging: int, threads: int) -> dict:
+    """Each rank's weight load alone (one after another, each from a freshly opened checkpoint), then
+    all at once (from one, shared, as the engine does)."""
+    tp = len(devices)
 
-    def load(rank: int, barrier=None) -> dict:
+    def load(rank: int, barrier=None, shared=None) -> dict:
+        with fresh() if shared is None else contextlib.nullcontext(shared) as checkpoint:
+            return load_from(checkpoint, rank, barrier)
+
+    def load_from(checkpoint, rank: int, barrier) -> dict:
+        config = checkpoint.config
         device = devices[rank]
         device.set_current()
         stream = device.create_stream()
@@ -231,10 +244,10 @@ def measure_weights(checkpoint, devices, dtype, staging: int, threads: int) -> d
 
     alone = [load(rank) for rank in range(tp)]
     barrier = threading.Barrier(tp)
-    start = time.perf_counter()
-    with ThreadPoolExecutor(tp) as pool:
-        together = list(pool.map(lambda r: load(r, barrier), range(tp)))
-    wall = time.perf_counter() - start   # includes each rank's device allocation before the barrier
+    with fresh() as shared, ThreadPoolExecutor(tp) as pool:
+        start = time.perf_counter()
+        together = list(pool.map(lambda r: load(r, barrier, shared), range(tp)))
+        wall = time.perf_counter() - start   # includes each rank's device allocation before the barrier
     slowest = max(r["seconds"] for r in together)
     stored = sum(r["stored_bytes"] for r in together)
     return dict(alone=alone, together=together, together_slowest_seconds=slowest, together_wall_seconds=wall,

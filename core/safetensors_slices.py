@@ -3,9 +3,10 @@ no others, straight into the caller's (pinned) buffer.
 
 The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length, a JSON
 header giving each tensor's dtype, shape and ``data_offsets`` [begin, end) in the data area, then the
-data, row-major. A slice along dimension 0 (or the whole tensor) is one byte range, read with
-``os.preadv`` (the kernel copies from the page cache; no page tables to fill); a slice along dimension 1
-is one range per row, copied from a read-only memory map of the file.
+data, row-major. A slice along dimension 0 (or the whole tensor) is one byte range; a slice along
+dimension 1 is one range per row. Both are copied out of a read-only memory map of the file (on a warm
+page cache that ran at 4.2-4.5 GB/s per thread against 1.4-2.0 GB/s for ``os.preadv`` of the same range,
+each in a fresh process, on the development VM).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
 
 class SafetensorsFile:
-    """One open safetensors file: its header, a descriptor for ranged reads and a memory map."""
+    """One open safetensors file: its header and a read-only memory map of it."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -33,10 +34,10 @@ class SafetensorsFile:
             (header_len,) = struct.unpack("<Q", f.read(8))
             self.header = json.loads(f.read(header_len))
         self.data_start = 8 + header_len
-        self._fd = os.open(self.path, os.O_RDONLY)
-        size = os.fstat(self._fd).st_size
-        self._map = mmap.mmap(self._fd, size, access=mmap.ACCESS_READ) if size else None
-        self._bytes = np.frombuffer(self._map, dtype=np.uint8) if size else np.empty(0, np.uint8)
+        with open(self.path, "rb") as f:
+            self.size = os.fstat(f.fileno()).st_size
+            self._map = mmap.mmap(f.fileno(), self.size, access=mmap.ACCESS_READ) if self.size else None
+        self._bytes = np.frombuffer(self._map, dtype=np.uint8) if self.size else np.empty(0, np.uint8)
 
     def entry(self, name: str) -> tuple[torch.dtype, tuple[int, ...], int, int]:
         """(dtype, shape, first byte, end byte) of tensor ``name``; offsets from the start of the file."""
@@ -48,30 +49,22 @@ class SafetensorsFile:
         return DTYPES[info["dtype"]], tuple(info["shape"]), self.data_start + begin, self.data_start + end
 
     def close(self) -> None:
-        """Drop the map (freed once no array made from it is left) and close the descriptor."""
+        """Drop the map (unmapped once no array made from it is left)."""
         self._bytes = self._map = None
-        os.close(self._fd)
 
 
 def read_spans(source: SafetensorsFile, out: np.ndarray, offset: int, rows: int, length: int, stride: int) -> None:
     """Copy ``rows`` spans of ``length`` bytes, ``stride`` bytes apart from ``offset`` in ``source``,
     one after another into the uint8 array ``out``. Every byte a rank reads passes through here."""
+    end = offset + (rows - 1) * stride + length
+    if end > source.size:
+        raise ModelLoadError(f"{source.path}: file ends at byte {source.size}, inside a tensor (truncated?)")
     if rows == 1 or stride == length:
-        _pread_exactly(source, out[:rows * length], offset)
+        np.copyto(out[:rows * length], source._bytes[offset:offset + rows * length])
         return
-    spans = np.lib.stride_tricks.as_strided(source._bytes[offset:offset + (rows - 1) * stride + length],
-                                            shape=(rows, length), strides=(stride, 1), writeable=False)
+    spans = np.lib.stride_tricks.as_strided(source._bytes[offset:end], shape=(rows, length), strides=(stride, 1),
+                                            writeable=False)
     np.copyto(out[:rows * length].reshape(rows, length), spans)
-
-
-def _pread_exactly(source: SafetensorsFile, out: np.ndarray, offset: int) -> None:
-    view = memoryview(out).cast("B")
-    done = 0
-    while done < len(view):
-        got = os.preadv(source._fd, [view[done:]], offset + done)
-        if got <= 0:
-            raise ModelLoadError(f"{source.path}: file ends at byte {offset + done}, inside a tensor (truncated?)")
-        done += got
 
 
 class SafetensorsSlice:
