@@ -8,15 +8,25 @@ runtime API (prefix ``mc``, without ``mcGetErrorName``/``mcRuntimeGetVersion``, 
 
 The libraries emulate devices over host memory; see the header of ``emulated/runtime.c`` for what is
 emulated and for the environment variables that configure them (device count, memory per device,
-collective timeout). The torch bridge is unavailable on them: the plugin says so.
+collective timeout). On them the plugin's torch bridge gives CPU tensors over the emulated device
+memory (``backends/cudalike/emulated.py``), so anydev's engine runs on the real moore and metax plugin
+code; every report labels such a run "emulated runtime".
+
+From the shell (one command: build, then run a program with the library variables set)::
+
+    python -m anydev.conformance.emulated moore -- python examples/test_infer.py --device moore --tp 2
+    eval "$(python -m anydev.conformance.emulated moore,metax)"   # or: export the variables here
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,3 +118,48 @@ def _run(command: list[str]) -> None:
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise EmulatedBuildError(f"compiling the emulated runtime failed: {' '.join(command)}\n{result.stderr}")
+
+
+def default_build_dir() -> Path:
+    """Where the command line builds: ``$XDG_CACHE_HOME/anydev/emulated`` (default ``~/.cache/...``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "anydev" / "emulated"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m anydev.conformance.emulated",
+        description="Build anydev's emulated MUSA/MACA runtimes (device memory in host memory; not real "
+        "hardware) and print the library variables as shell exports, or run COMMAND with them set.",
+        epilog="example: python -m anydev.conformance.emulated moore -- python examples/test_infer.py "
+        "--device moore --tp 2",
+    )
+    parser.add_argument("vendors", help=f"comma list of: {', '.join(VENDORS)}")
+    parser.add_argument("--dir", type=Path, default=None, help=f"build folder (default {default_build_dir()})")
+    parser.usage = "%(prog)s [-h] [--dir DIR] VENDORS [-- COMMAND [ARGS...]]"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
+    vendors = [v.strip() for v in args.vendors.split(",") if v.strip()]
+    unknown = [v for v in vendors if v not in VENDORS]
+    if unknown or not vendors:
+        parser.error(f"no emulated runtime for {', '.join(unknown) or repr(args.vendors)}; choose from {', '.join(VENDORS)}")
+    try:
+        env = {name: path for vendor in vendors
+               for name, path in build_emulated_runtime(vendor, args.dir or default_build_dir()).items()}
+    except EmulatedBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    label = f"# anydev emulated runtime(s) for {', '.join(vendors)}: device memory is host memory, not real hardware"
+    if not command:
+        print(label)
+        for name, path in env.items():
+            print(f"export {name}={shlex.quote(path)}")
+        return 0
+    print(label, file=sys.stderr)
+    sys.stderr.flush()
+    return subprocess.run(command, env={**os.environ, **env}).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -81,7 +81,7 @@ def run(args) -> int:
     max_new_tokens = _new_tokens_that_fit(checkpoint, args, use_template)
     sampling = _with(sampling, max_new_tokens=max_new_tokens)
     with InferEngine(checkpoint, config, progress=True) as engine:
-        print(f"device: {args.device} x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
+        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
               f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
               f"decode graphs {'on' if engine.uses_graphs else 'off'}")
         print("init timeline:")

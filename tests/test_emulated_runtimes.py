@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -187,12 +188,94 @@ def test_typed_errors_from_the_emulated_runtime(backend):
         assert backend.runtime.check.error_name_function is None and error.error_name == "invalid argument"
 
 
-def test_torch_bridge_is_refused_on_an_emulated_runtime(backend):
-    buffer = backend.device(0).alloc(64)
-    with pytest.raises(NotSupportedError, match="emulated runtime"):
-        buffer.as_tensor()
-    with pytest.raises(NotSupportedError, match="emulated runtime"):
-        backend.device(0).create_stream().torch_stream()
+def test_the_emulated_runtime_gets_a_cpu_tensor_bridge_labelled_emulated(backend):
+    import torch
+
+    from anydev.backends.cudalike.emulated import EmulatedRuntime
+
+    runtime = backend.runtime
+    assert isinstance(runtime, EmulatedRuntime) and runtime.hardware_label == "emulated runtime"
+    assert backend.torch_device_type == "cpu" and backend.device(1).torch_device == torch.device("cpu")
+    assert "emulated" in runtime.runtime_info().notes and "torch bridge: CPU tensors" in runtime.runtime_info().notes
+    assert not backend.supports("torch_graph")  # CPU kernels run at once: the engine decodes eagerly
+    device = backend.device(1)
+    stream = device.create_stream()
+    buffer = device.alloc(4096)
+    stream.memset_async(buffer, 0)
+    stream.memset_async(buffer, 7, nbytes=8, offset=1024)
+    stream.synchronize()
+    view = buffer.as_tensor(torch.uint8, (16,), offset=1020)   # zero-copy, at the offset asked for
+    assert view.tolist() == [0] * 4 + [7] * 8 + [0] * 4
+    view.fill_(9)                                              # writes reach the device memory
+    host = np.zeros(4096, np.uint8)
+    stream.memcpy_async(host, buffer)
+    stream.synchronize()
+    assert host[1020:1036].tolist() == [9] * 16 and host[:1020].sum() == 0 and host[1036:].sum() == 0
+
+
+def test_inside_torch_stream_a_collective_has_finished_before_torch_reads(backend):
+    """Rank 1 joins the all_reduce late (it starts once rank 0 is about to enqueue, then lingers);
+    rank 0 reads the tensor on the next torch line, inside torch_stream(), and must see the sum (the
+    stream order torch would have on a GPU), not its own value."""
+    import torch
+
+    devices = [backend.device(0), backend.device(1)]
+    comms = backend.create_communicators(devices)
+    seen, rank0_enqueuing = {}, threading.Event()
+
+    def rank(r):
+        devices[r].set_current()
+        stream = devices[r].create_stream()
+        buffer = devices[r].alloc(16)
+        with stream.torch_stream():
+            tensor = buffer.as_tensor(torch.float32, (4,))
+            tensor.fill_(r + 1.0)
+            if r == 0:
+                rank0_enqueuing.set()
+            else:
+                rank0_enqueuing.wait(timeout=30)
+                time.sleep(0.2)  # makes a missing wait visible; the result does not depend on it
+            comms[r].all_reduce(tensor, op="sum", stream=stream)
+            seen[r] = tensor.tolist()
+        stream.synchronize()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for comm in comms:
+        comm.close()
+    assert seen == {0: [3.0] * 4, 1: [3.0] * 4}
+
+
+def test_a_library_without_the_emulation_marker_gets_the_vendor_torch_bridge(build_dir, monkeypatch):
+    """A runtime that does not report itself as emulated (as a vendor's) keeps the vendor's bridge:
+    torch_musa (moore) or MetaX's cuda torch (metax), refused here with the install hint."""
+    from anydev.backends.cudalike.emulated import EmulatedRuntime
+    from anydev.backends.cudalike.runtime import CudaLikeRuntime
+
+    for vendor, device_type, hint in (("moore", "musa", "torch_musa"), ("metax", "cuda", "MetaX")):
+        for name, value in build_emulated_runtime(vendor, build_dir, extra_defines=("EMU_NO_MARKER",)).items():
+            monkeypatch.setenv(name, value)
+        runtime = Registry(builtin_modules=(f"anydev.backends.{vendor}.plugin",), entry_point_group=None).load(vendor).runtime
+        assert type(runtime) is CudaLikeRuntime and runtime.emulation is None
+        assert runtime.torch_device_type == device_type
+        with pytest.raises(NotSupportedError, match=hint):
+            runtime.tensor_from_pointer(runtime.malloc(64), 64, 0, owner=None)
+        with pytest.raises(Exception, match="not anydev's emulated runtime"):
+            EmulatedRuntime(runtime.spec, runtime.runtime_library)
+
+
+def test_the_vendor_bridge_is_refused_on_the_emulated_library(backend):
+    """Built directly (not through the plugin), the vendor runtime class never hands emulated host
+    memory to the vendor's torch bridge."""
+    from anydev.backends.cudalike.runtime import CudaLikeRuntime
+
+    runtime = CudaLikeRuntime(backend.runtime.spec)
+    assert runtime.emulation
+    with pytest.raises(NotSupportedError, match="refused on an emulated runtime"):
+        runtime.tensor_from_pointer(runtime.malloc(64), 64, 0, owner=None)
 
 
 def test_metax_has_no_runtime_version_function(build_dir, monkeypatch):

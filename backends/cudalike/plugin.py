@@ -10,8 +10,8 @@ def backend_plugin(spec: VendorSpec) -> BackendPlugin:
     """Declares the backend cheaply; the libraries are loaded only when ``load()`` is called."""
 
     def load():
-        from .runtime import CudaLikeRuntime
+        from .runtime import open_runtime
 
-        return CudaLikeRuntime(spec)
+        return open_runtime(spec)
 
     return BackendPlugin(name=spec.name, contract_version=CONTRACT_VERSION, load=load, description=spec.description)

@@ -22,6 +22,21 @@ from .library import LoadedLibrary, load_library
 from .spec import VendorSpec
 
 UNIQUE_ID_BYTES = 128
+#: Exported only by anydev's emulated runtimes (conformance/emulated/); no vendor library has it.
+EMULATION_MARKER = "anydevEmulatedRuntime"
+
+
+def open_runtime(spec: VendorSpec) -> "CudaLikeRuntime":
+    """Load ``spec``'s runtime library and build its runtime: a :class:`CudaLikeRuntime`, or, only
+    when the library reports itself as anydev's emulated runtime, an ``EmulatedRuntime`` (the same
+    bindings, with a torch bridge onto CPU tensors, since its device memory is host memory)."""
+    library = load_library(ffi_for(spec.rt, spec.ccl), spec.runtime_library, spec.name, spec.sdk_roots,
+                           spec.lib_subdirs)
+    if bind_optional(library, EMULATION_MARKER) is not None:
+        from .emulated import EmulatedRuntime
+
+        return EmulatedRuntime(spec, library)
+    return CudaLikeRuntime(spec, library)
 
 
 @functools.lru_cache(maxsize=None)
@@ -68,18 +83,20 @@ class CudaLikeRuntime(DeviceRuntime):
 
     contract_version = CONTRACT_VERSION
 
-    def __init__(self, spec: VendorSpec):
+    def __init__(self, spec: VendorSpec, runtime_library: LoadedLibrary | None = None):
+        """``runtime_library``: the runtime, already loaded (by :func:`open_runtime`); else it is found here."""
         self.spec = spec
         self.name = spec.name
         self.torch_device_type = spec.torch_bridge.device_type
         self.rt, self.ccl = spec.rt, spec.ccl
         self.ffi = ffi_for(spec.rt, spec.ccl)
 
-        self.runtime_library = load_library(self.ffi, spec.runtime_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
+        self.runtime_library = runtime_library or load_library(self.ffi, spec.runtime_library, spec.name,
+                                                               spec.sdk_roots, spec.lib_subdirs)
         self._bind_runtime(self.runtime_library)
         self.check = self._make_checker()
         self.not_ready_code = self.check.find_code("ErrorNotReady", "not ready", spec.runtime.not_ready_candidates)
-        marker = bind_optional(self.runtime_library, "anydevEmulatedRuntime")
+        marker = bind_optional(self.runtime_library, EMULATION_MARKER)
         #: What the emulated runtime says it is, or None on a vendor's library.
         self.emulation = None if marker is None else self.ffi.string(marker()).decode()
         self._device_count = self._count_devices()  # before loading the CCL: "no driver" is the likelier cause
@@ -364,8 +381,9 @@ class CudaLikeRuntime(DeviceRuntime):
     def _check_real_device_memory(self) -> None:
         if self.emulation:
             raise NotSupportedError(
-                f"{self.name}: the torch bridge is unavailable on an emulated runtime ({self.emulation}): its "
-                f"device memory is host memory and no {self.spec.hardware_name} torch build is present"
+                f"{self.name}: the {self.spec.hardware_name} torch bridge is refused on an emulated runtime "
+                f"({self.emulation}): its device memory is host memory; load it through the plugin "
+                "(open_runtime), which gives the emulated runtime its CPU-tensor bridge"
             )
 
     # ---- optional ------------------------------------------------------------------------

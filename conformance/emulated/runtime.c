@@ -646,7 +646,11 @@ const char *API(GetErrorName)(rtError_t error) {
 }
 #endif
 
-/* Marker: anydev labels a runtime exporting this "emulated runtime". No vendor library has it. */
+/* Marker: anydev labels a runtime exporting this "emulated runtime" and gives it the CPU-tensor torch
+ * bridge. No vendor library has it. -DEMU_NO_MARKER builds a library that looks like a vendor's (for
+ * the test that such a library gets the vendor's torch bridge, never the emulated one). */
+#ifndef EMU_NO_MARKER
 const char *anydevEmulatedRuntime(void) {
     return "anydev emulated " PREFIX " runtime over host memory";
 }
+#endif

@@ -1,0 +1,112 @@
+"""The CUDA-like runtime on anydev's emulated MUSA/MACA libraries, with a torch bridge onto CPU tensors.
+
+The emulated runtimes (``conformance/emulated/``, built with gcc in CI) keep device memory in host
+memory. On them the real plugin code runs unchanged (cffi bindings, runtime calls, MCCL collectives);
+only the torch bridge differs: views are CPU tensors over the emulated device memory, and torch math
+runs on the host. :func:`~.runtime.open_runtime` picks this class only when the loaded library exports
+``anydevEmulatedRuntime``, which no vendor library does: on a real card the vendor's bridge
+(torch_musa, MetaX's torch) is used, or refused with its install hint, never this one. The runtime
+says it is emulated wherever it reports itself: ``hardware_label`` ("emulated runtime"),
+``runtime_info().notes`` (and so ``anydev list-backends``), the conformance report and test_infer.
+
+Ordering (as the cpu backend): torch CPU math runs synchronously on the calling thread, so
+``torch_stream`` synchronizes the stream on entry, and inside the block every memset, copy, event wait
+or collective this thread enqueues on that stream has finished before the call returns (the next torch
+line may read its result). There are no device graphs: ``torch_graph`` keeps the contract's default
+(``NotSupportedError``), so engines decode eagerly.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.objects.memory import host_array
+from anydev.plugin_api.runtime import DeviceRuntime
+from anydev.plugin_api.types import RuntimeInfo
+
+from .library import LoadedLibrary
+from .runtime import CudaLikeRuntime
+from .spec import VendorSpec
+
+TORCH_BRIDGE_NOTE = "torch bridge: CPU tensors over the emulated device memory (host memory)"
+
+
+class EmulatedRuntime(CudaLikeRuntime):
+    """:class:`CudaLikeRuntime` on an emulated runtime library; torch sees its memory as CPU tensors."""
+
+    torch_graph = DeviceRuntime.torch_graph  # nothing to record: CPU kernels run at once
+
+    def __init__(self, spec: VendorSpec, runtime_library: LoadedLibrary):
+        super().__init__(spec, runtime_library)
+        if not self.emulation:
+            raise InvalidArgumentError(
+                f"{spec.name}: {self.runtime_library.path} is not anydev's emulated runtime (it does not export "
+                "anydevEmulatedRuntime); the CPU-tensor torch bridge is only for the emulated runtime"
+            )
+        self.torch_device_type = "cpu"
+        self._inside = threading.local()  # .streams: the handles of this thread's open torch_stream blocks
+
+    # ---- torch bridge --------------------------------------------------------------------
+    def torch_device(self, index: int):
+        import torch
+
+        return torch.device("cpu")
+
+    def tensor_from_pointer(self, ptr: int, nbytes: int, index: int, owner: object):
+        """A zero-copy ``uint8`` CPU tensor over emulated device memory; it keeps ``owner`` alive."""
+        import torch
+
+        if nbytes == 0:
+            return torch.empty(0, dtype=torch.uint8)
+        return torch.from_numpy(host_array(ptr, nbytes, owner))
+
+    def torch_stream(self, stream: int, index: int) -> contextlib.AbstractContextManager:
+        """Orders torch CPU math and the stream's work as if both ran on one stream (module docstring)."""
+
+        @contextlib.contextmanager
+        def synchronized_first():
+            self.stream_synchronize(stream)
+            inside = self._inside.__dict__.setdefault("streams", [])
+            inside.append(stream)
+            try:
+                yield
+            finally:
+                inside.pop()
+
+        return synchronized_first()
+
+    def _finish_if_inside_torch_stream(self, stream: int) -> None:
+        if stream in getattr(self._inside, "streams", ()):
+            self.stream_synchronize(stream)
+
+    # ---- enqueuing calls: finished before returning inside this thread's torch_stream block ----
+    def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
+        super().memset_async(ptr, value, nbytes, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    def memcpy_async(self, dst: int, src: int, nbytes: int, kind, stream: int) -> None:
+        super().memcpy_async(dst, src, nbytes, kind, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        super().stream_wait_event(stream, event)
+        self._finish_if_inside_torch_stream(stream)
+
+    def all_reduce(self, send, recv, count, dtype, op, comm, stream) -> None:
+        super().all_reduce(send, recv, count, dtype, op, comm, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    def all_gather(self, send, recv, count, dtype, comm, stream) -> None:
+        super().all_gather(send, recv, count, dtype, comm, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    def broadcast(self, send, recv, count, dtype, root, comm, stream) -> None:
+        super().broadcast(send, recv, count, dtype, root, comm, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    # ---- optional ------------------------------------------------------------------------
+    def runtime_info(self) -> RuntimeInfo:
+        info = super().runtime_info()
+        info.notes = "; ".join(filter(None, (info.notes, TORCH_BRIDGE_NOTE)))
+        return info

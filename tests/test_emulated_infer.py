@@ -1,0 +1,55 @@
+"""``examples/test_infer.py --device moore|metax --tp 2`` end to end on the emulated runtimes, run the
+way the README says (``python -m anydev.conformance.emulated VENDOR -- COMMAND``): the real plugin
+code, its MCCL all-reduces between the two ranks, and greedy tokens equal to the cpu reference."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from anydev.conformance.emulated import main as emulated_main
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_INFER = REPO / "examples" / "test_infer.py"
+VARIABLES = {"moore": ("ANYDEV_MUSART_LIBRARY", "ANYDEV_MUSA_MCCL_LIBRARY"),
+             "metax": ("ANYDEV_MCRUNTIME_LIBRARY", "ANYDEV_MACA_MCCL_LIBRARY")}
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory):
+    if shutil.which(os.environ.get("CC") or "gcc") is None:
+        pytest.skip("no C compiler (gcc) to build the emulated runtimes")
+    return tmp_path_factory.mktemp("emulated")
+
+
+@pytest.mark.parametrize("vendor", ["moore", "metax"])
+def test_test_infer_tp2_on_the_emulated_runtime_equals_the_cpu_reference(vendor, build_dir):
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES[vendor]}  # only the command sets them
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance.emulated", vendor, "--dir", str(build_dir), "--",
+         sys.executable, str(TEST_INFER), "--device", vendor, "--tp", "2", "--max-new-tokens", "12"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert f"device: {vendor} (emulated runtime) x 2 rank(s)" in result.stdout, result.stdout
+    assert f"tokens match the cpu reference: yes (greedy, float32: {vendor} tp=2 vs cpu tp=1)" in result.stdout
+    assert "not real hardware" in result.stderr  # the wrapper says what it is running on
+
+
+def test_without_a_command_it_prints_the_exports(build_dir, capsys):
+    assert emulated_main(["moore,metax", "--dir", str(build_dir)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# anydev emulated runtime") and "not real hardware" in lines[0]
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in lines[1:])
+    assert sorted(exported) == sorted(VARIABLES["moore"] + VARIABLES["metax"])
+    assert all(Path(path).is_file() and Path(path).is_relative_to(build_dir) for path in exported.values())
+
+
+def test_an_unknown_vendor_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        emulated_main(["nvidia"])
+    assert exit_info.value.code == 2 and "choose from moore, metax" in capsys.readouterr().err
