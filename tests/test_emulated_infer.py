@@ -1,6 +1,7 @@
 """``examples/test_infer.py --device moore|metax --tp 2`` end to end on the emulated runtimes, run the
 way the README says (``python -m anydev.conformance.emulated VENDOR -- COMMAND``): the real plugin
 code, its MCCL all-reduces between the two ranks, and greedy tokens equal to the cpu reference."""
+import json
 import os
 import shutil
 import subprocess
@@ -53,3 +54,18 @@ def test_an_unknown_vendor_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_info:
         emulated_main(["nvidia"])
     assert exit_info.value.code == 2 and "choose from moore, metax" in capsys.readouterr().err
+
+
+def test_conformance_engine_groups_run_on_the_emulated_plugins_without_a_skip(build_dir, tmp_path):
+    """The moore and metax matrix rows: parallel init and inference run (and pass) on the emulated runtimes."""
+    report_file = tmp_path / "emulated.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--device", "moore,metax", "--emulated", "moore,metax",
+         "--tp", "2", "--report", str(report_file), "--", "-q", "-k", "parallel_init or inference"],
+        env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
+    checks = json.loads(report_file.read_text())["checks"]
+    for vendor in ("moore", "metax"):
+        groups = {(c["group"], c["status"]) for c in checks if c["backend"] == vendor}
+        assert groups == {("parallel_init", "pass"), ("inference", "pass")}, (vendor, sorted(groups))
