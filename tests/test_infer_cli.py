@@ -40,7 +40,7 @@ def test_demo_runs_and_matches_transformers():
 def test_demo_with_tensor_parallel_ranks_matches_the_cpu_reference(capsys):
     assert load_cli().main(["--tp", "2", "--max-new-tokens", "8", "--temperature", "0.7", "--seed", "1"]) == 0
     out = capsys.readouterr().out
-    assert "cpu x 2 rank(s)" in out
+    assert "device: cpu (host CPU (virtual devices)) x 2 rank(s)" in out
     assert "tokens match the cpu reference: yes (greedy, float32: cpu tp=2 vs cpu tp=1)" in out
     assert "tokens match HF transformers: yes" in out
 
