@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from anydev.plugin_api import AnydevError, BackendUnavailableError, Registry
+from anydev.plugin_api import BackendUnavailableError, Registry, is_stub
 from anydev.plugin_api.version import format_version
 
 
@@ -70,22 +70,29 @@ def describe_backends(registry: Registry) -> list[BackendRow]:
         except Exception as exc:  # a plugin's own failure: reported on its row, the other rows still print
             row.reason = f"loading failed: {type(exc).__name__}: {exc}"
         else:
-            _describe_available(row, backend.runtime)
+            _describe_loaded(row, backend.runtime)
         rows.append(row)
     return rows
 
 
-def _describe_available(row: BackendRow, runtime) -> None:
+def _describe_loaded(row: BackendRow, runtime) -> None:
+    """Fill in a loaded backend's row; one whose ``device_count`` fails (a skeleton's stub, a runtime
+    error) is unavailable, with the reason on its row."""
+    try:
+        row.device_count = runtime.device_count()
+    except Exception as exc:  # the plugin's failure: reported on its row, the other rows still print
+        what = "is still a stub (a new-backend skeleton)" if is_stub(type(runtime).device_count) else "failed"
+        row.reason = f"loaded, but device_count() {what}: {type(exc).__name__}: {exc}"
+        return
     row.available = True
-    row.device_count = runtime.device_count()
     row.hardware = runtime.hardware_label
     if not runtime.supports("runtime_info"):
         row.notes = "the backend does not report runtime info"
         return
     try:
         info = runtime.runtime_info()
-    except AnydevError as exc:
-        row.notes = f"runtime_info() failed: {exc}"
+    except Exception as exc:  # reported on the row, like a failing device_count
+        row.notes = f"runtime_info() failed: {type(exc).__name__}: {exc}"
         return
     row.runtime_version, row.driver_version = info.runtime_version, info.driver_version
     row.collective_library, row.collective_version = info.collective_library, info.collective_version

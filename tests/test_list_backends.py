@@ -87,3 +87,46 @@ def test_broken_plugin_is_a_row_with_its_cause():
     assert "ModuleNotFoundError" in broken.reason
     assert rows["cpu"].available is True
     assert "the plugin is broken: ModuleNotFoundError" in format_table(list(rows.values()))
+
+
+def test_a_freshly_scaffolded_backend_is_a_row_with_the_reason_and_the_table_still_prints(clean_env, tmp_path):
+    """`anydev new-backend` then `anydev list-backends`: the skeleton's device_count is a stub that
+    raises; the listing still prints every row, the skeleton's saying why it is not available."""
+    from dist_info import write_dist_info
+
+    from anydev import scaffold
+
+    root = scaffold.new_backend("stubby", tmp_path / "anydev-stubby")
+    write_dist_info(root, into=root)
+    env = dict(clean_env, PYTHONPATH=os.pathsep.join(filter(None, [str(root), clean_env.get("PYTHONPATH")])))
+    out = _run([sys.executable, "-m", "anydev", "list-backends"], env)
+    status = {line.split()[0]: line.split()[1] for line in out.splitlines()[1:] if not line.startswith(" ")}
+    assert status["stubby"] == "no" and status["cpu"] == "yes", out
+    assert "why: loaded, but device_count() is still a stub (a new-backend skeleton): NotSupportedError: " \
+           "device_count is not implemented yet" in out
+    rows = {row["name"]: row for row in json.loads(_run([sys.executable, "-m", "anydev", "list-backends", "--json"], env))}
+    assert rows["stubby"]["available"] is False and rows["stubby"]["device_count"] is None
+    assert rows["moore"]["reason"].startswith("libmusart not found")  # the other rows are all there
+
+
+def test_a_backend_whose_device_count_fails_is_a_row_with_the_error(monkeypatch):
+    import types
+
+    from anydev.backends.cpu.runtime import CpuRuntime
+    from anydev.plugin_api import CONTRACT_VERSION, BackendPlugin, RuntimeCallError, hookimpl
+
+    class FailingRuntime(CpuRuntime):
+        name = "failing"
+
+        def device_count(self) -> int:
+            raise RuntimeCallError("failing", "xyzGetDeviceCount", 3, "xyzErrorInitializationError", "driver not loaded")
+
+    module = types.ModuleType("failing_backend_for_test.plugin")
+    module.anydev_backends = hookimpl(lambda: [BackendPlugin(name="failing", contract_version=CONTRACT_VERSION,
+                                                             load=FailingRuntime)])
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    registry = Registry(builtin_modules=("anydev.backends.cpu.plugin", module.__name__), entry_point_group=None)
+    rows = {row.name: row for row in describe_backends(registry)}
+    assert rows["failing"].available is False and rows["failing"].device_count is None
+    assert rows["failing"].reason.startswith("loaded, but device_count() failed: RuntimeCallError")
+    assert "driver not loaded" in format_table(list(rows.values())) and rows["cpu"].available
