@@ -25,6 +25,9 @@ TEMPLATE_DIR = Path(__file__).parent / "scaffold_templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9]*$")
 BUILTIN_NAMES = tuple(module.split(".")[-2] for module in BUILTIN_PLUGINS)
+#: What a stubbed skeleton declares: the required calls it stubs all exist since this major's .0, and
+#: it implements no optional call ("declare what you implement", docs/writing-a-backend.md section 3).
+SKELETON_CONTRACT_VERSION = (CONTRACT_VERSION[0], 0)
 #: A comment line before the first call of each part of the contract.
 SECTION_BEFORE = {"device_count": "devices", "malloc": "memory", "stream_create": "streams",
                   "event_create": "events", "comm_init_all": "collectives", "torch_device": "torch bridge"}
@@ -84,7 +87,7 @@ def new_backend(name: str, directory: str | Path | None = None, prefix: str | No
         package=package,
         distribution=f"anydev-{name.replace('_', '-')}",
         class_name="".join(part.capitalize() for part in name.split("_")) + "Runtime",
-        contract_version=repr(tuple(CONTRACT_VERSION)),
+        contract_version=repr(SKELETON_CONTRACT_VERSION),
         description=f"anydev backend {name}",
         prefix=prefix or "",
         PREFIX=(prefix or "").upper(),

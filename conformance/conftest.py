@@ -24,10 +24,12 @@ def pytest_collection(session) -> None:
 
 
 def pytest_generate_tests(metafunc) -> None:
-    if "backend_name" in metafunc.fixturenames:
+    if "nranks" in metafunc.fixturenames:  # 1..N ranks per backend (N: --tp, else min(devices, 4))
+        pairs = [(name, n) for name in selected_backends(metafunc.config) for n in rank_counts(metafunc.config, name)]
+        metafunc.parametrize(("backend_name", "nranks"), pairs, ids=[f"{name}-{n}ranks" for name, n in pairs],
+                             scope="session")
+    elif "backend_name" in metafunc.fixturenames:
         metafunc.parametrize("backend_name", selected_backends(metafunc.config), scope="session")
-    if "nranks" in metafunc.fixturenames:  # after the backend, so ids read "cpu-2ranks-..."
-        metafunc.parametrize("nranks", rank_counts(metafunc.config), ids=lambda n: f"{n}ranks")
 
 
 def pytest_collection_modifyitems(items) -> None:

@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 
-from .report import ResultCollector, failure_lines, markdown_matrix, write_report
+from .report import ResultCollector, contract_line, failure_lines, markdown_matrix, write_report
 
 EMULATED_VENDORS = ("moore", "metax")
 
@@ -120,22 +120,31 @@ class ConformanceReporter:
         terminalreporter.write(markdown_matrix(results))
         for line in failure_lines(results):
             terminalreporter.write_line(line)
+        backends = sorted({r.backend for r in results})
+        meta = self._meta(backends)
+        terminalreporter.write_line(contract_line(meta))
         path = self.config.getoption("anydev_report")
         if path:
-            json_path, md_path = write_report(path, results, self._meta())
+            json_path, md_path = write_report(path, results, meta)
             terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
 
-    def _meta(self) -> dict:
-        from anydev.plugin_api import CONTRACT_VERSION
+    def _meta(self, backends: list[str]) -> dict:
+        """``contract_version`` is anydev's; ``plugin_contract_versions`` what each plugin declares
+        (absent for a broken one); ``tp`` the largest rank count each backend's checks used."""
+        from anydev.plugin_api import CONTRACT_VERSION, get_registry
 
+        from .support import rank_limit
+
+        plugins = get_registry().plugins
         return {
             "command": _command_line(),
             "pytest_args": [str(a) for a in self.config.invocation_params.args],
             "host": platform.node(),
             "python": platform.python_version(),
             "contract_version": list(CONTRACT_VERSION),
+            "plugin_contract_versions": {name: list(plugins[name].contract_version) for name in backends if name in plugins},
             "devices": self.config.getoption("anydev_device") or [],
-            "tp": self.config.getoption("anydev_tp"),
+            "tp": {name: rank_limit(self.config, name) for name in backends},
             "emulated": self.emulated,
         }
 

@@ -176,6 +176,14 @@ def failure_lines(results: list[CheckResult], limit: int = 30) -> list[str]:
     return lines
 
 
+def contract_line(meta: dict) -> str:
+    """"contract: anydev 1.2; declared by the plugins: cpu 1.2, xyz 1.0; ranks: cpu 4, xyz 2"."""
+    declared = ", ".join(f"{name} {major}.{minor}" for name, (major, minor) in meta["plugin_contract_versions"].items())
+    ranks = ", ".join(f"{name} {n}" for name, n in meta["tp"].items())
+    major, minor = meta["contract_version"]
+    return f"contract: anydev {major}.{minor}; declared by the plugins: {declared or '-'}; ranks (tp): {ranks}"
+
+
 def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
@@ -194,5 +202,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tu
     path.write_text(json.dumps(document, indent=2) + "\n")
     md_path = path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
     header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
+    if "plugin_contract_versions" in meta:  # anydev's contract and each plugin's declared one, and the ranks
+        header += contract_line(meta) + "\n\n"
     md_path.write_text(header + markdown_matrix(results))
     return path, md_path

@@ -38,9 +38,26 @@ def selected_backends(config) -> list[str]:
     return names
 
 
-def rank_counts(config) -> list[int]:
-    """1..N, N from ``--tp`` (default :data:`DEFAULT_MAX_RANKS`, capped at run time by the devices)."""
-    return list(range(1, (config.getoption("anydev_tp") or DEFAULT_MAX_RANKS) + 1))
+def rank_counts(config, name: str) -> list[int]:
+    """1..N for backend ``name``, N from :func:`rank_limit`."""
+    return list(range(1, rank_limit(config, name) + 1))
+
+
+def rank_limit(config, name: str) -> int:
+    """The largest rank count of ``name``'s checks: ``--tp``, else min(its device count,
+    :data:`DEFAULT_MAX_RANKS`); 1 when it cannot count its devices (unavailable, broken, or a skeleton
+    whose ``device_count`` is a stub: its checks skip or fail on that anyway)."""
+    tp = config.getoption("anydev_tp")
+    if tp:
+        return tp
+    outcome = load_outcome(name)
+    if not isinstance(outcome, Backend):
+        return 1
+    try:
+        count = outcome.device_count()
+    except Exception:  # the checks themselves report it (the contract group calls device_count)
+        return 1
+    return max(1, min(count, DEFAULT_MAX_RANKS))
 
 
 def load_outcome(name: str):
@@ -57,7 +74,7 @@ def load_outcome(name: str):
 
 
 def max_ranks(backend: Backend, config) -> int:
-    """``--tp`` if given, else min(device count, :data:`DEFAULT_MAX_RANKS`)."""
+    """``--tp`` if given, else min(device count, :data:`DEFAULT_MAX_RANKS`) (:func:`rank_limit`)."""
     return config.getoption("anydev_tp") or min(backend.device_count(), DEFAULT_MAX_RANKS)
 
 

@@ -61,7 +61,7 @@ def test_skeleton_is_discovered_through_its_entry_point_and_loads(skeleton):
     assert "scaffoldtest" in registry.plugins, registry.broken.get("scaffoldtest")
     assert registry.sources["scaffoldtest"].startswith("entry point scaffoldtest")
     backend = registry.load("scaffoldtest")
-    assert backend.runtime.contract_version == scaffold.CONTRACT_VERSION
+    assert backend.runtime.contract_version == scaffold.SKELETON_CONTRACT_VERSION
     assert not backend.supports("runtime_info")
 
 
@@ -190,3 +190,16 @@ def test_prefix_skeleton_passes_conformance_on_an_emulated_xyz_runtime(prefix_sk
     assert report["hardware"]["scaffoldxyz"] == "emulated runtime"
     statuses = [c["status"] for c in report["checks"]]
     assert "fail" not in statuses and statuses.count("pass") > len(statuses) // 2
+
+
+def test_skeleton_declares_the_contract_version_the_guide_shows(skeleton):
+    """The skeleton implements the required calls only, so it declares (major, 0), the literal of the
+    guide's plugin example ("declare what you implement"); its runtime declares the same."""
+    from anydev_scaffoldtest import plugin
+    from anydev_scaffoldtest.runtime import ScaffoldtestRuntime
+
+    from anydev.plugin_api import CONTRACT_VERSION
+
+    assert plugin.CONTRACT_VERSION == ScaffoldtestRuntime.contract_version == (CONTRACT_VERSION[0], 0)
+    guide = (Path(scaffold.__file__).parent / "docs" / "writing-a-backend.md").read_text()
+    assert f"CONTRACT_VERSION = {plugin.CONTRACT_VERSION!r}" in guide
