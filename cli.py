@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from anydev.plugin_api import BackendUnavailableError, Registry, is_stub
+from anydev.plugin_api import AnydevError, BackendUnavailableError, Registry, is_stub
 from anydev.plugin_api.version import format_version
 
 
