@@ -11,6 +11,7 @@ import math
 import torch
 from tokenizers import AddedToken, Tokenizer as BackendTokenizer, decoders, models, pre_tokenizers, processors
 
+from .checkpoint_errors import ModelLoadError
 from .config import ModelConfig
 from .tokenizer import Tokenizer
 
@@ -115,7 +116,9 @@ def build_demo_model(seed: int = 0):
     from .checkpoint import InMemoryStore
     config = demo_config()
     backend = build_demo_tokenizer()
-    assert backend.get_vocab_size() <= config.vocab_size, "demo tokenizer outgrew the demo vocab"
+    if backend.get_vocab_size() > config.vocab_size:   # a bug in this file, caught on every run
+        raise ModelLoadError(f"embedded demo: the tokenizer has {backend.get_vocab_size()} tokens but the model's "
+                             f"vocab_size is {config.vocab_size}; raise DEMO_SHAPE's vocab_size")
     tokenizer = Tokenizer(backend, chat_template=DEMO_CHAT_TEMPLATE,
                           special_tokens={"bos_token": BOS, "eos_token": EOS},
                           bos_token_id=0, eos_token_ids=[1])

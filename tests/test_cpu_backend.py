@@ -94,7 +94,7 @@ def test_sizes_are_parsed_with_units(text, expected):
 
 
 @pytest.mark.parametrize("variable, value", [
-    ("ANYDEV_CPU_DEVICES", "eight"), ("ANYDEV_CPU_DEVICES", "-1"),
+    ("ANYDEV_CPU_DEVICES", "eight"), ("ANYDEV_CPU_DEVICES", "-1"), ("ANYDEV_CPU_DEVICES", "0"),
     ("ANYDEV_CPU_DEVICE_MEMORY", "4 parsecs"), ("ANYDEV_CPU_COLLECTIVE_TIMEOUT", "0"),
 ])
 def test_a_bad_setting_is_a_typed_error_naming_the_variable(monkeypatch, variable, value):

@@ -65,6 +65,16 @@ def test_exact_env_var_naming_a_missing_file_is_an_error_not_a_fallback(tmp_path
     assert info.value.searched == [f"$ANYDEV_TEST_FAKE_LIBRARY={missing}"]
 
 
+def test_exact_env_var_naming_a_directory_says_so(tmp_path, monkeypatch):
+    directory = tmp_path / "sdk" / "lib"
+    real_shared_object(directory / "libfake.so.1")
+    monkeypatch.setenv("ANYDEV_TEST_FAKE_LIBRARY", str(directory))
+    with pytest.raises(BackendUnavailableError) as info:
+        load()
+    assert info.value.reason == (f"$ANYDEV_TEST_FAKE_LIBRARY names {directory}, which is a directory; "
+                                 "name the library file in it (libfake.so.1) or unset it")
+
+
 def test_a_file_that_is_not_a_library_reports_the_loader_error(tmp_path, monkeypatch):
     bogus = tmp_path / "sdk" / "lib" / "libfake.so.1"
     bogus.parent.mkdir(parents=True)

@@ -45,7 +45,7 @@ class CpuConfig:
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "CpuConfig":
         """Read the settings; a malformed value raises ``BackendUnavailableError`` naming the variable."""
         return cls(
-            num_devices=_read(environ, DEVICES_ENV, DEFAULT_DEVICES, _parse_count, "a whole number of devices such as 8"),
+            num_devices=_read(environ, DEVICES_ENV, DEFAULT_DEVICES, _parse_count, "a whole number of devices (at least 1) such as 8"),
             device_memory=_read(environ, DEVICE_MEMORY_ENV, DEFAULT_DEVICE_MEMORY, parse_size, "a size such as 4GiB"),
             collective_timeout_s=_read(
                 environ, COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S, _parse_seconds, "a positive number of seconds such as 60"
@@ -67,8 +67,8 @@ def _read(environ, variable, default, parse, expected):
 
 def _parse_count(text: str) -> int:
     count = int(text)
-    if count < 0:
-        raise ValueError("a device count cannot be negative")
+    if count < 1:
+        raise ValueError("the cpu backend needs at least one device")
     return count
 
 

@@ -162,6 +162,11 @@ def load_library(ffi, spec: LibrarySpec, backend: str, roots=(), lib_subdirs=("l
 
 def _load_exact(ffi, spec: LibrarySpec, backend: str, path: str) -> LoadedLibrary:
     searched = [f"${spec.env_var}={path}"]
+    if os.path.isdir(path):
+        raise BackendUnavailableError(
+            backend, f"${spec.env_var} names {path}, which is a directory; name the library file in it "
+            f"({' or '.join(spec.file_names)}) or unset it", searched=searched
+        )
     if not os.path.isfile(path):
         raise BackendUnavailableError(
             backend, f"${spec.env_var} names {path}, which does not exist; fix or unset it", searched=searched

@@ -19,7 +19,8 @@ class Arena:
     """Hands out aligned blocks of ``[base, base + size)``. Thread-safe."""
 
     def __init__(self, base: int, size: int):
-        assert base % ALIGNMENT == 0 and size % ALIGNMENT == 0
+        if base % ALIGNMENT or size % ALIGNMENT:
+            raise ValueError(f"arena base {base:#x} and size {size} must be multiples of {ALIGNMENT}")
         self.base = base
         self.size = size
         self._free: list[tuple[int, int]] = [(0, size)]  # (offset, size), sorted by offset, merged
