@@ -7,10 +7,10 @@ For the embedded demo model and a random-weight ~1B Llama, at each TP size, the 
 through an engine with decode graphs and one with ``use_graphs=False`` (``--enforce-eager``), and the
 tokens are compared: one line per case ending in yes/no, exit 1 on any no. The prompts exercise what
 graphs add: three sequences of unequal lengths (padded to the batch bucket of 4) and a single one,
-contexts that cross context buckets (32 → 64 → the cap of 72), and a sequence that ends early.
+block tables of the full width, and a sequence that ends early.
 
-Graphs pad a step to its bucket, so the matmuls and attention run on more rows and columns than the
-eager step; on random weights (flat logits, near ties) that may legitimately flip a late greedy token.
+Graphs pad a step to its bucket, so the matmuls run on more rows than the eager step (other GEMM
+tilings); on random weights (flat logits, near ties) that may legitimately flip a late greedy token.
 The first differing position is printed: an early one (token 0-2) points at a real bug.
 """
 from __future__ import annotations

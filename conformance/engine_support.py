@@ -58,11 +58,15 @@ def engine_config(backend, tp: int, **overrides):
     return EngineConfig(**settings)
 
 
-def start_engine(config):
-    """``InferEngine(demo, config)``, started on a helper thread so that a hang fails the check."""
+def start_engine(config, fail_at=None):
+    """``InferEngine(demo, config)``, started on a helper thread so that a hang fails the check;
+    ``fail_at=(rank, phase)`` injects a fault there (the engine's test hook)."""
     from anydev.core import InferEngine
+    from anydev.core.test_hooks import TestHooks
 
-    return run_ranks(1, lambda _: InferEngine(demo(), config), f"engine init on {config.device} x{config.tp}")[0]
+    hooks = TestHooks(fail_at=fail_at)
+    return run_ranks(1, lambda _: InferEngine(demo(), config, _hooks=hooks),
+                     f"engine init on {config.device} x{config.tp}")[0]
 
 
 # ---- inference ------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def test_failing_rank_raises_and_leaves_nothing_behind(backend, pytestconfig, ph
     free_before = [backend.device(i).memory_info().free for i in range(tp)]
 
     with pytest.raises(EngineInitError) as info:
-        start_engine(engine_config(backend, tp, num_blocks=blocks, fail_at=(rank, phase)))
+        start_engine(engine_config(backend, tp, num_blocks=blocks), fail_at=(rank, phase))
     error = info.value
     assert (error.rank, error.phase) == (rank, phase), f"the error names rank {error.rank} '{error.phase}'"
     assert f"rank {rank}" in str(error), f"the message does not name the rank: {error}"

@@ -6,8 +6,10 @@ rank worker, and only then waits for all of them. Each rank zeroes its KV cache 
 memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark;
 ``"sequential"`` runs the ranks one after another as parallel mode runs each (each rank alone).
 
-Decode steps run as device graphs (:mod:`.graphs`) when the backend offers them (contract 1.1's
-optional ``torch_graph``) and ``EngineConfig.use_graphs`` is true; prefill always runs eagerly.
+Decode steps run as device graphs (:mod:`.graphs`), captured per batch bucket at start-up, when the
+backend offers them (contract 1.1's optional ``torch_graph``) and ``EngineConfig.use_graphs`` is true;
+prefill always runs eagerly. The model calls contract 1.2's kernels: the backend's own where it has
+them, the torch references otherwise (``EngineConfig.kernels``); ``kernels_description`` says which.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import dataclass
 from typing import Callable
-
 import torch
 
 from anydev.plugin_api import load_backend
@@ -25,11 +26,14 @@ from anydev.plugin_api import load_backend
 from .block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
 from .config import SUPPORTED_ARCHITECTURES
-from .graphs import DeviceGraph, batch_bucket, context_bucket, pad_decode
+from .graphs import batch_bucket, batch_buckets
+from .kernel_choice import KERNEL_MODES, select_kernels
+from .models.batch import pad_decode
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams
 from .scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
+from .test_hooks import TestHooks
 from .timeline import PHASES, PhaseRecord, Timeline
 
 DTYPES = {
@@ -58,18 +62,17 @@ class EngineConfig:
     #: Reuse the KV blocks of a cached prompt prefix (see :mod:`.block_manager`).
     enable_prefix_caching: bool = True
     init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour) | "sequential" (benchmarks)
-    #: Decode through captured device graphs where the backend supports them (``--enforce-eager``
-    #: turns it off); they cost one KV block per rank for padding rows, and one capture per bucket.
+    #: Decode through device graphs where the backend supports them (``--enforce-eager`` turns it
+    #: off): one capture per batch bucket, all at start-up.
     use_graphs: bool = True
+    #: "native": the backend's kernels where it offers them (the references elsewhere);
+    #: "reference": the contract's torch references only (to compare greedy tokens with and without).
+    kernels: str = "native"
     #: Pinned host memory per rank for loading the weights (two buffers): all the host memory a
     #: rank's load holds, whatever the model's size.
     weight_staging_bytes: int = 128 << 20
     #: Threads per rank reading the checkpoint (default: the host's cores shared by the ranks, at most 8).
     weight_read_threads: int | None = None
-    #: Test hook: makes a rank's step graph from its stream (default: the device API's graphs).
-    graph_factory: Callable | None = None
-    #: Test hook: rank r raises during phase p (one of ``PHASES``), to exercise the failure path.
-    fail_at: tuple[int, str] | None = None
 
 
 def default_read_threads(tp: int) -> int:
@@ -120,8 +123,10 @@ class InferEngine:
     """Loads a checkpoint onto ``config.tp`` ranks and generates. Use as a context manager or call
     :meth:`close`. ``timeline`` holds each rank's init phases."""
 
-    def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False):
+    def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False, *,
+                 _hooks: TestHooks | None = None):
         self.config = config = config or EngineConfig()
+        self._hooks = _hooks or TestHooks()
         self.timeline: list[PhaseRecord] = []
         self.workers: list[RankWorker] = []
         self.communicators = []
@@ -145,7 +150,7 @@ class InferEngine:
     # ---- start-up ----------------------------------------------------------------------------
     def _start(self, progress: bool) -> None:
         config, model = self.config, self.checkpoint.config
-        validate_config(config, model)
+        validate_config(config, model, self._hooks)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
         count = self.backend.device_count()
@@ -155,22 +160,26 @@ class InferEngine:
             )
         self.dtype = _resolve_dtype(config, self.backend)
         devices = [self.backend.device(rank) for rank in range(config.tp)]
+        self.kernels = select_kernels(self.backend, config.kernels)
+        self.kernels_description = self.kernels.describe()
         self.communicators = self.backend.create_communicators(devices)
-        self.uses_graphs = config.use_graphs and (config.graph_factory is not None
+        hooks = self._hooks
+        self.uses_graphs = config.use_graphs and (hooks.graph_factory is not None
                                                   or self.backend.supports("torch_graph"))
-        graph_factory = (config.graph_factory or DeviceGraph) if self.uses_graphs else None
+        graph_factory = (hooks.graph_factory or _device_graph) if self.uses_graphs else None
 
-        blocks_per_seq = -(-self.max_model_len // config.block_size)
-        spare = 1 if self.uses_graphs else 0    # the scratch block that graph padding rows write
-        kv = KVRequest(config.block_size, None if config.num_blocks is None else config.num_blocks + spare,
-                       config.max_num_seqs * blocks_per_seq + spare, blocks_per_seq + spare, config.memory_fraction)
+        #: Block-table width: the blocks of one sequence of the longest context (graphs are captured
+        #: at this width, so context length is no bucket).
+        self.max_blocks_per_seq = blocks_per_seq = -(-self.max_model_len // config.block_size)
+        kv = KVRequest(config.block_size, config.num_blocks, config.max_num_seqs * blocks_per_seq, blocks_per_seq,
+                       config.memory_fraction)
         self._cancel = threading.Event()
         self._timeline = Timeline()
         read_threads = config.weight_read_threads or default_read_threads(config.tp)
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
                       rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
-                      config.fail_at, progress, graph_factory,
+                      progress, self.kernels, self.max_model_len, hooks.fail_at, graph_factory,
                       staging_bytes=config.weight_staging_bytes, read_threads=read_threads)
             for rank in range(config.tp)
         ]
@@ -184,15 +193,19 @@ class InferEngine:
                 for s in setups:                                                # one after another
                     worker = self._new_worker(s)
                     self._wait_for_init([worker.submit(worker.init)])
+            self.init_seconds = time.perf_counter() - start
+            self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
+            if self.uses_graphs:   # every rank at once: the collectives inside the captures line up
+                self._wait_for_init([w.submit(w.capture_graphs, config.max_num_seqs, self.graph_buckets,
+                                              blocks_per_seq) for w in self.workers])
+            self.capture_seconds = time.perf_counter() - start - self.init_seconds
         except BaseException as exc:
             self._release_all(exc)
             if isinstance(exc, EngineInitError) and isinstance(exc.cause, EngineConfigError):
                 raise exc.cause from None   # e.g. the KV cache does not fit: a config problem, said as such
             raise
-        self.init_seconds = time.perf_counter() - start
         self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
-        self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers) - spare
-        self.scratch_slot = self.num_blocks * config.block_size   # first slot of the spare block
+        self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
         budget = config.max_num_batched_tokens or 2048
         if not config.enable_chunked_prefill:
@@ -324,10 +337,8 @@ class InferEngine:
             if not plan.seqs:
                 return []
             start = time.perf_counter()
-            batch = build_step(plan.seqs, self.checkpoint.config.sliding_window, plan.num_new)
+            batch = self.build_step(plan.seqs, plan.num_new)
             decode = plan.is_decode
-            if self.uses_graphs and decode:
-                batch = self._padded_for_graph(batch)
             built = time.perf_counter()
             tokens = self._run_step(batch, plan).tolist()
             self._account(plan, decode, start, built)
@@ -389,10 +400,16 @@ class InferEngine:
     def _stats_snapshot(self) -> GenerationStats:
         return GenerationStats(**vars(self._stats))
 
-    def _padded_for_graph(self, batch):
-        """The decode step padded to its graph bucket (see :mod:`.graphs`)."""
-        rows = batch_bucket(batch.B, self.config.max_num_seqs)
-        return pad_decode(batch, rows, context_bucket(batch.L, self.max_model_len), self.scratch_slot)
+    def build_step(self, seqs: list[Sequence], num_new: list[int] | None = None):
+        """The step batch in which sequence i feeds ``num_new[i]`` tokens from its ``num_cached`` on
+        (default: all its uncached tokens); a pure decode step is padded to its graph bucket when
+        decode graphs are on. Pass it to :meth:`_run_step`."""
+        if not self.uses_graphs:
+            return build_step(seqs, num_new)
+        batch = build_step(seqs, num_new, self.max_blocks_per_seq)
+        if not batch.is_decode:
+            return batch
+        return pad_decode(batch, batch_bucket(batch.B, self.config.max_num_seqs), self.max_blocks_per_seq)
 
     def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
@@ -488,9 +505,15 @@ class InferEngine:
         self.close()
 
 
-def validate_config(config: EngineConfig, model) -> None:
+def _device_graph(stream, replay_eagerly):
+    """A decode graph from the device API (contract 1.1); device graphs replay without Python."""
+    return stream.create_graph()
+
+
+def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None) -> None:
     """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
     config ``model`` (checked before any weights load)."""
+    hooks = hooks or TestHooks()
     if model.architecture not in SUPPORTED_ARCHITECTURES:
         raise EngineConfigError(
             f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
@@ -527,8 +550,10 @@ def validate_config(config: EngineConfig, model) -> None:
         )
     if config.dtype is not None and config.dtype not in DTYPES:
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
-    if config.fail_at is not None:
-        rank, phase = config.fail_at
+    if config.kernels not in KERNEL_MODES:
+        raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {config.kernels!r}")
+    if hooks.fail_at is not None:
+        rank, phase = hooks.fail_at
         if phase not in PHASES:
             raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
 

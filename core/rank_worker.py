@@ -19,6 +19,7 @@ from .errors import EngineConfigError, EngineInitError
 from .graphs import DecodeGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from .models.batch import StepBatch
+from .kernel_choice import cos_sin_cache
 from .models.fusion import fused_views
 from .models.llama import LlamaRank
 from .models.rope import inverse_frequencies
@@ -55,9 +56,11 @@ class RankSetup:
     dtype: torch.dtype
     kv: KVRequest
     serial_zero: bool                       # the old KV zeroing (host zeros, a sync per layer)
-    fail_at: tuple[int, str] | None         # fault injection for tests
     progress: bool
-    graph_factory: Callable | None = None   # Stream -> StepGraph; None: decode runs eagerly
+    kernels: object                         # the KernelSet the model calls (see ..kernel_choice)
+    max_model_len: int                      # positions the rotary table covers
+    fail_at: tuple[int, str] | None = None  # test hook: fault injection (see .engine's _TestHooks)
+    graph_factory: Callable | None = None   # (stream, replay_eagerly) -> graph; None: decode runs eagerly
     staging_bytes: int = DEFAULT_STAGING_BYTES   # pinned host memory for loading the weights
     read_threads: int = 1                   # threads reading each block of weights
 
@@ -116,7 +119,7 @@ class RankWorker:
         if self.cancel.is_set():
             raise InitCancelled(f"rank {self.rank} stopped before '{phase}'")
         if self.setup.fail_at == (self.rank, phase):
-            raise RuntimeError(f"injected fault (EngineConfig.fail_at={self.setup.fail_at!r})")
+            raise RuntimeError(f"injected fault (TestHooks.fail_at={self.setup.fail_at!r})")
         return self.timeline.phase(self.rank, phase)
 
     def _check_cancel(self) -> None:
@@ -169,18 +172,29 @@ class RankWorker:
         s, config = self.setup, self.setup.checkpoint.config
         with self.stream.torch_stream():
             inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
-            inv_freq = inv_freq.to(self.device.torch_device)
-        all_reduce = self._all_reduce if s.shard.tp > 1 else None
+            rotary = cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
+        tp = s.shard.tp > 1
         kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
         weights = {**self.weights.tensors, **fused_views(self.weights, config.num_hidden_layers)}
-        self.model = LlamaRank(config, s.shard, weights, kv_layers, inv_freq, all_reduce)
-        if s.graph_factory is not None:
-            self.graphs = DecodeGraphs(self.rank, lambda: s.graph_factory(self.stream), self.model.forward,
-                                       self.device.torch_device)
+        self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
+                               self._all_reduce if tp else None, self._all_gather if tp else None)
+
+    def capture_graphs(self, max_num_seqs: int, buckets: list[int], max_blocks: int) -> None:
+        """Capture the decode graphs of every batch bucket (all ranks call this together)."""
+        factory = self.setup.graph_factory
+        with self.stream.torch_stream():
+            self.graphs = DecodeGraphs(self.rank, lambda replay_eagerly: factory(self.stream, replay_eagerly),
+                                       self.model.forward, self.device.torch_device, max_num_seqs, max_blocks)
+            self.graphs.capture_all(buckets)
+        self.stream.synchronize()
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
         self.setup.comm.all_reduce(tensor, op="sum", stream=self.stream)
+
+    def _all_gather(self, send: torch.Tensor, recv: torch.Tensor) -> None:
+        """``recv[r] = send`` of rank r, in this rank's stream order."""
+        self.setup.comm.all_gather(send, recv, stream=self.stream)
 
     # ---- serving ---------------------------------------------------------------------------
     def forward(self, batch: StepBatch, sampling: list[SamplingParams | None],

@@ -156,29 +156,37 @@ class Scheduler:
         return complete
 
 
-def build_step(seqs: list[Sequence], sliding_window: int | None = None,
-               num_new: list[int] | None = None) -> StepBatch:
-    """The batch that feeds each sequence ``num_new[i]`` (default: all) of its uncached tokens from
-    its ``num_cached`` (a prompt chunk at prefill, the last token at decode) and attends to its context through its slot list (the last ``sliding_window``
-    positions only, when the model has one, as HF masks them). Vectorised: one Python iteration per
+def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None) -> StepBatch:
+    """The packed step (see :class:`StepBatch`) in which sequence i feeds ``num_new[i]`` tokens from
+    its ``num_cached`` on (a prompt chunk, or its one decode token); by default every uncached token.
+    Block tables are ``max_blocks`` wide (default: the widest in the step). One Python iteration per
     sequence, none per token; the slots come from :meth:`Sequence.assign_blocks`."""
-    counts = num_new or [None] * len(seqs)
-    new_tokens = [seq.new_tokens(count) for seq, count in zip(seqs, counts)]
     B = len(seqs)
-    num_new = np.fromiter(map(len, new_tokens), np.int64, B)                   # [B]
-    start = np.fromiter((seq.num_cached for seq in seqs), np.int64, B)         # [B]
-    context = start + num_new                                                  # [B]
-    S, L = int(num_new.max()), int(context.max())
-    is_real = np.arange(S) < num_new[:, None]                                  # [B, S]
-    input_ids = np.zeros((B, S), dtype=np.int64)
-    input_ids[is_real] = np.concatenate(new_tokens)                            # row-major = token order
-    positions = start[:, None] + np.arange(S)                                  # [B, S]
-    read_slots = np.zeros((B, L), dtype=np.int64)                              # [B, L]
+    if B == 0:
+        raise ValueError("build_step needs at least one sequence")
+    if num_new is None:
+        num_new = [seq.num_tokens - seq.num_cached for seq in seqs]
+    q_lens = np.asarray(num_new, dtype=np.int64)
+    start = np.fromiter((seq.num_cached for seq in seqs), np.int64, B)
+    seq_lens = start + q_lens
+    cu = np.zeros(B + 1, dtype=np.int64)
+    np.cumsum(q_lens, out=cu[1:])
+    width = max_blocks or max(len(seq.blocks) for seq in seqs)
+    tables = np.zeros((B, width), dtype=np.int32)
+    input_ids, slots = [], []
     for row, seq in enumerate(seqs):
-        assert len(seq.slots) >= context[row], "a sequence's blocks cover its whole context"
-        width = min(L, len(seq.slots))
-        read_slots[row, :width] = seq.slots[:width]
-    write_slots = np.take_along_axis(read_slots, np.minimum(positions, L - 1), 1)[is_real]   # [N]
-    return StepBatch.pack(dict(input_ids=input_ids, positions=positions, context=context,
-                               token_index=np.flatnonzero(is_real), write_slots=write_slots,
-                               read_slots=read_slots, last_index=num_new - 1), sliding_window)
+        first, end = seq.num_cached, int(seq_lens[row])
+        if q_lens[row] < 1 or end > seq.num_tokens:
+            raise ValueError(f"sequence {seq.index}: cannot feed {q_lens[row]} token(s) from position {first}; "
+                             f"it has {seq.num_tokens} tokens")
+        if seq.slots is None or len(seq.slots) < end or len(seq.blocks) > width:
+            raise ValueError(f"sequence {seq.index}: its {len(seq.blocks)} KV block(s) do not cover its context "
+                             f"of {end} tokens in a block table {width} wide")
+        input_ids.append(seq.token_slice(first, end))
+        slots.append(seq.slots[first:end])
+        tables[row, :len(seq.blocks)] = seq.blocks
+    T = int(cu[-1])
+    positions = np.repeat(start - cu[:-1], q_lens) + np.arange(T)
+    return StepBatch.pack(dict(input_ids=np.concatenate(input_ids), positions=positions,
+                               slot_mapping=np.concatenate(slots), last_index=cu[1:] - 1, cu_seqlens_q=cu,
+                               seq_lens=seq_lens, block_tables=tables), max_q_len=int(q_lens.max()))

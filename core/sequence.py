@@ -52,6 +52,13 @@ class Sequence:
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """Tokens ``start..end-1`` of prompt + output, without joining the two lists."""
+        n = len(self.prompt)
+        if start >= n:
+            return self.output[start - n:end - n]
+        return self.prompt[start:end] + self.output[:max(0, end - n)]
+
     def new_tokens(self, count: int | None = None) -> list[int]:
         """The first ``count`` (default: all) tokens whose K/V are not cached yet: the prompt (or a
         chunk of it) at prefill, the last token at decode."""

@@ -53,6 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
     p.add_argument("--enforce-eager", action="store_true",
                    help="decode eagerly, without device graphs (they are used where the backend has them)")
+    p.add_argument("--kernels", default="native", choices=("native", "reference"),
+                   help="native: the backend's kernels where it has them (default); reference: the torch references")
     return p.parse_args(argv)
 
 
@@ -73,7 +75,8 @@ def run(args) -> int:
         raise_config(f"--batch-size must be >= 1, got {args.batch_size}")
     config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
-                          max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager)
+                          max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager,
+                          kernels=args.kernels)
     validate_config(config, checkpoint.config)   # the settings and the prompt are checked before any weights load
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
@@ -83,7 +86,10 @@ def run(args) -> int:
     with InferEngine(checkpoint, config, progress=True) as engine:
         print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
               f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
-              f"decode graphs {'on' if engine.uses_graphs else 'off'}")
+              f"decode graphs {'on' if engine.uses_graphs else 'off'}"
+              + (f" ({len(engine.graph_buckets)} captured at start-up in {engine.capture_seconds:.3f} s)"
+                 if engine.uses_graphs else ""))
+        print(engine.kernels_description)
         print("init timeline:")
         print(format_timeline(engine.timeline))
         outputs = engine.generate(prompts, sampling, use_chat_template=use_template)

@@ -5,6 +5,7 @@ import pytest
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine
 from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.test_hooks import TestHooks
 from anydev.plugin_api import UnknownBackendError
 
 
@@ -19,12 +20,22 @@ from anydev.plugin_api import UnknownBackendError
     (dict(memory_fraction=1.5), r"memory_fraction must be in \(0, 1\]"),
     (dict(max_model_len=1), "max_model_len must be an integer >= 2"),
     (dict(max_model_len=10**6), "exceeds the model's context of 1024 tokens"),
-    (dict(fail_at=(0, "warp drive")), "fail_at phase must be one of"),
+    (dict(kernels="fast"), "kernels must be one of"),
 ])
 def test_bad_settings_are_config_errors(changes, message):
     with pytest.raises(EngineConfigError, match=message) as info:
         InferEngine(demo_checkpoint(), EngineConfig(**changes))
     assert "\n" not in str(info.value)
+
+
+def test_a_bad_fault_injection_phase_is_a_config_error():
+    with pytest.raises(EngineConfigError, match="fail_at phase must be one of"):
+        InferEngine(demo_checkpoint(), EngineConfig(), _hooks=TestHooks(fail_at=(0, "warp drive")))
+
+
+def test_the_test_seams_are_not_in_the_public_config():
+    fields = set(EngineConfig.__dataclass_fields__)
+    assert not fields & {"graph_factory", "fail_at"}
 
 
 def test_an_unknown_device_names_the_known_backends():

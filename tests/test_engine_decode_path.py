@@ -37,58 +37,69 @@ def make_seq(index, prompt_len, output_len, blocks, num_cached):
     return seq
 
 
-def reference_step(seqs):
+def reference_step(seqs, num_new=None):
     """Per token, the slow obvious way: (input ids, positions, write slots, context) per sequence."""
     rows = []
-    for seq in seqs:
+    for i, seq in enumerate(seqs):
         tokens = seq.prompt + seq.output
-        positions = list(range(seq.num_cached, len(tokens)))
+        end = len(tokens) if num_new is None else seq.num_cached + num_new[i]
+        positions = list(range(seq.num_cached, end))
         slots = [seq.blocks[p // BLOCK] * BLOCK + p % BLOCK for p in positions]
-        rows.append((tokens[seq.num_cached:], positions, slots, len(tokens)))
+        rows.append((tokens[seq.num_cached:end], positions, slots, end))
     return rows
 
 
-@pytest.mark.parametrize("case", ["prefill", "decode"])
+CASES = {
+    # unequal prompts, packed without padding
+    "prefill": ([(0, 5, 0, [7, 2], 0), (1, 2, 0, [3], 0), (2, 9, 0, [0, 5, 6], 0)], None),
+    # one new token each, contexts of unequal lengths
+    "decode": ([(0, 5, 3, [7, 2, 4], 7), (1, 2, 1, [3], 2), (2, 9, 2, [0, 5, 6], 10)], None),
+    # a prompt chunk after a cached prefix, a whole prompt and a decode in one step
+    "mixed": ([(0, 9, 0, [7, 2, 4], 4), (1, 2, 0, [3], 0), (2, 9, 2, [0, 5, 6], 10)], [3, 2, 1]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
 def test_build_step_equals_the_per_token_reference(case):
-    if case == "prefill":   # unequal prompts: padding to skip
-        seqs = [make_seq(0, 5, 0, [7, 2], 0), make_seq(1, 2, 0, [3], 0), make_seq(2, 9, 0, [0, 5, 6], 0)]
-    else:                   # one new token each, contexts of unequal lengths
-        seqs = [make_seq(0, 5, 3, [7, 2, 4], 7), make_seq(1, 2, 1, [3], 2), make_seq(2, 9, 2, [0, 5, 6], 10)]
-    batch = build_step(seqs)
-    ref = reference_step(seqs)
+    specs, num_new = CASES[case]
+    seqs = [make_seq(*spec) for spec in specs]
+    batch = build_step(seqs, num_new)
+    ref = reference_step(seqs, num_new)
     assert batch.is_decode == (case == "decode")
-    assert batch.N == sum(len(r[0]) for r in ref)
-    assert batch.write_slots.tolist() == [s for r in ref for s in r[2]]
-    flat_ids, flat_pos = batch.input_ids.flatten(), batch.positions.flatten()
-    assert flat_ids[batch.token_index].tolist() == [t for r in ref for t in r[0]]
-    assert flat_pos[batch.token_index].tolist() == [p for r in ref for p in r[1]]
-    assert batch.last_index.tolist() == [len(r[0]) - 1 for r in ref]
-    mask = batch.attention_mask()
-    for row, (seq, (tokens, positions, _, context)) in enumerate(zip(seqs, ref)):
-        for s, position in enumerate(positions):
-            allowed = mask[row, 0, s].nonzero().flatten().tolist()
-            assert allowed == list(range(position + 1))             # causal, inside the context
-            read = batch.read_slots[row, allowed].tolist()
-            assert read == [seq.blocks[p // BLOCK] * BLOCK + p % BLOCK for p in allowed]
+    assert batch.T == batch.num_tokens == sum(len(r[0]) for r in ref)
+    assert batch.input_ids.tolist() == [t for r in ref for t in r[0]]
+    assert batch.positions.tolist() == [p for r in ref for p in r[1]]
+    assert batch.slot_mapping.tolist() == [s for r in ref for s in r[2]]
+    assert batch.seq_lens.tolist() == [r[3] for r in ref]
+    lengths = [len(r[0]) for r in ref]
+    assert batch.cu_seqlens_q.tolist() == [sum(lengths[:i]) for i in range(len(ref) + 1)]
+    assert batch.last_index.tolist() == [sum(lengths[:i + 1]) - 1 for i in range(len(ref))]
+    assert batch.block_tables.tolist() == [seq.blocks + [0] * (3 - len(seq.blocks)) for seq in seqs]
+    assert (batch.input_ids.dtype, batch.positions.dtype, batch.slot_mapping.dtype) == (torch.int64,) * 3
+    assert (batch.cu_seqlens_q.dtype, batch.seq_lens.dtype, batch.block_tables.dtype) == (torch.int32,) * 3
 
 
-def test_sliding_window_masks_keys_older_than_the_window():
-    seqs = [make_seq(0, 5, 3, [7, 2, 4], 7)]
-    batch = build_step(seqs, sliding_window=3)
-    assert batch.attention_mask()[0, 0, 0].nonzero().flatten().tolist() == [5, 6, 7]
+def test_build_step_refuses_a_context_its_blocks_do_not_cover():
+    seq = make_seq(0, 9, 0, [7], 0)
+    with pytest.raises(ValueError, match="do not cover its context of 9 tokens"):
+        build_step([seq])
+    with pytest.raises(ValueError, match="cannot feed 10 token"):
+        build_step([make_seq(0, 9, 0, [7, 2, 4], 0)], [10])
 
 
 def test_a_step_moves_to_a_device_in_one_copy_and_its_fields_are_views():
     seqs = [make_seq(0, 5, 3, [7, 2, 4], 7), make_seq(1, 2, 1, [3], 2)]
-    batch = build_step(seqs)
+    batch = build_step(seqs, max_blocks=8)
+    assert batch.M == 8
     counter = OpCounter()
     with counter:
         moved = batch.to("meta")
     assert counter.counts["_to_copy"] == 1
     assert moved.packed.device.type == "meta"
-    for name in ("input_ids", "positions", "read_slots", "write_slots", "token_index", "last_index", "context"):
+    for name in ("input_ids", "positions", "slot_mapping", "last_index", "cu_seqlens_q", "seq_lens", "block_tables"):
         field = getattr(moved, name)
         assert field.device.type == "meta" and field.shape == getattr(batch, name).shape
+        assert field.dtype == getattr(batch, name).dtype
         assert field.untyped_storage().data_ptr() == moved.packed.untyped_storage().data_ptr()
 
 
@@ -150,14 +161,13 @@ def counted_decode_forward(engine, sampling):
 
 @pytest.mark.parametrize("sampling", [SamplingParams(max_new_tokens=3),
                                       SamplingParams(max_new_tokens=3, temperature=1.0, top_k=5, top_p=0.9, seed=1)])
-def test_a_decode_step_runs_fused_projections_and_never_syncs_inside(engine, sampling):
+def test_a_decode_step_runs_fused_projections_and_the_kernels_without_item(engine, sampling):
     steps = counted_decode_forward(engine, sampling)
     layers = engine.checkpoint.config.num_hidden_layers
     assert len(steps) == 2
     for counts, result in steps:
         assert counts["linear"] == 4 * layers + 1          # qkv, o, gate_up, down per layer; lm_head
-        assert counts["index_copy_"] == 2 * layers          # K and V writes
-        assert counts["index"] == 2 * layers                # K and V gathers
+        assert counts["_scaled_dot_product_attention_math"] + counts["_scaled_dot_product_flash_attention_for_cpu"] \
+            + counts["scaled_dot_product_attention"] >= layers   # paged decode attention, once a layer
         assert counts["_local_scalar_dense"] == 0           # no .item() inside the step
-        assert counts["nonzero"] == 0                       # no data-dependent shapes (a device sync)
         assert result.dtype == torch.int64 and result.shape == (2,)   # only the token ids come back

@@ -12,6 +12,7 @@ import torch
 from anydev.core import PHASES, EngineClosedError, EngineConfig, EngineConfigError, EngineInitError, InferEngine
 from anydev.core.checkpoint import demo_checkpoint
 from anydev.core.rank_worker import RankWorker
+from anydev.core.test_hooks import TestHooks
 from anydev.plugin_api import OutOfMemoryError, Stream, load_backend
 
 LAYERS = demo_checkpoint().config.num_hidden_layers
@@ -150,7 +151,7 @@ def test_timeline_has_every_phase_of_every_rank_in_order():
 def test_a_failing_rank_stops_everyone_and_frees_everything(cpu, phase):
     free_before, threads_before = free_bytes(cpu), thread_ids()
     with pytest.raises(EngineInitError) as info:
-        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, fail_at=(2, phase)))
+        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8), _hooks=TestHooks(fail_at=(2, phase)))
     error = info.value
     assert (error.rank, error.phase) == (2, phase)
     assert str(error).startswith(f"rank 2 failed during '{phase}': RuntimeError: injected fault")
@@ -162,7 +163,8 @@ def test_a_failing_rank_stops_everyone_and_frees_everything(cpu, phase):
 def test_a_failing_rank_in_serial_mode_frees_the_ranks_before_it(cpu):
     free_before, threads_before = free_bytes(cpu), thread_ids()
     with pytest.raises(EngineInitError, match="rank 1 failed during 'sync'"):
-        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="serial", fail_at=(1, "sync")))
+        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="serial"),
+                    _hooks=TestHooks(fail_at=(1, "sync")))
     assert thread_ids() == threads_before
     assert free_bytes(cpu) == free_before
 

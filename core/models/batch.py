@@ -1,7 +1,15 @@
-"""One forward step's inputs: which tokens, at which positions, which KV slots they write and read.
+"""One forward step's inputs, vLLM-style: flat and packed, no padding.
 
-Every index tensor of a step lives in ONE int64 host tensor (``packed``), so moving a step to a
-device is one host→device copy; the fields are views into it.
+T tokens of B sequences, one after another (a prompt chunk feeds several tokens of its sequence, a
+decode one); prefill chunks and decodes may share a step. Per token: ``input_ids``, ``positions`` and
+``slot_mapping`` (the KV slot it writes; negative: a padding row that writes nothing). Per sequence:
+``cu_seqlens_q`` (where its tokens start in T), ``seq_lens`` (its context after this step),
+``block_tables`` (its KV blocks, padded to the width M) and ``last_index`` (its last token in T, the
+one whose logits are sampled). The kernels' contract (``anydev.plugin_api.kernels``) fixes the dtypes:
+int64 for ids, positions, slots and indices, int32 for cu_seqlens, seq lens and block tables.
+
+Every field lives in ONE byte tensor (``packed``), so moving a step to a device is one copy, and a
+decode graph's inputs are views of one persistent device buffer that each step is copied into.
 """
 from __future__ import annotations
 
@@ -10,75 +18,97 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: The packed fields, in order, with their shapes in terms of (B, S, L, N).
+#: (name, dtype, shape in terms of T, B, M); the int64 fields first, so every field stays aligned.
 _LAYOUT = (
-    ("input_ids", lambda B, S, L, N: (B, S)),     # padding = 0
-    ("positions", lambda B, S, L, N: (B, S)),     # position of each new token in its sequence
-    ("context", lambda B, S, L, N: (B,)),         # tokens each sequence attends to after this step
-    ("token_index", lambda B, S, L, N: (N,)),     # flat index (into B*S) of the real, non-padding tokens
-    ("write_slots", lambda B, S, L, N: (N,)),     # KV slot each real token writes
-    ("read_slots", lambda B, S, L, N: (B, L)),    # KV slot of each context position (padding → slot 0)
-    ("last_index", lambda B, S, L, N: (B,)),      # index in S of each sequence's last real token
+    ("input_ids", np.int64, lambda T, B, M: (T,)),
+    ("positions", np.int64, lambda T, B, M: (T,)),
+    ("slot_mapping", np.int64, lambda T, B, M: (T,)),
+    ("last_index", np.int64, lambda T, B, M: (B,)),
+    ("cu_seqlens_q", np.int32, lambda T, B, M: (B + 1,)),
+    ("seq_lens", np.int32, lambda T, B, M: (B,)),
+    ("block_tables", np.int32, lambda T, B, M: (B, M)),
 )
+_TORCH = {np.int64: torch.int64, np.int32: torch.int32}
+
+
+def packed_nbytes(T: int, B: int, M: int) -> int:
+    """Bytes of a packed step of T tokens, B sequences and block tables M wide."""
+    return sum(np.dtype(dt).itemsize * int(np.prod(shape(T, B, M))) for _, dt, shape in _LAYOUT)
 
 
 @dataclass
 class StepBatch:
-    """B sequences, each with its new tokens padded to S, reading a context padded to L; N real tokens.
+    """A packed step; the fields named in the module docstring are views of ``packed``.
 
-    Built on the host by the scheduler; each rank moves it to its device with :meth:`to` (one copy).
-    ``sliding_window`` (or None) limits how far back a query may attend, as HF masks it.
-    ``real_rows`` is set on a decode step padded to a graph bucket (see :mod:`anydev.core.graphs`):
-    only its first ``real_rows`` rows are sequences.
+    ``max_q_len`` (host int) is the most tokens one sequence feeds: 1 makes it a pure decode step.
+    ``real_rows`` is set on a decode step padded to a graph's batch size: only its first
+    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`).
     """
 
-    packed: torch.Tensor       # [K] int64, every field below one after another
+    packed: torch.Tensor     # [packed_nbytes(T, B, M)] uint8
+    T: int
     B: int
-    S: int
-    L: int
-    N: int
-    sliding_window: int | None = None
+    M: int
+    max_q_len: int
     real_rows: int | None = None
 
     @classmethod
-    def pack(cls, fields: dict[str, np.ndarray], sliding_window: int | None = None) -> "StepBatch":
-        B, S = fields["input_ids"].shape
-        L, N = fields["read_slots"].shape[1], fields["token_index"].shape[0]
-        packed = np.concatenate([np.asarray(fields[name], dtype=np.int64).ravel() for name, _ in _LAYOUT])
-        return cls(torch.from_numpy(packed), B, S, L, N, sliding_window)
+    def pack(cls, fields: dict[str, np.ndarray], max_q_len: int) -> "StepBatch":
+        T, (B, M) = len(fields["input_ids"]), fields["block_tables"].shape
+        parts = [np.ascontiguousarray(fields[name], dtype=dt).view(np.uint8).ravel() for name, dt, _ in _LAYOUT]
+        return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len)
 
     def __post_init__(self):
         offset = 0
-        for name, shape_of in _LAYOUT:
-            shape = shape_of(self.B, self.S, self.L, self.N)
-            size = int(np.prod(shape))
-            setattr(self, name, self.packed[offset:offset + size].view(shape))
-            offset += size
+        for name, dt, shape_of in _LAYOUT:
+            shape = shape_of(self.T, self.B, self.M)
+            nbytes = np.dtype(dt).itemsize * int(np.prod(shape))
+            setattr(self, name, self.packed[offset:offset + nbytes].view(_TORCH[dt]).view(shape))
+            offset += nbytes
         if offset != self.packed.numel():
-            raise ValueError(f"packed step holds {self.packed.numel()} ids, its shapes need {offset}")
+            raise ValueError(f"packed step holds {self.packed.numel()} bytes, its shapes need {offset}")
 
     def to(self, device) -> "StepBatch":
-        """This step on ``device``: one copy of ``packed`` (no host wait for pageable memory)."""
-        return StepBatch(self.packed.to(device, non_blocking=True), self.B, self.S, self.L, self.N,
-                         self.sliding_window, self.real_rows)
+        """This step on ``device``: one copy of ``packed``."""
+        return self.view_of(self.packed.to(device, non_blocking=True))
+
+    def view_of(self, packed: torch.Tensor) -> "StepBatch":
+        """The same step shape over other bytes (a device copy, a graph's static buffer)."""
+        return StepBatch(packed[:self.packed.numel()], self.T, self.B, self.M, self.max_q_len, self.real_rows)
 
     @property
     def num_tokens(self) -> int:
-        return self.N
+        """Tokens of real sequences (padding rows of a graph step left out)."""
+        return self.T if self.real_rows is None else self.real_rows
 
     @property
     def is_decode(self) -> bool:
-        """One new token per sequence: no padding, every query is its sequence's last position."""
-        return self.S == 1
+        """One new token per sequence: every query is its sequence's last position."""
+        return self.max_q_len == 1
 
-    def attention_mask(self) -> torch.Tensor:
-        """[B, 1, S, L] bool, made where the step lives: may this query attend this key."""
-        keys = torch.arange(self.L, device=self.packed.device)
-        if self.is_decode:   # the query sits at context - 1: causal == inside the context
-            mask = (keys < self.context[:, None])[:, None, None, :]
-        else:
-            mask = (keys <= self.positions[:, :, None]) & (keys < self.context[:, None, None])
-            mask = mask[:, None]
-        if self.sliding_window:
-            mask = mask & (keys > self.positions[:, None, :, None] - self.sliding_window)
-        return mask
+
+def pad_decode(batch: StepBatch, rows: int, width: int) -> StepBatch:
+    """The decode step ``batch`` padded to ``rows`` sequences and block tables ``width`` wide.
+
+    Padding rows feed token 0 at position 0, write no KV (slot -1) and attend nothing
+    (``seq_lens`` 0: the attention kernels give zeros for them). ``real_rows`` says how many rows
+    are real."""
+    if not batch.is_decode or batch.B > rows or batch.M > width:
+        raise ValueError(f"a decode step of {batch.B} rows x {batch.M} blocks does not fit a graph of "
+                         f"{rows} rows x {width} blocks")
+    B = batch.B
+
+    def column(field: torch.Tensor, fill: int, dtype) -> np.ndarray:
+        out = np.full(rows, fill, dtype=dtype)
+        out[:B] = field.numpy()
+        return out
+
+    tables = np.zeros((rows, width), dtype=np.int32)
+    tables[:B, :batch.M] = batch.block_tables.numpy()
+    padded = StepBatch.pack(dict(
+        input_ids=column(batch.input_ids, 0, np.int64), positions=column(batch.positions, 0, np.int64),
+        slot_mapping=column(batch.slot_mapping, -1, np.int64), last_index=np.arange(rows),
+        cu_seqlens_q=np.arange(rows + 1), seq_lens=column(batch.seq_lens, 0, np.int32), block_tables=tables,
+    ), max_q_len=1)
+    padded.real_rows = B
+    return padded

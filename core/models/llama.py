@@ -1,7 +1,11 @@
 """The Llama-family decoder (llama, mistral, qwen2) on one tensor-parallel rank.
 
-HF transformers' math, op for op, on the rank's weight shard (see :mod:`.sharding`); the only TP
-knowledge here is the all-reduce after the row-parallel o_proj and down_proj.
+HF transformers' math on the rank's weight shard (see :mod:`.sharding`), over a flat packed step
+(:class:`.batch.StepBatch`), through the kernels of contract 1.2 (``kernels``: the backend's own or
+the references; see :mod:`anydev.core.kernel_choice`). Per layer: fused_add_rms_norm, the fused qkv
+matmul, rotary in place, write_kv, paged attention, o_proj, fused_add_rms_norm, the fused gate_up
+matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
+o_proj and down_proj, and the all-gather of the vocabulary-split lm_head's logits.
 """
 from __future__ import annotations
 
@@ -10,30 +14,35 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .attention import paged_attention
 from .batch import StepBatch
-from .layers import rms_norm, swiglu_mlp
-from .rope import apply_rope, cos_sin
 from .sharding import RankShard
 
 
 class LlamaRank:
     """Forward pass of one rank. ``weights`` maps HF names to this rank's device tensors;
     ``kv_layers[i]`` is layer i's K and V pages, [2, slots, local KV heads, head_dim];
-    ``all_reduce`` sums a tensor over ranks in place (None at tp=1)."""
+    ``all_reduce`` sums a tensor over ranks in place and ``all_gather(send, recv)`` gathers the ranks'
+    ``send`` into ``recv`` (both None at tp=1); ``cos_sin_cache`` is the rotary table
+    [max positions, head_dim] float32."""
 
-    def __init__(self, config, shard: RankShard, weights: dict[str, torch.Tensor],
-                 kv_layers: list[torch.Tensor], inv_freq: torch.Tensor,
-                 all_reduce: Callable[[torch.Tensor], None] | None):
+    def __init__(self, config, shard: RankShard, weights: dict[str, torch.Tensor], kv_layers: list[torch.Tensor],
+                 cos_sin_cache: torch.Tensor, kernels, block_size: int,
+                 all_reduce: Callable[[torch.Tensor], None] | None,
+                 all_gather: Callable[[torch.Tensor, torch.Tensor], None] | None = None):
         self.config = config
         self.shard = shard
-        self.kv_layers = kv_layers
-        self.inv_freq = inv_freq
+        self.kernels = kernels
+        self.cos_sin_cache = cos_sin_cache
         self.all_reduce = all_reduce
+        self.all_gather = all_gather
         self.scale = config.head_dim ** -0.5
+        self.sliding_window = config.sliding_window
+        d, kv_heads = config.head_dim, shard.num_kv_heads
+        self.kv_pages = [(kv[0].view(-1, block_size, kv_heads, d), kv[1].view(-1, block_size, kv_heads, d))
+                         for kv in kv_layers]
         self.embed = weights["model.embed_tokens.weight"]
         self.norm = weights["model.norm.weight"]
-        self.lm_head = self.embed if config.tie_word_embeddings else weights["lm_head.weight"]
+        self.lm_head = lm_head_slice(weights, config, shard)
         self.layers = [self._layer_weights(weights, i) for i in range(config.num_hidden_layers)]
 
     @staticmethod
@@ -41,9 +50,9 @@ class LlamaRank:
         p = f"model.layers.{i}."
         names = {
             "q": "self_attn.q_proj.weight", "k": "self_attn.k_proj.weight", "v": "self_attn.v_proj.weight",
-            "o": "self_attn.o_proj.weight", "o_bias": "self_attn.o_proj.bias", "q_bias": "self_attn.q_proj.bias", "k_bias": "self_attn.k_proj.bias",
-            "v_bias": "self_attn.v_proj.bias", "gate": "mlp.gate_proj.weight", "up": "mlp.up_proj.weight",
-            "down": "mlp.down_proj.weight", "attn_norm": "input_layernorm.weight",
+            "o": "self_attn.o_proj.weight", "o_bias": "self_attn.o_proj.bias", "q_bias": "self_attn.q_proj.bias",
+            "k_bias": "self_attn.k_proj.bias", "v_bias": "self_attn.v_proj.bias", "gate": "mlp.gate_proj.weight",
+            "up": "mlp.up_proj.weight", "down": "mlp.down_proj.weight", "attn_norm": "input_layernorm.weight",
             "mlp_norm": "post_attention_layernorm.weight",
             # fused views (see .fusion), present when the parts are back to back in memory
             "qkv": "self_attn.qkv_proj.weight", "qkv_bias": "self_attn.qkv_proj.bias", "gate_up": "mlp.gate_up_proj.weight",
@@ -55,49 +64,78 @@ class LlamaRank:
 
     @torch.inference_mode()
     def forward(self, batch: StepBatch) -> torch.Tensor:
-        """Logits [B, vocab] of each sequence's last real token (the model's dtype)."""
-        eps = self.config.rms_norm_eps
-        x = F.embedding(batch.input_ids, self.embed)                       # [B, S, hidden]
-        cos, sin = cos_sin(batch.positions, self.inv_freq, x.dtype)         # [B, S, 1, D] each
-        mask = batch.attention_mask()                                       # [B, 1, S, L]
-        for w, kv_cache in zip(self.layers, self.kv_layers):
-            x = x + self._attention(w, rms_norm(x, w["attn_norm"], eps), cos, sin, kv_cache, batch, mask)
-            x = x + self._reduced(self._mlp(w, rms_norm(x, w["mlp_norm"], eps)))
-        if batch.is_decode:
-            last = x[:, 0]                                                  # [B, hidden]
-        else:
-            last = x[torch.arange(x.shape[0], device=x.device), batch.last_index]
-        return F.linear(rms_norm(last, self.norm, eps), self.lm_head)     # the norm is per token
+        """Logits [B, vocab] of each sequence's last token (the model's dtype), the whole vocabulary
+        on every rank."""
+        k, eps = self.kernels, self.config.rms_norm_eps
+        x = F.embedding(batch.input_ids, self.embed)                        # [T, hidden]
+        residual = None
+        for w, kv in zip(self.layers, self.kv_pages):
+            if residual is None:
+                residual, x = x, k.rms_norm(x, w["attn_norm"], eps)
+            else:
+                k.fused_add_rms_norm(x, residual, w["attn_norm"], eps)
+            x = self._attention(w, x, kv, batch)
+            k.fused_add_rms_norm(x, residual, w["mlp_norm"], eps)
+            x = self._mlp(w, x)
+        if not batch.is_decode:                                             # the last token of each sequence
+            x, residual = x.index_select(0, batch.last_index), residual.index_select(0, batch.last_index)
+        k.fused_add_rms_norm(x, residual, self.norm, eps)
+        return self._logits(x)
 
-    def _attention(self, w, x, cos, sin, kv_cache, batch: StepBatch, mask) -> torch.Tensor:
-        q, k, v = self._qkv_roped(w, x, cos, sin)
-        out = paged_attention(q, k, v, kv_cache, batch, mask, self.scale)  # [B, S, local H*D]
-        out = self._reduced(F.linear(out, w["o"]))
-        return out if w["o_bias"] is None else out + w["o_bias"]
-
-    def _qkv_roped(self, w, x, cos, sin):
-        """q [B, S, H, D] and k [B, S, KV, D] after RoPE, v [B, S, KV, D]."""
-        B, S, _ = x.shape
+    def _attention(self, w, x, kv, batch: StepBatch) -> torch.Tensor:
+        T = x.shape[0]
         d, heads, kv_heads = self.shard.head_dim, self.shard.num_heads, self.shard.num_kv_heads
         if w["qkv"] is None:
-            q = F.linear(x, w["q"], w["q_bias"]).view(B, S, heads, d)
-            k = F.linear(x, w["k"], w["k_bias"]).view(B, S, kv_heads, d)
-            v = F.linear(x, w["v"], w["v_bias"]).view(B, S, kv_heads, d)
-            return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-        qkv = F.linear(x, w["qkv"], w["qkv_bias"])                          # [B, S, (H + 2 KV) D]
-        qk = apply_rope(qkv[..., :(heads + kv_heads) * d].view(B, S, heads + kv_heads, d), cos, sin)
-        q, k = qk.split((heads, kv_heads), dim=2)
-        return q, k, qkv[..., (heads + kv_heads) * d:].view(B, S, kv_heads, d)
+            q = F.linear(x, w["q"], w["q_bias"]).view(T, heads, d)
+            key = F.linear(x, w["k"], w["k_bias"]).view(T, kv_heads, d)
+            value = F.linear(x, w["v"], w["v_bias"]).view(T, kv_heads, d)
+        else:
+            qkv = F.linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
+            q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
+        k = self.kernels
+        k.rotary_embedding(batch.positions, q, key, self.cos_sin_cache)
+        k.write_kv(key, value, kv[0], kv[1], batch.slot_mapping)
+        if batch.is_decode:
+            out = k.paged_decode_attention(q, kv[0], kv[1], batch.block_tables, batch.seq_lens, self.scale,
+                                           self.sliding_window)
+        else:
+            out = k.paged_prefill_attention(q, kv[0], kv[1], batch.cu_seqlens_q, batch.seq_lens, batch.block_tables,
+                                            self.scale, self.sliding_window)
+        out = self._reduced(F.linear(out.reshape(T, heads * d), w["o"]))
+        return out if w["o_bias"] is None else out + w["o_bias"]
 
-    @staticmethod
-    def _mlp(w, x) -> torch.Tensor:
-        """down(silu(gate(x)) * up(x)); on a TP rank the result is a partial sum to all-reduce."""
+    def _mlp(self, w, x) -> torch.Tensor:
+        """down(silu(gate(x)) * up(x)); on a TP rank a partial sum, all-reduced here."""
         if w["gate_up"] is None:
-            return swiglu_mlp(x, w["gate"], w["up"], w["down"])
-        gate, up = F.linear(x, w["gate_up"]).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, w["down"])
+            gate_up = torch.cat((F.linear(x, w["gate"]), F.linear(x, w["up"])), dim=-1)
+        else:
+            gate_up = F.linear(x, w["gate_up"])
+        return self._reduced(F.linear(self.kernels.silu_and_mul(gate_up), w["down"]))
 
     def _reduced(self, partial: torch.Tensor) -> torch.Tensor:
         if self.all_reduce is not None:
             self.all_reduce(partial)
         return partial
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, vocab]: this rank's vocabulary slice, all-gathered when the lm_head is split."""
+        local = F.linear(x, self.lm_head)                                   # [B, vocab / tp]
+        if self.lm_head.shape[0] == self.config.vocab_size:
+            return local
+        tp, (B, part) = self.shard.tp, local.shape
+        gathered = torch.empty((tp, B, part), dtype=local.dtype, device=local.device)
+        self.all_gather(local, gathered)
+        return gathered.permute(1, 0, 2).reshape(B, tp * part)
+
+
+def lm_head_slice(weights, config, shard: RankShard) -> torch.Tensor:
+    """This rank's rows of the lm_head: the vocabulary split evenly over the ranks (a view, for tied
+    embeddings too), or the whole matrix when the vocabulary does not divide by tp."""
+    full = weights["model.embed_tokens.weight"] if config.tie_word_embeddings else weights["lm_head.weight"]
+    vocab = config.vocab_size
+    if shard.tp == 1 or vocab % shard.tp:
+        return full
+    part = vocab // shard.tp
+    if full.shape[0] == part:          # the loader already holds only this rank's rows
+        return full
+    return full[shard.rank * part:(shard.rank + 1) * part]

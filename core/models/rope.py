@@ -37,22 +37,3 @@ def _llama3(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
     smoothed = (1 - smooth) * scaled / factor + smooth * scaled
     is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
     return torch.where(is_medium, smoothed, scaled)
-
-
-def cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [B, S, 1, head_dim] for ``positions`` [B, S], computed in float32 then cast;
-    the 1 broadcasts over heads. Made once per step, shared by every layer, for :func:`apply_rope`.
-
-    The sin's first half is negated: ``rotate_half(x) * sin == roll(x, D/2) * signed_sin`` exactly
-    (IEEE negation is exact), which saves a kernel per rotation."""
-    freqs = positions[..., None, None].float() * inv_freq                # [B, S, 1, D/2]
-    emb = torch.cat((freqs, freqs), dim=-1)                               # [B, S, 1, D]
-    sin = emb.sin().to(dtype)
-    half = sin.shape[-1] // 2
-    return emb.cos().to(dtype), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [B, S, heads, D] by cos/signed sin [B, S, 1, D] (from :func:`cos_sin`); HF's
-    ``x * cos + rotate_half(x) * sin``, bit for bit."""
-    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin

@@ -1,0 +1,21 @@
+"""Test-only seams of the engine, kept out of the public :class:`~anydev.core.engine.EngineConfig`.
+
+Pass ``InferEngine(..., _hooks=TestHooks(...))``; nothing outside tests and the conformance suite
+should.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TestHooks:
+    __test__ = False   # not a pytest class
+
+    #: ``(stream, replay_eagerly) -> graph``: makes a rank's decode graphs instead of the device API's
+    #: ``stream.create_graph()`` (a test double on a backend without device graphs calls
+    #: ``replay_eagerly()`` at replay). Setting it turns graphs on where the backend has none.
+    graph_factory: Callable | None = None
+    #: Rank r raises during init phase p (one of ``anydev.core.timeline.PHASES``): the failure path.
+    fail_at: tuple[int, str] | None = None

@@ -1,0 +1,157 @@
+"""Steps of the flat packed format on the cpu backend: prompt chunks and decodes mixed in one step give
+the tokens of separate steps; the kernels the model calls follow ``EngineConfig.kernels``; under TP
+the lm_head is split by vocabulary and its logits all-gathered."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anydev.core import EngineConfig, InferEngine
+from anydev.core import kernel_choice
+from anydev.core.models.random_weights import llama_config, random_checkpoint
+from anydev.core.sampling import SamplingParams as Params
+from anydev.core.scheduler import Sequence
+
+BLOCK = 4
+SHAPE = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2)
+
+
+def demo_checkpoint():
+    """A small llama with random weights and no EOS: every sequence runs to its length."""
+    return random_checkpoint(llama_config(max_position_embeddings=128, **SHAPE), seed=3)
+
+PROMPTS = [list(range(5, 16)), [40, 41, 42, 43, 44, 45, 46], [7, 8, 9]]
+GREEDY = Params(max_new_tokens=6)
+
+
+def drive(engine, prompts, schedule, new_tokens=6):
+    """Greedy tokens when the engine runs the given steps, then decodes everyone to ``new_tokens``.
+
+    ``schedule``: steps, each a list of (sequence, tokens to feed). A sequence samples a token when a
+    step feeds its last uncached token (a chunk that ends inside the prompt samples nothing)."""
+    seqs = []
+    for i, ids in enumerate(prompts):
+        seq = Sequence(i, list(ids), new_tokens)
+        seq.assign_blocks(engine.allocator.allocate(seq.blocks_needed(BLOCK)), BLOCK)
+        seqs.append(seq)
+
+    def run(step):
+        chosen = [seqs[i] for i, _ in step]
+        batch = engine.build_step(chosen, [n for _, n in step])
+        tokens = engine._run_step(batch, GREEDY, None).tolist()
+        for seq, (_, n), token in zip(chosen, step, tokens):
+            seq.num_cached += n
+            if seq.num_cached == seq.num_tokens:
+                seq.output.append(token)
+
+    for step in schedule:
+        run(step)
+    while any(len(seq.output) < new_tokens for seq in seqs):
+        run([(seq.index, 1) for seq in seqs if len(seq.output) < new_tokens])
+    for seq in seqs:
+        engine.allocator.release(seq.blocks)
+    return [seq.output for seq in seqs]
+
+
+def engine_config(**changes):
+    return EngineConfig(max_num_seqs=4, max_model_len=64, block_size=BLOCK, **changes)
+
+
+@pytest.fixture(scope="module")
+def separate_tokens():
+    with InferEngine(demo_checkpoint(), engine_config()) as engine:
+        return [engine.generate_ids([p], GREEDY)[0].token_ids for p in PROMPTS]
+
+
+def test_mixed_prefill_chunks_and_decodes_give_the_tokens_of_separate_steps(separate_tokens):
+    schedule = [
+        [(0, 11)],                    # prompt 0 whole
+        [(0, 1), (1, 4)],             # a decode of 0 beside the first chunk of prompt 1
+        [(1, 3), (0, 1), (2, 2)],     # the rest of prompt 1, a decode, the first chunk of prompt 2
+        [(2, 1), (0, 1), (1, 1)],     # the last token of prompt 2 beside two decodes
+    ]
+    with InferEngine(demo_checkpoint(), engine_config()) as engine:
+        assert drive(engine, PROMPTS, schedule) == separate_tokens
+
+
+def test_a_mixed_step_is_one_packed_step_without_padding():
+    with InferEngine(demo_checkpoint(), engine_config()) as engine:
+        seqs = []
+        for i, ids in enumerate(PROMPTS[:2]):
+            seq = Sequence(i, list(ids), 4)
+            seq.assign_blocks(engine.allocator.allocate(seq.blocks_needed(BLOCK)), BLOCK)
+            seqs.append(seq)
+        seqs[0].num_cached = 11
+        seqs[0].output = [3]
+        batch = engine.build_step(seqs)
+    assert (batch.T, batch.B, batch.max_q_len, batch.is_decode) == (8, 2, 7, False)
+    assert batch.positions.tolist() == [11] + list(range(7))
+    assert batch.cu_seqlens_q.tolist() == [0, 1, 8] and batch.seq_lens.tolist() == [12, 7]
+
+
+class CountingKernels:
+    """A backend kernel set: the references, counting their calls, offered as native."""
+
+    def __init__(self):
+        self.calls = {name: 0 for name in kernel_choice.KERNEL_NAMES}
+        self.native = frozenset(kernel_choice.KERNEL_NAMES)
+        for name in kernel_choice.KERNEL_NAMES:
+            setattr(self, name, self._counted(name, getattr(kernel_choice, name)))
+
+    def _counted(self, name, fn):
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            return fn(*args, **kwargs)
+        return call
+
+    def describe(self):
+        return "kernels: counting (native) for all"
+
+
+@pytest.mark.parametrize("mode", ["native", "reference"])
+def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypatch, separate_tokens):
+    from anydev.plugin_api import load_backend
+
+    kernels = CountingKernels()
+    backend_class = type(load_backend("cpu"))
+    monkeypatch.setattr(backend_class, "kernels", lambda self: kernels, raising=False)
+    with InferEngine(demo_checkpoint(), engine_config(kernels=mode)) as engine:
+        tokens = [engine.generate_ids([p], GREEDY)[0].token_ids for p in PROMPTS]
+        description = engine.kernels_description
+    assert tokens == separate_tokens
+    layers = demo_checkpoint().config.num_hidden_layers
+    if mode == "native":
+        assert description == "kernels: counting (native) for all"
+        steps = len(PROMPTS) * GREEDY.max_new_tokens
+        assert kernels.calls["write_kv"] == kernels.calls["rotary_embedding"] == steps * layers
+        decode_steps = len(PROMPTS) * (GREEDY.max_new_tokens - 1)
+        assert kernels.calls["paged_decode_attention"] == decode_steps * layers
+        assert kernels.calls["paged_prefill_attention"] == len(PROMPTS) * layers
+        assert kernels.calls["silu_and_mul"] == steps * layers
+        assert kernels.calls["rms_norm"] == steps                                 # the first layer's norm
+        assert kernels.calls["fused_add_rms_norm"] == steps * 2 * layers          # the rest, the final one
+    else:
+        assert "reference" in description
+        assert not any(kernels.calls.values())
+
+
+def test_tp2_splits_the_lm_head_by_vocabulary_and_gathers_the_logits(monkeypatch):
+    checkpoint = demo_checkpoint()
+    vocab = checkpoint.config.vocab_size
+    with InferEngine(checkpoint, engine_config()) as one:
+        full = one.workers[0].model.lm_head.cpu()
+        expected = [o.token_ids for o in one.generate_ids(PROMPTS, GREEDY)]
+    gathers = []
+    with InferEngine(checkpoint, engine_config(tp=2)) as two:
+        for rank, worker in enumerate(two.workers):
+            part = worker.model.lm_head
+            assert part.shape == (vocab // 2, full.shape[1])
+            torch.testing.assert_close(part.cpu(), full[rank * vocab // 2:(rank + 1) * vocab // 2], rtol=0, atol=0)
+            original = worker._all_gather
+            monkeypatch.setattr(worker, "_all_gather",
+                                lambda send, recv, original=original: (gathers.append(send.shape), original(send, recv)))
+            worker.model.all_gather = worker._all_gather
+        tokens = [o.token_ids for o in two.generate_ids(PROMPTS, GREEDY)]
+    assert tokens == expected
+    assert gathers and all(shape[-1] == vocab // 2 for shape in gathers)
