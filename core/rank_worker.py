@@ -19,7 +19,7 @@ from .errors import EngineConfigError, EngineInitError
 from .graphs import DecodeGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from .models.batch import StepBatch
-from .kernel_choice import cos_sin_cache
+from anydev.plugin_api.kernels import cos_sin_cache
 from .models.fusion import fused_views
 from .models.llama import LlamaRank
 from .models.rope import inverse_frequencies

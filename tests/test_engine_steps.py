@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, InferEngine
-from anydev.core import kernel_choice
+from anydev.core.scheduler import ScheduledStep
+from anydev.plugin_api.kernels import KERNEL_NAMES, REFERENCES, KernelSet
 from anydev.core.models.random_weights import llama_config, random_checkpoint
 from anydev.core.sampling import SamplingParams as Params
 from anydev.core.scheduler import Sequence
@@ -30,16 +31,12 @@ def drive(engine, prompts, schedule, new_tokens=6):
 
     ``schedule``: steps, each a list of (sequence, tokens to feed). A sequence samples a token when a
     step feeds its last uncached token (a chunk that ends inside the prompt samples nothing)."""
-    seqs = []
-    for i, ids in enumerate(prompts):
-        seq = Sequence(i, list(ids), new_tokens)
-        seq.assign_blocks(engine.allocator.allocate(seq.blocks_needed(BLOCK)), BLOCK)
-        seqs.append(seq)
+    seqs = new_seqs(prompts, new_tokens)
 
     def run(step):
-        chosen = [seqs[i] for i, _ in step]
-        batch = engine.build_step(chosen, [n for _, n in step])
-        tokens = engine._run_step(batch, GREEDY, None).tolist()
+        chosen, counts = [seqs[i] for i, _ in step], [n for _, n in step]
+        batch = engine.build_step(chosen, counts)
+        tokens = engine._run_step(batch, ScheduledStep(chosen, counts, [])).tolist()
         for seq, (_, n), token in zip(chosen, step, tokens):
             seq.num_cached += n
             if seq.num_cached == seq.num_tokens:
@@ -49,9 +46,19 @@ def drive(engine, prompts, schedule, new_tokens=6):
         run(step)
     while any(len(seq.output) < new_tokens for seq in seqs):
         run([(seq.index, 1) for seq in seqs if len(seq.output) < new_tokens])
-    for seq in seqs:
-        engine.allocator.release(seq.blocks)
     return [seq.output for seq in seqs]
+
+
+def new_seqs(prompts, new_tokens):
+    """Sequences with disjoint KV blocks of their own (the engine's block manager is not used)."""
+    seqs, first = [], 0
+    for i, ids in enumerate(prompts):
+        seq = Sequence(i, list(ids), new_tokens)
+        count = seq.blocks_needed(BLOCK)
+        seq.assign_blocks(list(range(first, first + count)), BLOCK)
+        first += count
+        seqs.append(seq)
+    return seqs
 
 
 def engine_config(**changes):
@@ -77,11 +84,7 @@ def test_mixed_prefill_chunks_and_decodes_give_the_tokens_of_separate_steps(sepa
 
 def test_a_mixed_step_is_one_packed_step_without_padding():
     with InferEngine(demo_checkpoint(), engine_config()) as engine:
-        seqs = []
-        for i, ids in enumerate(PROMPTS[:2]):
-            seq = Sequence(i, list(ids), 4)
-            seq.assign_blocks(engine.allocator.allocate(seq.blocks_needed(BLOCK)), BLOCK)
-            seqs.append(seq)
+        seqs = new_seqs(PROMPTS[:2], 4)
         seqs[0].num_cached = 11
         seqs[0].output = [3]
         batch = engine.build_step(seqs)
@@ -90,50 +93,43 @@ def test_a_mixed_step_is_one_packed_step_without_padding():
     assert batch.cu_seqlens_q.tolist() == [0, 1, 8] and batch.seq_lens.tolist() == [12, 7]
 
 
-class CountingKernels:
-    """A backend kernel set: the references, counting their calls, offered as native."""
+def counting_kernels():
+    """A backend's kernel set: the references, counting their calls, offered as native."""
+    calls = {name: 0 for name in KERNEL_NAMES}
 
-    def __init__(self):
-        self.calls = {name: 0 for name in kernel_choice.KERNEL_NAMES}
-        self.native = frozenset(kernel_choice.KERNEL_NAMES)
-        for name in kernel_choice.KERNEL_NAMES:
-            setattr(self, name, self._counted(name, getattr(kernel_choice, name)))
-
-    def _counted(self, name, fn):
+    def counted(name):
         def call(*args, **kwargs):
-            self.calls[name] += 1
-            return fn(*args, **kwargs)
+            calls[name] += 1
+            return REFERENCES[name](*args, **kwargs)
         return call
 
-    def describe(self):
-        return "kernels: counting (native) for all"
+    return KernelSet("cpu", {name: counted(name) for name in KERNEL_NAMES}, note="counting"), calls
 
 
 @pytest.mark.parametrize("mode", ["native", "reference"])
 def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypatch, separate_tokens):
     from anydev.plugin_api import load_backend
 
-    kernels = CountingKernels()
-    backend_class = type(load_backend("cpu"))
-    monkeypatch.setattr(backend_class, "kernels", lambda self: kernels, raising=False)
+    kernels, calls = counting_kernels()
+    monkeypatch.setattr(type(load_backend("cpu")), "kernels", lambda self: kernels)
     with InferEngine(demo_checkpoint(), engine_config(kernels=mode)) as engine:
         tokens = [engine.generate_ids([p], GREEDY)[0].token_ids for p in PROMPTS]
         description = engine.kernels_description
     assert tokens == separate_tokens
     layers = demo_checkpoint().config.num_hidden_layers
     if mode == "native":
-        assert description == "kernels: counting (native) for all"
+        assert description == kernels.describe() and "native (counting) write_kv" in description
         steps = len(PROMPTS) * GREEDY.max_new_tokens
-        assert kernels.calls["write_kv"] == kernels.calls["rotary_embedding"] == steps * layers
+        assert calls["write_kv"] == calls["rotary_embedding"] == steps * layers
         decode_steps = len(PROMPTS) * (GREEDY.max_new_tokens - 1)
-        assert kernels.calls["paged_decode_attention"] == decode_steps * layers
-        assert kernels.calls["paged_prefill_attention"] == len(PROMPTS) * layers
-        assert kernels.calls["silu_and_mul"] == steps * layers
-        assert kernels.calls["rms_norm"] == steps                                 # the first layer's norm
-        assert kernels.calls["fused_add_rms_norm"] == steps * 2 * layers          # the rest, the final one
+        assert calls["paged_decode_attention"] == decode_steps * layers
+        assert calls["paged_prefill_attention"] == len(PROMPTS) * layers
+        assert calls["silu_and_mul"] == steps * layers
+        assert calls["rms_norm"] == steps                                 # the first layer's norm
+        assert calls["fused_add_rms_norm"] == steps * 2 * layers          # the rest, the final one
     else:
-        assert "reference" in description
-        assert not any(kernels.calls.values())
+        assert description.startswith("cpu kernels: reference write_kv")
+        assert not any(calls.values())
 
 
 def test_tp2_splits_the_lm_head_by_vocabulary_and_gathers_the_logits(monkeypatch):

@@ -119,7 +119,10 @@ def test_padding_rows_never_touch_the_kv_pages():
     graphs = run(config(num_blocks=60), kv=True)
     assert graphs["tokens"] == eager["tokens"]
     assert any(real < rows for rows, real in graphs["steps"])
-    torch.testing.assert_close(graphs["pool"], eager["pool"], rtol=1e-5, atol=1e-6)
+    # the same slots written (padding rows write none), with the same values up to rounding: padded
+    # steps multiply more rows, which may round differently
+    assert torch.equal(graphs["pool"] != 0, eager["pool"] != 0)
+    torch.testing.assert_close(graphs["pool"], eager["pool"], rtol=1e-4, atol=1e-5)
 
 
 def test_seeded_sampling_draws_for_the_real_rows_only():
