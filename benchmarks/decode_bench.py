@@ -1,20 +1,25 @@
-"""Prefill and decode tokens/s of the engine against HF transformers' generate, same weights, same run.
+"""Decode and prefill speed of the engine beside HF transformers (eager, and static cache + compiled),
+same random weights, same prompts, one run; with the kernels each decode step launches.
 
-    python benchmarks/decode_bench.py --device nvidia --out results/decode.json       # ~1B llama shape
-    python benchmarks/decode_bench.py --device nvidia --modes graphs                   # graphs only
-    python benchmarks/decode_bench.py --layers 2 --prompt-len 16 --new-tokens 8        # cpu smoke run
-    python benchmarks/decode_bench.py --tiny --prompt-len 256 --new-tokens 64 --skip-hf  # cpu: host cost per step
+    python benchmarks/decode_bench.py --device nvidia --out results/decode.json      # the 1B llama shape
+    python benchmarks/decode_bench.py --tiny --contexts 32 --new-tokens 8 --prefill-len 64 --hf eager  # cpu smoke
 
-The model is Llama-shaped (default: hidden 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab
-32000) with random weights made in process; both sides generate greedily to exactly --new-tokens.
-HF's prefill time is a generate() of one token; its decode rate is the rest of a full generate().
-"step ms" is the wall time of one decode step; "build ms" is the engine's host-only share of it (making
-the step's batch). With ``--tiny`` (a model far too small to keep any device busy) the step time is
-almost all host overhead: Python, kernel launches, copies and syncs.
+Cases: each batch size (--batch-sizes, default 1 and 32) at each context (--contexts, default 256 and
+4096: the prompt length), decoding --new-tokens greedily; and one prefill case: a --prefill-len-token
+prompt (default 8192) at batch 1, timed to its first token. The model is Llama-shaped (default: hidden
+2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab 32000, bf16 on GPUs) with random weights made
+in process; every engine generates exactly --new-tokens (no EOS).
 
-The engine runs in each of --modes: "graphs" (decode steps replayed as device graphs, where the
-backend has them) and "eager" (as ``--enforce-eager``), side by side. Each batch size runs once
-untimed first, so graph captures (one per batch/context bucket) are not in the timed run.
+Engines: "anydev graphs" (decode graphs, captured at start-up), "anydev eager" (--enforce-eager),
+"transformers eager" (its dynamic cache, sdpa) and "transformers compiled" (HF's documented fast path:
+``generate(..., cache_implementation="static")`` with ``model.forward = torch.compile(model.forward,
+mode="reduce-overhead", fullgraph=True)``). Every engine runs each case once untimed first (graph
+captures, compilation, autotuning stay out of the timed run).
+
+"kernels/step" is measured with torch.profiler: the device kernels of a generate of 1 + K tokens minus
+those of 1 token, over K (so prefill cancels out). On the cpu it counts top-level aten ops instead
+(there are no device kernels), labelled "ops/step". Decode tok/s: generated tokens after the first
+over the time after the first (anydev: pure decode steps, from its step statistics).
 """
 from __future__ import annotations
 
@@ -30,8 +35,10 @@ from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingPa
 from anydev.core.errors import run_command
 from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
-#: A shape too small to keep any device busy: its decode step time is host overhead.
+#: A shape too small to keep any device busy: its step time is host overhead (and a fast cpu smoke).
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
+ENGINES = ("graphs", "eager")
+HF_MODES = ("eager", "compiled")
 
 
 def parse_args(argv=None):
@@ -40,13 +47,16 @@ def parse_args(argv=None):
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
     p.add_argument("--batch-sizes", default="1,32")
-    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--contexts", default="256,4096", help="prompt lengths of the decode cases")
     p.add_argument("--new-tokens", type=int, default=128)
+    p.add_argument("--prefill-len", type=int, default=8192, help="the prefill case's prompt (0: no prefill case)")
     p.add_argument("--layers", type=int, default=None, help="default: 16 (2 with --tiny)")
-    p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: measures host overhead")
+    p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--modes", default="graphs,eager", help="engine modes to run: graphs, eager (default both)")
-    p.add_argument("--skip-hf", action="store_true", help="measure the engine only")
+    p.add_argument("--modes", default="graphs,eager", help="anydev modes: graphs, eager")
+    p.add_argument("--kernels", default="native", choices=("native", "reference"), help="anydev's kernels")
+    p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
+    p.add_argument("--profile-steps", type=int, default=4, help="decode steps profiled for kernels/step (0: off)")
     p.add_argument("--out", help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -55,58 +65,90 @@ def main(argv=None) -> int:
     return run_command(run, parse_args(argv))
 
 
+def _list(text: str, allowed, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip() and t.strip() != "none"]
+    if set(items) - set(allowed):
+        raise EngineConfigError(f"{what} takes {', '.join(allowed)}; got {text!r}")
+    return items
+
+
 def run(args) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    contexts = [int(c) for c in args.contexts.split(",")]
+    modes, hf_modes = _list(args.modes, ENGINES, "--modes"), _list(args.hf, HF_MODES, "--hf")
     args.layers = args.layers or (2 if args.tiny else LLAMA_1B["num_hidden_layers"])
-    shape = dict(TINY if args.tiny else {}, num_hidden_layers=args.layers)
-    model = llama_config(max_position_embeddings=args.prompt_len + args.new_tokens + 16, **shape)
+    longest = max(contexts + [args.prefill_len]) + args.new_tokens + args.profile_steps + 16
+    model = llama_config(max_position_embeddings=longest, **dict(TINY if args.tiny else {}, num_hidden_layers=args.layers))
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
-    prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.prompt_len), generator=generator).tolist()
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or set(modes) - {"graphs", "eager"}:
-        raise EngineConfigError(f"--modes takes graphs and/or eager, got {args.modes!r}")
-    rows = []
+    prompts = {n: torch.randint(2, model.vocab_size, (max(batch_sizes), n), generator=generator).tolist()
+               for n in contexts}
+    cases = [("decode", b, n) for n in contexts for b in batch_sizes]
+    if args.prefill_len:
+        prompts[args.prefill_len] = torch.randint(2, model.vocab_size, (1, args.prefill_len), generator=generator).tolist()
+        cases.append(("prefill", 1, args.prefill_len))
+    rows, dtype, torch_device, info = [], None, None, {}
     for mode in modes:
         config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
-                              max_model_len=args.prompt_len + args.new_tokens + 1, max_num_seqs=max(batch_sizes),
-                              use_graphs=mode == "graphs")
+                              max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode == "graphs",
+                              kernels=args.kernels, enable_chunked_prefill=False, enable_prefix_caching=False,
+                              max_num_batched_tokens=longest)
         with InferEngine(checkpoint, config) as engine:
-            dtype = engine.dtype
-            torch_device = engine.backend.device(0).torch_device
-            print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, {mode}")
+            dtype, torch_device = engine.dtype, engine.backend.device(0).torch_device
+            print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, anydev {mode}")
+            print(f"  {engine.kernels_description}")
             if mode == "graphs" and not engine.uses_graphs:
                 print(f"  skipped: backend '{args.device}' has no device graphs (torch_graph)")
                 continue
-            for batch in batch_sizes:
-                sampling = SamplingParams(max_new_tokens=args.new_tokens)
-                engine.generate_ids(prompts[:batch], sampling)    # warm-up, graph captures included
-                engine.generate_ids(prompts[:batch], sampling)
-                s = engine.last_stats
-                rows.append(dict(engine=f"anydev {mode}", batch=batch, prefill_tokens_per_s=s.prefill_tokens_per_s,
-                                 decode_tokens_per_s=s.decode_tokens_per_s, decode_step_ms=s.decode_step_ms,
-                                 decode_build_ms=s.decode_build_ms))
-                print(_row(rows[-1]), flush=True)
             if engine.uses_graphs:
-                print(f"  graph buckets captured (rows, context): {engine.workers[0].graphs.buckets}")
-    if not args.skip_hf:
-        rows += hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype)
+                print(f"  graphs captured at start-up: batch buckets {engine.graph_buckets} in {engine.capture_seconds:.2f} s")
+            info[f"anydev {mode}"] = dict(kernels=engine.kernels_description, init_seconds=engine.init_seconds,
+                                          capture_seconds=getattr(engine, "capture_seconds", 0.0))
+            for kind, batch, context in cases:
+                rows.append(anydev_case(engine, f"anydev {mode}", kind, prompts[context][:batch], args))
+                print(_row(rows[-1]), flush=True)
+    for hf_mode in hf_modes:
+        rows += hf_cases(checkpoint, prompts, cases, args, hf_mode, torch_device, dtype)
     print()
-    print(f"{'engine':>14}  {'batch':>5}  {'prefill tok/s':>13}  {'decode tok/s':>12}  {'step ms':>8}  {'build ms':>8}")
-    for row in sorted(rows, key=lambda r: (r["batch"], r["engine"])):
+    print(_header())
+    for row in sorted(rows, key=lambda r: (r["case"] == "prefill", r["context"], r["batch"], r["engine"])):
         print(_row(row))
+    ratios = _ratios(rows)
+    for line in ratios:
+        print(line)
     if args.out:
         report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
-                      device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."),
-                      prompt_len=args.prompt_len, new_tokens=args.new_tokens, layers=args.layers, modes=modes, rows=rows)
+                      device=args.device, device_name=_device_name(torch_device), tp=args.tp,
+                      dtype=str(dtype).removeprefix("torch."), new_tokens=args.new_tokens, layers=args.layers,
+                      shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
         print(f"wrote {args.out}")
     return 0
 
 
-def hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype) -> list[dict]:
-    """The same model in HF transformers (sdpa attention, its own KV cache), timed the same way."""
+# ---- anydev -------------------------------------------------------------------------------------
+
+def anydev_case(engine: InferEngine, name: str, kind: str, prompts, args) -> dict:
+    new_tokens = 1 if kind == "prefill" else args.new_tokens
+    sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    engine.generate_ids(prompts, sampling)                      # warm-up
+    engine.generate_ids(prompts, sampling)
+    s = engine.last_stats
+    row = dict(engine=name, case=kind, batch=len(prompts), context=len(prompts[0]),
+               prefill_tokens_per_s=s.prefill_tokens_per_s, decode_tokens_per_s=s.decode_tokens_per_s,
+               decode_step_ms=s.decode_step_ms, build_ms=s.decode_build_ms)
+    if kind == "decode" and args.profile_steps:
+        row["kernels_per_step"] = kernels_per_step(
+            lambda n: engine.generate_ids(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True)),
+            args.profile_steps)
+    return row
+
+
+# ---- transformers -------------------------------------------------------------------------------
+
+def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -> list[dict]:
+    """The same model in HF transformers (sdpa attention), each case timed like the engine's."""
     import transformers
 
     c = checkpoint.config
@@ -120,34 +162,116 @@ def hf_rows(checkpoint, prompts, batch_sizes, args, torch_device, dtype) -> list
     with torch.device(torch_device):
         model = transformers.LlamaForCausalLM(hf_config).to(dtype).eval()
     model.load_state_dict({name: checkpoint.load(name) for name in checkpoint.tensor_names()})
+    extra = {}
+    if mode == "compiled":
+        model.generation_config.disable_compile = True     # ours below, not a second automatic one
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        extra = dict(cache_implementation="static")
+    name = f"transformers {mode}"
+    print(f"{name}: {transformers.__version__}, {str(dtype).removeprefix('torch.')}"
+          + (", static cache, torch.compile(mode='reduce-overhead', fullgraph=True)" if extra else ", dynamic cache"))
 
-    def timed_generate(ids: torch.Tensor, new_tokens: int) -> float:
+    def generate(ids: torch.Tensor, new_tokens: int) -> float:
         start = time.perf_counter()
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+                             min_new_tokens=new_tokens, do_sample=False, pad_token_id=0, **extra)
         out.tolist()   # waits for the device
         return time.perf_counter() - start
 
     rows = []
     with torch.inference_mode():
-        timed_generate(torch.tensor(prompts[:1], device=torch_device), 4)   # warm-up
-        for batch in batch_sizes:
-            ids = torch.tensor(prompts[:batch], device=torch_device)
-            prefill = timed_generate(ids, 1)
-            full = timed_generate(ids, args.new_tokens)
-            decode = max(full - prefill, 1e-9)
-            rows.append(dict(engine="transformers", batch=batch,
-                             prefill_tokens_per_s=batch * args.prompt_len / prefill,
-                             decode_tokens_per_s=batch * (args.new_tokens - 1) / decode,
-                             decode_step_ms=1000 * decode / (args.new_tokens - 1)))
+        for kind, batch, context in cases:
+            ids = torch.tensor(prompts[context][:batch], device=torch_device)
+            if kind == "prefill":
+                generate(ids, 1)                                      # warm-up (compilation)
+                seconds = generate(ids, 1)
+                rows.append(dict(engine=name, case=kind, batch=batch, context=context,
+                                 prefill_tokens_per_s=batch * context / seconds, decode_tokens_per_s=0.0,
+                                 decode_step_ms=0.0))
+            else:
+                generate(ids, args.new_tokens)                        # warm-up (compilation)
+                prefill = generate(ids, 1)
+                full = generate(ids, args.new_tokens)
+                decode = max(full - prefill, 1e-9)
+                rows.append(dict(engine=name, case=kind, batch=batch, context=context,
+                                 prefill_tokens_per_s=batch * context / prefill,
+                                 decode_tokens_per_s=batch * (args.new_tokens - 1) / decode,
+                                 decode_step_ms=1000 * decode / (args.new_tokens - 1)))
+                if args.profile_steps:
+                    rows[-1]["kernels_per_step"] = kernels_per_step(lambda n: generate(ids, n), args.profile_steps)
             print(_row(rows[-1]), flush=True)
+    del model
     return rows
 
 
+# ---- kernels per decode step ----------------------------------------------------------------------
+
+def kernels_per_step(generate, steps: int) -> float:
+    """Device kernels of ``generate(1 + steps)`` minus those of ``generate(1)``, over ``steps``."""
+    return (_count(lambda: generate(1 + steps)) - _count(lambda: generate(1))) / steps
+
+
+def _count(fn) -> int:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    gpu = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    try:   # the engine's ranks run on their own threads: profile those too (torch >= 2.7)
+        from torch._C._profiler import _ExperimentalConfig
+
+        extra = dict(experimental_config=_ExperimentalConfig(profile_all_threads=True))
+    except (ImportError, TypeError):
+        extra = {}
+    with profile(activities=activities, **extra) as prof:
+        fn()
+        if gpu:
+            torch.cuda.synchronize()
+    events = prof.events()
+    if gpu:
+        return sum(1 for e in events if e.device_type == DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset", "[memory]")))
+    return sum(1 for e in events if e.name.startswith("aten::")
+               and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+
+
+# ---- report ---------------------------------------------------------------------------------------
+
+def _header() -> str:
+    unit = "kernels/step" if torch.cuda.is_available() else "ops/step"
+    return (f"{'engine':>22}  {'case':>7}  {'batch':>5}  {'context':>7}  {'prefill tok/s':>13}  "
+            f"{'decode tok/s':>12}  {'step ms':>8}  {unit:>12}")
+
+
 def _row(row: dict) -> str:
-    build = f"{row['decode_build_ms']:>8.3f}" if "decode_build_ms" in row else f"{'-':>8}"
-    return (f"{row['engine']:>14}  {row['batch']:>5}  {row['prefill_tokens_per_s']:>13.1f}  "
-            f"{row['decode_tokens_per_s']:>12.1f}  {row['decode_step_ms']:>8.3f}  {build}")
+    kernels = f"{row['kernels_per_step']:>12.1f}" if "kernels_per_step" in row else f"{'-':>12}"
+    decode = f"{row['decode_tokens_per_s']:>12.1f}" if row["case"] == "decode" else f"{'-':>12}"
+    step = f"{row['decode_step_ms']:>8.3f}" if row["case"] == "decode" else f"{'-':>8}"
+    return (f"{row['engine']:>22}  {row['case']:>7}  {row['batch']:>5}  {row['context']:>7}  "
+            f"{row['prefill_tokens_per_s']:>13.1f}  {decode}  {step}  {kernels}")
+
+
+def _ratios(rows: list[dict]) -> list[str]:
+    """anydev's best mode over each transformers mode, case by case (decode tok/s; prefill tok/s)."""
+    lines = []
+    keyed = {(r["engine"], r["case"], r["batch"], r["context"]): r for r in rows}
+    for (engine, case, batch, context), row in sorted(keyed.items()):
+        if not engine.startswith("transformers"):
+            continue
+        metric = "decode_tokens_per_s" if case == "decode" else "prefill_tokens_per_s"
+        ours = [keyed[(e, case, batch, context)] for e in ("anydev graphs", "anydev eager")
+                if (e, case, batch, context) in keyed]
+        if ours and row[metric]:
+            best = max(ours, key=lambda r: r[metric])
+            lines.append(f"{best['engine']} / {engine}, {case} batch {batch} context {context}: "
+                         f"{best[metric] / row[metric]:.2f}x ({metric})")
+    return lines
+
+
+def _device_name(torch_device) -> str:
+    if torch_device is not None and torch_device.type == "cuda":
+        return torch.cuda.get_device_name(torch_device)
+    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The recorded GPU run: everything the issues ask to run on the lent H200s, one command, outputs under
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
-#   bash benchmarks/gpu_record.sh            # uses every visible GPU for TP
+#   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
+#   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
+# Steps: conformance overhead infer init decode decode4k prefill profile.
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
-# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json, decode.{json,txt},
-# steps.txt (each step's exit status).
+# overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
+# decode.{json,txt} (1B llama, batch 1 and 32, context 256, beside transformers eager and compiled),
+# decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
+# profile.txt (the kernels of one decode step, by device time), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
 set -uo pipefail
@@ -20,15 +24,19 @@ run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(e
 source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
+STEPS=${STEPS:-conformance overhead infer init decode decode4k prefill profile}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
-  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)'; } > "$OUT/env.txt" 2>&1
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)';
+  git log --oneline -1 2>/dev/null; echo "steps: $STEPS"; } > "$OUT/env.txt" 2>&1
 run python3 -m anydev list-backends > "$OUT/list_backends.txt" 2>&1
-run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/conformance.json" > "$OUT/conformance.txt" 2>&1
-run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.json" > "$OUT/overhead.txt" 2>&1
-{
+want conformance && run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/conformance.json" > "$OUT/conformance.txt" 2>&1
+want overhead && run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.json" > "$OUT/overhead.txt" 2>&1
+want infer && {
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn --enforce-eager
+  run python3 examples/test_infer.py --device nvidia --tp 1 --enable-paged-attn --enforce-eager --kernels reference
   run python3 benchmarks/graph_smoke.py --device nvidia
   run python3 benchmarks/make_random_model.py /tmp/llama-1b
   run python3 examples/test_infer.py --device nvidia --model /tmp/llama-1b --tp 1 --max-new-tokens 64 --prompt 'Hello'
@@ -38,7 +46,16 @@ run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.js
       --batch-size 4 --max-new-tokens 64 --prompt 'Hello'
 } > "$OUT/infer.txt" 2>&1
 # init from a real 8B-shaped checkpoint on local disk, TP=1 and TP=every GPU (writes init-tp*.json)
-OUT="$OUT" NGPU="$NGPU" KV_GIB="$KV_GIB" bash benchmarks/init_record.sh > "$OUT/init.txt" 2>&1
-echo "$? benchmarks/init_record.sh" >> "$OUT/steps.txt"
-run python3 benchmarks/decode_bench.py --device nvidia --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
+if want init; then
+    OUT="$OUT" NGPU="$NGPU" KV_GIB="$KV_GIB" bash benchmarks/init_record.sh > "$OUT/init.txt" 2>&1
+    echo "$? benchmarks/init_record.sh" >> "$OUT/steps.txt"
+fi
+# issue 10's cases on the 1B llama shape: anydev (graphs, eager) beside transformers (eager; static cache + compiled)
+want decode && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --contexts 256 --prefill-len 0 \
+    --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
+want decode4k && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --contexts 4096 --prefill-len 0 \
+    --out "$OUT/decode4k.json" > "$OUT/decode4k.txt" 2>&1
+want prefill && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
+    --new-tokens 2 --profile-steps 0 --prefill-len 8192 --modes graphs --out "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
+want profile && run python3 benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256 > "$OUT/profile.txt" 2>&1
 tail -n 5 "$OUT"/*.txt

@@ -13,9 +13,12 @@ In order, all in one process:
    at once, with per-rank and total GB/s (stored bytes over the load's time, until its last copy is done);
 4. the engine's init in three modes: "serial" (the old one: ranks one by one, KV zeroed from host
    zeros with a sync per layer), "sequential" (ranks one by one, each as parallel runs it: each rank
-   alone) and "parallel" (every rank at once), with each one's per-rank phase table and load stats.
+   alone) and "parallel" (every rank at once), with each one's per-rank phase table and load stats;
+   and the two rows that attribute the serial -> parallel gain, each changing one of the two at a
+   time: "serial+memset" (ranks one by one, KV zeroed by one device memset) and "parallel+host-zero"
+   (every rank at once, KV zeroed from host zeros layer by layer).
 Ratios: parallel init wall over the slowest rank alone (sequential mode's longest rank span), and
-serial over parallel.
+serial over each other mode.
 """
 from __future__ import annotations
 
@@ -38,11 +41,17 @@ from anydev.core.errors import run_command
 from anydev.core.kv_cache import KVLayout
 from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
+from anydev.core.test_hooks import TestHooks
 from anydev.core.timeline import PHASES, phase_seconds
 from anydev.core.weights import RankWeights
 from anydev.plugin_api import load_backend
 
-MODES = ("serial", "sequential", "parallel")
+#: mode -> (EngineConfig.init_mode, KV zeroing: None = the init mode's own, "memset" or "host")
+MODE_SETTINGS = {
+    "serial": ("serial", None), "serial+memset": ("serial", "memset"),
+    "parallel+host-zero": ("parallel", "host"), "sequential": ("sequential", None), "parallel": ("parallel", None),
+}
+MODES = tuple(MODE_SETTINGS)
 
 
 def parse_args(argv=None):
@@ -95,7 +104,7 @@ def run(args) -> int:
     staging = args.staging_mib << 20
     config = dict(device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."), block_size=args.block_size,
                   num_blocks=num_blocks, memory_fraction=args.memory_fraction, weight_staging_bytes=staging,
-                  weight_read_threads=threads)
+                  weight_read_threads=threads, use_graphs=False)
     print(f"model: {checkpoint!r}\nKV cache per rank: {num_blocks} blocks x {block_bytes} B = "
           f"{num_blocks * block_bytes / 2**30:.2f} GiB; {args.tp} rank(s) on {args.device}; "
           f"{threads} reader thread(s) and {args.staging_mib} MiB pinned staging per rank; {os.cpu_count()} cores")
@@ -124,8 +133,9 @@ def run(args) -> int:
     best: dict[str, dict] = {}
     for _ in range(args.repeat):
         for mode in modes:
+            init_mode, kv_zero = MODE_SETTINGS[mode]
             with fresh() as checkpoint:
-                result = measure(checkpoint, EngineConfig(init_mode=mode, **config))
+                result = measure(checkpoint, EngineConfig(init_mode=init_mode, **config), TestHooks(kv_zero=kv_zero))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
     for mode in modes:
@@ -148,6 +158,12 @@ def run(args) -> int:
     if "parallel" in best and "serial" in best:
         ratios["serial_over_parallel"] = best["serial"]["init_seconds"] / best["parallel"]["init_seconds"]
         print(f"serial / parallel init time: {ratios['serial_over_parallel']:.2f}x")
+    if "serial" in best:
+        print(f"\n{'init mode':>20}  {'seconds':>8}  {'serial / this':>13}")
+        for mode in best:
+            seconds = best[mode]["init_seconds"]
+            ratios[f"serial_over_{mode}"] = best["serial"]["init_seconds"] / seconds
+            print(f"{mode:>20}  {seconds:>8.3f}  {ratios[f'serial_over_{mode}']:>12.2f}x")
     report.update(ratios=ratios, modes={m: {k: v for k, v in r.items() if k != "table"} for m, r in best.items()})
     if args.out:
         with open(args.out, "w") as f:
@@ -270,8 +286,8 @@ def print_weights(weights: dict, limits: dict) -> None:
 
 
 # ---- engine init ------------------------------------------------------------------------------
-def measure(checkpoint, config: EngineConfig) -> dict:
-    with InferEngine(checkpoint, config) as engine:
+def measure(checkpoint, config: EngineConfig, hooks: TestHooks) -> dict:
+    with InferEngine(checkpoint, config, _hooks=hooks) as engine:
         records = engine.timeline
         t0 = min(r.start for r in records)
         ranks = []

@@ -178,7 +178,7 @@ class InferEngine:
         read_threads = config.weight_read_threads or default_read_threads(config.tp)
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
-                      rank_shard(model, config.tp, rank), self.dtype, kv, config.init_mode == "serial",
+                      rank_shard(model, config.tp, rank), self.dtype, kv, _host_zero(config, hooks),
                       progress, self.kernels, self.max_model_len, hooks.fail_at, graph_factory,
                       staging_bytes=config.weight_staging_bytes, read_threads=read_threads)
             for rank in range(config.tp)
@@ -503,6 +503,15 @@ class InferEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
+    """Whether ranks zero their KV cache from host zeros (the old way) instead of one device memset."""
+    if hooks.kv_zero is None:
+        return config.init_mode == "serial"
+    if hooks.kv_zero not in ("memset", "host"):
+        raise EngineConfigError(f"kv_zero must be 'memset' or 'host', got {hooks.kv_zero!r}")
+    return hooks.kv_zero == "host"
 
 
 def _device_graph(stream, replay_eagerly):

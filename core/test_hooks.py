@@ -1,7 +1,8 @@
-"""Test-only seams of the engine, kept out of the public :class:`~anydev.core.engine.EngineConfig`.
+"""Test and benchmark seams of the engine, kept out of the public
+:class:`~anydev.core.engine.EngineConfig`.
 
-Pass ``InferEngine(..., _hooks=TestHooks(...))``; nothing outside tests and the conformance suite
-should.
+Pass ``InferEngine(..., _hooks=TestHooks(...))``; nothing outside tests, the conformance suite and
+the benchmarks should.
 """
 from __future__ import annotations
 
@@ -19,3 +20,7 @@ class TestHooks:
     graph_factory: Callable | None = None
     #: Rank r raises during init phase p (one of ``anydev.core.timeline.PHASES``): the failure path.
     fail_at: tuple[int, str] | None = None
+    #: How ranks zero their KV cache: "memset" (one async device memset) or "host" (host zeros copied
+    #: layer by layer, a sync after each); None: as ``init_mode`` implies (parallel: memset, serial:
+    #: host). ``benchmarks/init_bench.py`` crosses it with ``init_mode`` to attribute the init gain.
+    kv_zero: str | None = None

@@ -97,6 +97,18 @@ def test_serial_init_zeroes_through_host_copies_with_a_sync_per_layer(monkeypatc
         assert len(syncs) == 2 * LAYERS + 2                  # a sync per layer, then the final one
 
 
+@pytest.mark.parametrize("init_mode, kv_zero", [("parallel", "host"), ("serial", "memset")])
+def test_the_kv_zeroing_can_be_crossed_with_the_init_mode_for_the_benchmark(monkeypatch, init_mode, kv_zero):
+    memsets, copies = _count_calls(monkeypatch, "memset_async"), _count_calls(monkeypatch, "memcpy_async")
+    config = EngineConfig(tp=2, num_blocks=8, init_mode=init_mode)
+    with InferEngine(demo_checkpoint(), config, _hooks=TestHooks(kv_zero=kv_zero)) as engine:
+        weight_copies = len(engine.workers[0].weights.offsets) * 2
+    if kv_zero == "host":
+        assert memsets == [] and len(copies) == weight_copies + 2 * LAYERS
+    else:
+        assert len(memsets) == 2 and len(copies) == weight_copies
+
+
 def test_parallel_init_creates_every_worker_before_waiting_for_any(monkeypatch):
     events = []
     original_init, original_run = RankWorker.__init__, RankWorker.init

@@ -23,7 +23,7 @@ echo "GPU 0: fake"; echo "GPU 1: fake"
 """
 
 
-def record(tmp_path: Path, fail_on: str) -> tuple[list[str], Path, subprocess.CompletedProcess]:
+def record(tmp_path: Path, fail_on: str, steps: str | None = None) -> tuple[list[str], Path, subprocess.CompletedProcess]:
     root = tmp_path / "repo"
     (root / "benchmarks").mkdir(parents=True)
     (root / "scripts").mkdir()
@@ -38,6 +38,8 @@ def record(tmp_path: Path, fail_on: str) -> tuple[list[str], Path, subprocess.Co
     calls = tmp_path / "calls.txt"
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "CALLS": str(calls), "FAIL_ON": fail_on,
            "OUT": str(tmp_path / "out")}
+    if steps is not None:
+        env["STEPS"] = steps
     done = subprocess.run(["bash", "benchmarks/gpu_record.sh"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
     return calls.read_text().splitlines(), tmp_path / "out" / "gpu-record.tgz", done
@@ -50,17 +52,29 @@ def test_every_step_runs_and_the_archive_is_written_when_a_step_fails(tmp_path, 
     calls, archive, done = record(tmp_path, fail_on)
     assert any(fail_on in c for c in calls), f"the fake never saw the failing step: {calls}"
     for later in ("list-backends", "anydev.conformance", "overhead_bench.py", "test_infer.py", "graph_smoke.py",
-                  "init_bench.py --device nvidia --tp 1 ", "init_bench.py --device nvidia --tp 2 ", "decode_bench.py"):
+                  "init_bench.py --device nvidia --tp 1 ", "init_bench.py --device nvidia --tp 2 ", "decode_bench.py",
+                  "step_profile.py"):
         assert any(later in c for c in calls), f"step '{later}' did not run after '{fail_on}' failed:\n{done.stderr}"
     assert archive.is_file(), f"no archive written:\n{done.stdout}\n{done.stderr}"
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())
         assert {"env.txt", "conformance.txt", "overhead.txt", "infer.txt", "init.txt", "decode.txt",
-                "steps.txt"} <= names, names
+                "decode4k.txt", "prefill.txt", "profile.txt", "steps.txt"} <= names, names
         steps = tar.extractfile("steps.txt").read().decode()
     failed = [line for line in steps.splitlines() if not line.startswith("0 ")]
     # init_record.sh is one step of the record: a failure inside it shows as that step failing
     assert failed and all(fail_on in line or "device_setup" in line or "init_record" in line for line in failed), steps
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+def test_steps_selects_what_runs(tmp_path):
+    calls, archive, done = record(tmp_path, "never", steps="decode4k prefill")
+    benches = [c for c in calls if "benchmarks/" in c or "anydev.conformance" in c or "test_infer" in c]
+    assert len(benches) == 2 and all("decode_bench.py" in c for c in benches), benches
+    assert "--contexts 4096" in benches[0] and "--prefill-len 8192" in benches[1]
+    with tarfile.open(archive) as tar:
+        assert {"decode4k.txt", "prefill.txt"} <= set(tar.getnames())
+        assert "conformance.txt" not in tar.getnames()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")

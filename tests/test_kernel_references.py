@@ -8,9 +8,27 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anydev.core.models.layers import rms_norm as engine_rms_norm
-from anydev.core.models.rope import apply_rope, cos_sin, inverse_frequencies
+from anydev.core.models.rope import inverse_frequencies
 from anydev.plugin_api import kernels as K
+
+
+# HF transformers' formulas, as the engine computed them before it called the kernels.
+def engine_rms_norm(x, weight, eps):
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def cos_sin(positions, inv_freq, dtype):
+    """cos and signed sin [B, S, 1, D] (the first half of sin negated: rotate_half folded in)."""
+    freqs = positions[..., None, None].float() * inv_freq
+    emb = torch.cat((freqs, freqs), dim=-1)
+    sin = emb.sin().to(dtype)
+    half = sin.shape[-1] // 2
+    return emb.cos().to(dtype), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
 
 
 def _paged(num_blocks=12, block_size=4, kv=2, d=8, seed=0):

@@ -1,0 +1,83 @@
+"""Where a decode step's time goes: the kernels of a few decode steps of the engine, by device time
+(torch.profiler), for the 1B llama shape with random weights.
+
+    python benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256
+    python benchmarks/step_profile.py --tiny --context 16 --steps 2                       # cpu smoke
+
+For each batch size: the kernels per step (the whole profile's device kernels over the steps), then
+torch.profiler's table of the kernels sorted by device time (on the cpu: the aten ops by cpu time).
+The engine runs eagerly here (``--graphs`` replays its decode graphs instead: the same kernels, one
+launch), so every kernel is attributed to its op.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.errors import run_command
+from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
+
+TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+            num_hidden_layers=2)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-sizes", default="1")
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--steps", type=int, default=4, help="decode steps profiled")
+    p.add_argument("--graphs", action="store_true", help="replay decode graphs (default: eager)")
+    p.add_argument("--kernels", default="native", choices=("native", "reference"))
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--rows", type=int, default=25, help="table rows")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    return run_command(run, parse_args(argv))
+
+
+def run(args) -> int:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    model = llama_config(max_position_embeddings=args.context + args.steps + 32, **(TINY if args.tiny else {}))
+    checkpoint = random_checkpoint(model)
+    prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context),
+                            generator=torch.Generator().manual_seed(0)).tolist()
+    config = EngineConfig(device=args.device, max_model_len=args.context + args.steps + 32,
+                          max_num_seqs=max(batch_sizes), use_graphs=args.graphs, kernels=args.kernels,
+                          enable_prefix_caching=False)
+    gpu = torch.cuda.is_available() and args.device != "cpu"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+    with InferEngine(checkpoint, config) as engine:
+        print(f"model: {checkpoint!r}; {engine.kernels_description}; graphs {'on' if engine.uses_graphs else 'off'}")
+        for batch in batch_sizes:
+            seqs = [engine.add_request(p, SamplingParams(max_new_tokens=args.steps + 2, ignore_eos=True))
+                    for p in prompts[:batch]]
+            while any(seq.num_cached < len(seq.prompt) for seq in seqs):   # prefill, and one decode to warm up
+                engine.step()
+            engine.step()
+            with profile(activities=activities) as prof:
+                for _ in range(args.steps):
+                    engine.step()
+                if gpu:
+                    torch.cuda.synchronize()
+            while engine.has_unfinished:
+                engine.step()
+            kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+                       and not e.name.startswith(("Memcpy", "Memset"))] if gpu else []
+            print(f"\n== batch {batch}, context {args.context}: {len(kernels) / args.steps:.1f} kernels per decode step"
+                  if gpu else f"\n== batch {batch}, context {args.context} (cpu: aten ops by cpu time)")
+            sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+            print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""The benchmarks run on the cpu in a tiny configuration (what CI can afford; the H200 runs them in
+full through benchmarks/gpu_record.sh). Checked: every case and engine gets a row, kernels are counted,
+the init rows that attribute the gain are there. No timing is asserted."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_decode_bench_runs_every_case_beside_transformers(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "decode.json"
+    code = load("decode_bench").main(["--tiny", "--batch-sizes", "1,2", "--contexts", "16", "--new-tokens", "4",
+                                      "--prefill-len", "24", "--hf", "eager", "--profile-steps", "2",
+                                      "--modes", "eager", "--out", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    rows = {(r["engine"], r["case"], r["batch"], r["context"]): r for r in report["rows"]}
+    for engine in ("anydev eager", "transformers eager"):
+        for batch in (1, 2):
+            row = rows[(engine, "decode", batch, 16)]
+            assert row["decode_tokens_per_s"] > 0 and row["kernels_per_step"] > 0
+        assert rows[(engine, "prefill", 1, 24)]["prefill_tokens_per_s"] > 0
+    assert "reference write_kv" in report["engines"]["anydev eager"]["kernels"]
+    assert len(report["ratios"]) == 3
+
+
+def test_init_bench_attributes_the_gain_with_the_crossed_rows(tmp_path):
+    out = tmp_path / "init.json"
+    code = load("init_bench").main(["--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                                    "--vocab", "128", "--kv-gib-per-rank", "0.01", "--tp", "2", "--limit-mib", "4",
+                                    "--modes", "serial,serial+memset,parallel+host-zero,parallel", "--out", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert list(report["modes"]) == ["serial", "serial+memset", "parallel+host-zero", "parallel"]
+    assert all(m["init_seconds"] > 0 for m in report["modes"].values())
+    assert {"serial_over_serial+memset", "serial_over_parallel+host-zero", "serial_over_parallel"} <= set(report["ratios"])
