@@ -179,6 +179,24 @@ register(Subcommand("new-backend", "write the skeleton of an installable backend
                     _add_new_backend_arguments, _new_backend))
 
 
+# ---- serve (serving/server.py) ------------------------------------------------------------------
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from anydev.serving import server
+
+    server.add_arguments(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from anydev.core.errors import run_command
+    from anydev.serving import server
+
+    return run_command(server.run, args)
+
+
+register(Subcommand("serve", "serve a model over the OpenAI HTTP API (FastAPI + uvicorn)",
+                    _add_serve_arguments, _serve))
+
+
 # ---- entry point --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="anydev", description="anydev: a hardware-portable backend layer for LLM inference")

@@ -1,0 +1,321 @@
+"""The OpenAI-compatible HTTP API over an :class:`InferEngine` (FastAPI).
+
+``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
+``/health`` and ``/metrics`` (Prometheus). Every bad request is answered with an OpenAI-style error
+body and the server goes on serving; a client that disconnects has its request aborted.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from anydev.core import EngineConfigError, InferEngine
+from anydev.core.tokenizer import ChatTemplateError
+
+from .engine_loop import EngineLoop, EngineStoppedError, QueueFullError, RequestStream
+from .limits import BodySizeLimit, ServerLimits
+from .metrics import ServerMetrics
+from .protocol import APIError, ChatRequest, CompletionRequest, finish_reason
+
+
+@dataclass
+class ServerState:
+    engine: InferEngine
+    loop: EngineLoop
+    metrics: ServerMetrics
+    model_name: str
+    limits: ServerLimits
+    api_key: str | None
+
+
+def create_app(engine: InferEngine, model_name: str, limits: ServerLimits | None = None,
+               api_key: str | None = None) -> FastAPI:
+    """The app; its lifespan starts the engine loop and, at shutdown, aborts what still runs (the
+    caller closes the engine)."""
+    limits = limits or ServerLimits()
+    metrics = ServerMetrics(engine)
+    state = ServerState(engine, EngineLoop(engine, limits.max_waiting, metrics), metrics, model_name, limits, api_key)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state.loop.start()
+        yield
+        state.loop.stop()
+
+    app = FastAPI(title="anydev", description="OpenAI-compatible API over the anydev engine", lifespan=lifespan)
+    app.state.anydev = state
+    app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
+    _add_error_handlers(app, metrics)
+    authorized = Depends(_authorize)
+
+    @app.get("/health")
+    async def health():
+        if not state.loop.healthy:
+            raise APIError(503, "the engine is not running" + (f": {state.loop.failure}" if state.loop.failure else ""),
+                           type="server_error")
+        return {"status": "ok"}
+
+    @app.get("/metrics", dependencies=[Depends(_authorize_metrics)])
+    async def prometheus_metrics():
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/models", dependencies=[authorized])
+    async def models():
+        return {"object": "list", "data": [_model_card(state)]}
+
+    @app.post("/v1/completions", dependencies=[authorized])
+    async def completions(body: CompletionRequest, request: Request):
+        body.check_unsupported()
+        _check_model(state, body.model)
+        prompt_ids = _completion_prompt_ids(state, body.prompt)
+        return await _serve(state, request, body, prompt_ids, body.max_tokens, chat=False)
+
+    @app.post("/v1/chat/completions", dependencies=[authorized])
+    async def chat_completions(body: ChatRequest, request: Request):
+        body.check_unsupported()
+        _check_model(state, body.model)
+        prompt_ids = _chat_prompt_ids(state, body)
+        return await _serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
+
+    return app
+
+
+# ---- access ------------------------------------------------------------------------------------
+def _key_matches(state: ServerState, request: Request) -> bool:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), state.api_key.encode())
+
+
+async def _authorize(request: Request) -> None:
+    state: ServerState = request.app.state.anydev
+    if state.api_key is not None and not _key_matches(state, request):
+        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                       type="authentication_error", code="invalid_api_key")
+
+
+async def _authorize_metrics(request: Request) -> None:
+    if request.app.state.anydev.limits.metrics_need_key:
+        await _authorize(request)
+
+
+# ---- prompts -------------------------------------------------------------------------------------
+def _model_card(state: ServerState) -> dict:
+    return {"id": state.model_name, "object": "model", "created": 0, "owned_by": "anydev",
+            "max_model_len": state.engine.max_model_len}
+
+
+def _check_model(state: ServerState, model: str) -> None:
+    if model != state.model_name:
+        raise APIError(400, f"model '{model}' is not served here; this server serves '{state.model_name}'",
+                       param="model", code="model_not_found")
+
+
+def _tokenizer(state: ServerState):
+    tokenizer = state.engine.checkpoint.tokenizer
+    if tokenizer is None:
+        raise APIError(400, "this model has no tokenizer; send the prompt as a list of token ids", param="prompt")
+    return tokenizer
+
+
+def _completion_prompt_ids(state: ServerState, prompt) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return _tokenizer(state).encode(prompt, add_special_tokens=True)
+    vocab = state.engine.checkpoint.config.vocab_size
+    if not all(0 <= t < vocab for t in prompt):
+        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
+    return list(prompt)
+
+
+def _chat_prompt_ids(state: ServerState, body: ChatRequest) -> list[int]:
+    tokenizer = _tokenizer(state)
+    if not tokenizer.has_chat_template:
+        raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except ChatTemplateError as exc:
+        raise APIError(400, str(exc), param="messages") from exc
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None) -> int:
+    context, limits = state.engine.max_model_len, state.limits
+    if not prompt_ids:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    if len(prompt_ids) > limits.max_prompt_tokens:
+        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens; the limit is {limits.max_prompt_tokens} "
+                            f"(--max-prompt-tokens)", param="prompt", code="prompt_too_long")
+    room = context - len(prompt_ids)
+    if room < 1:
+        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens, which fills the model's context of "
+                            f"{context} tokens", param="prompt", code="context_length_exceeded")
+    if requested is None:
+        return min(room, limits.max_tokens)
+    if requested > limits.max_tokens:
+        raise APIError(400, f"max_tokens {requested} is above this server's limit of {limits.max_tokens} "
+                            f"(--max-tokens-limit)", param="max_tokens")
+    if requested > room:
+        raise APIError(400, f"max_tokens {requested} plus the prompt's {len(prompt_ids)} tokens exceeds the "
+                            f"model's context of {context} tokens", param="max_tokens",
+                       code="context_length_exceeded")
+    return requested
+
+
+# ---- running a request --------------------------------------------------------------------------
+class _Text:
+    """A request's output text as it grows: only settled text is handed out (no half of a UTF-8
+    character, nothing that may still become a stop string)."""
+
+    def __init__(self, engine: InferEngine, stream: RequestStream):
+        self.engine, self.seq = engine, stream.seq
+        self.hold = max((len(s) for s in self.seq.sampling.stop), default=1) - 1
+        self.sent = ""
+
+    def delta(self, num_tokens: int, finished: bool) -> str:
+        if finished:
+            text = self.engine._final_text(self.seq)
+        else:
+            text = self.engine._decode(self.seq.output[:num_tokens]).rstrip("\ufffd")
+            text = text[:len(text) - self.hold] if self.hold else text
+        if len(text) <= len(self.sent) or not text.startswith(self.sent):
+            return ""
+        new, self.sent = text[len(self.sent):], text
+        return new
+
+
+async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
+                 chat: bool):
+    max_tokens = _max_tokens(state, prompt_ids, requested)
+    try:
+        stream = state.loop.submit(prompt_ids, body.sampling(max_tokens))
+    except QueueFullError as exc:
+        raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
+                       headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
+    except EngineStoppedError as exc:
+        raise APIError(503, str(exc), type="server_error") from exc
+    except EngineConfigError as exc:
+        raise APIError(400, str(exc), param="prompt") from exc
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        events = _stream_events(state, stream, request_id, created, chat, include_usage)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return await _whole_answer(state, request, stream, request_id, created, chat)
+
+
+async def _whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
+                        created: int, chat: bool) -> dict:
+    text = _Text(state.engine, stream)
+    collected = asyncio.ensure_future(_collect(stream))
+    try:
+        while not collected.done():
+            done, _ = await asyncio.wait({collected}, timeout=0.5)
+            if not done and await request.is_disconnected():
+                collected.cancel()
+                raise APIError(499, "the client disconnected")
+        collected.result()
+    except EngineStoppedError as exc:
+        raise APIError(503, str(exc), type="server_error") from exc
+    finally:
+        state.loop.abort(stream)     # no-op when it finished
+    seq = stream.seq
+    content = text.delta(len(seq.output), True)
+    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": content}
+    else:
+        choice["text"] = content
+    return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
+            "model": state.model_name, "choices": [choice], "usage": _usage(seq)}
+
+
+async def _collect(stream: RequestStream) -> None:
+    async for _ in stream.updates():
+        pass
+
+
+async def _stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
+                         include_usage: bool):
+    """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
+    then ``[DONE]``. Leaving early (the client went away) aborts the request."""
+    text = _Text(state.engine, stream)
+    kind = "chat.completion.chunk" if chat else "text_completion"
+
+    def event(choices: list[dict], usage: dict | None = None) -> str:
+        chunk = {"id": request_id, "object": kind, "created": created, "model": state.model_name, "choices": choices}
+        if usage is not None:
+            chunk["usage"] = usage
+        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+
+    def choice(delta: str, reason: str | None, first: bool = False) -> dict:
+        if chat:
+            message = {"role": "assistant", "content": delta} if first else ({"content": delta} if delta else {})
+            return {"index": 0, "delta": message, "logprobs": None, "finish_reason": reason}
+        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+
+    try:
+        if chat:
+            yield event([choice("", None, first=True)])
+        try:
+            async for progress in stream.updates():
+                delta = text.delta(progress.num_tokens, progress.finished)
+                if progress.finished:
+                    seq = stream.seq
+                    yield event([choice(delta, finish_reason(seq.finish_reason))], _usage(seq))
+                    if include_usage:
+                        yield event([], _usage(seq))
+                elif delta:
+                    yield event([choice(delta, None)])
+        except EngineStoppedError as exc:
+            error = APIError(503, str(exc), type="server_error")
+            yield f"data: {json.dumps(error.body())}\n\n"
+        yield "data: [DONE]\n\n"
+    finally:
+        state.loop.abort(stream)     # the client left early (or a no-op: it finished)
+
+
+def _usage(seq) -> dict:
+    return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
+            "total_tokens": len(seq.prompt) + len(seq.output)}
+
+
+# ---- errors ----------------------------------------------------------------------------------------
+def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
+    def answer(error: APIError) -> JSONResponse:
+        metrics.rejected.labels(str(error.status)).inc()
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError):
+        return answer(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        location = [str(part) for part in first.get("loc", ()) if part != "body"]
+        param = ".".join(location) or None
+        if first.get("type") == "json_invalid":
+            message, param = "the request body is not valid JSON", None
+        else:
+            message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
+        return answer(APIError(400, message, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return answer(APIError(exc.status_code, str(exc.detail), type=kind))

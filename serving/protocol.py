@@ -1,0 +1,138 @@
+"""The OpenAI request bodies the server accepts, their checks, and the error body it answers with.
+
+Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
+(``n=1``, no logprobs, no penalties, ...); anything else is a 400 naming the field, never silently
+ignored. ``top_k`` and ``ignore_eos`` are accepted as extensions (as vLLM does).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from anydev.core import SamplingParams
+
+
+class APIError(Exception):
+    """An HTTP error with the OpenAI error body ``{"error": {message, type, param, code}}``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error", headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+        self.headers = headers
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: bool = False
+
+
+class _Sampling(BaseModel):
+    """The fields both endpoints share."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=-1)                  # extension; 0 or -1: off
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: bool = False                      # extension, for benchmarks
+    n: int = 1
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None                       # accepted; unused
+
+    def check_unsupported(self) -> None:
+        neutral = dict(n=1, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None)
+        for name, value in neutral.items():
+            if getattr(self, name) not in (value, {}) :
+                raise APIError(400, f"'{name}' is not supported by this server (only {name}={value!r})",
+                               param=name, code="unsupported_parameter")
+        stops = self.stop_list()
+        if len(stops) > 4 or not all(stops):
+            raise APIError(400, "'stop' takes at most 4 non-empty strings", param="stop")
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        return SamplingParams(max_new_tokens=max_tokens, temperature=self.temperature,
+                              top_k=max(self.top_k, 0), top_p=self.top_p, seed=self.seed,
+                              stop=self.stop_list(), ignore_eos=self.ignore_eos)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str] | list[int]
+    max_tokens: int | None = Field(16, ge=1)
+    echo: bool = False
+    logprobs: int | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+    def check_unsupported(self) -> None:
+        super().check_unsupported()
+        for name, neutral in (("echo", False), ("logprobs", None), ("suffix", None)):
+            if getattr(self, name) != neutral:
+                raise APIError(400, f"'{name}' is not supported by this server", param=name,
+                               code="unsupported_parameter")
+        if self.best_of not in (None, 1):
+            raise APIError(400, "'best_of' is not supported by this server (only 1)", param="best_of",
+                           code="unsupported_parameter")
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) != 1:
+            raise APIError(400, "one prompt per request: batched prompts are not supported; send one request "
+                                "per prompt", param="prompt", code="unsupported_parameter")
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant", "developer"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    response_format: dict | None = None
+
+    def check_unsupported(self) -> None:
+        super().check_unsupported()
+        for name, neutral in (("logprobs", False), ("top_logprobs", None), ("tools", None),
+                              ("tool_choice", None), ("response_format", None)):
+            value = getattr(self, name)
+            if value != neutral and not (name == "response_format" and value == {"type": "text"}):
+                raise APIError(400, f"'{name}' is not supported by this server", param=name,
+                               code="unsupported_parameter")
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+def finish_reason(engine_reason: str | None) -> str | None:
+    """The OpenAI finish reason for the engine's."""
+    return {"eos": "stop", "stop": "stop", "length": "length"}.get(engine_reason, engine_reason)

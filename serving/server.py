@@ -1,0 +1,121 @@
+"""``anydev serve``: load a model on a backend and answer the OpenAI API over HTTP (uvicorn).
+
+    anydev serve --device cpu                         # the embedded demo model, on 127.0.0.1:8000
+    anydev serve --device nvidia --model /models/Llama-3.2-1B --tp 2 --api-key "$KEY"
+
+Ctrl-C or SIGTERM stops accepting connections, lets the requests in flight finish for up to
+``--drain-seconds``, aborts the rest, frees the engine and exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+from anydev.core.errors import EngineConfigError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default=os.environ.get("ANYDEV_DEVICE", "cpu"),
+                   help="anydev backend: cpu, nvidia, moore, metax, ... (default: $ANYDEV_DEVICE or cpu)")
+    p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
+    p.add_argument("--served-model-name", help="the model id clients send (default: the model folder's name)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1/* (default: $ANYDEV_API_KEY; none: open)")
+    p.add_argument("--metrics-need-key", action="store_true", help="/metrics needs the API key too")
+    engine = p.add_argument_group("engine")
+    engine.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")
+    engine.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
+    engine.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    engine.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank (default: from free memory)")
+    engine.add_argument("--max-num-seqs", type=int, default=64, help="requests running at once (default 64)")
+    engine.add_argument("--max-num-batched-tokens", type=int, default=None,
+                        help="tokens per step, decodes plus prefill chunks (default 2048)")
+    engine.add_argument("--no-prefix-caching", action="store_true", help="turn prefix caching off")
+    engine.add_argument("--no-chunked-prefill", action="store_true",
+                        help="prefill whole prompts in steps of their own (decodes wait for them)")
+    engine.add_argument("--enforce-eager", action="store_true", help="decode without device graphs")
+    limits = p.add_argument_group("limits")
+    limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB): 413")
+    limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt (default: the context): 400")
+    limits.add_argument("--max-tokens-limit", type=int, default=4096,
+                        help="largest max_tokens a request may ask (default 4096): 400")
+    limits.add_argument("--max-waiting", type=int, default=256,
+                        help="requests that may wait for admission (default 256); beyond: 429 with Retry-After")
+    limits.add_argument("--drain-seconds", type=float, default=10.0,
+                        help="at shutdown, how long requests in flight may finish (default 10)")
+    limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from anydev.core import EngineConfig, InferEngine
+    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.plugin_api import load_backend
+
+    from .app import create_app
+    from .limits import ServerLimits
+
+    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs", "port"):
+        if getattr(args, name) < (0 if name == "port" else 1):
+            raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.api_key is not None and not args.api_key.strip():
+        raise EngineConfigError("--api-key (ANYDEV_API_KEY) is empty; give a key or leave it unset")
+    if args.host not in ("127.0.0.1", "localhost", "::1") and args.api_key is None:
+        print(f"warning: serving on {args.host} without --api-key: anyone who can reach this port can use the model",
+              file=sys.stderr)
+    load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
+    checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
+    model_name = args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
+    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+                          num_blocks=args.num_blocks, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                          max_num_batched_tokens=args.max_num_batched_tokens,
+                          enable_prefix_caching=not args.no_prefix_caching,
+                          enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager)
+    with InferEngine(checkpoint, config, progress=True) as engine:
+        limits = ServerLimits(max_body_bytes=args.max_body_bytes,
+                              max_prompt_tokens=args.max_prompt_tokens or engine.max_model_len,
+                              max_tokens=args.max_tokens_limit, max_waiting=args.max_waiting,
+                              metrics_need_key=args.metrics_need_key)
+        app = create_app(engine, model_name, limits, args.api_key)
+        print(f"anydev serve: model '{model_name}' on {args.device} x {args.tp}, {engine.num_blocks} KV blocks of "
+              f"{args.block_size} tokens, context {engine.max_model_len}", flush=True)
+        server = _server_class()(uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", access_log=False,
+            timeout_graceful_shutdown=args.drain_seconds, timeout_keep_alive=args.timeout_keep_alive,
+            h11_max_incomplete_event_size=64 * 1024))
+        print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
+        server.run()
+    print("anydev serve: stopped", flush=True)
+    return 0
+
+
+def _server_class():
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server without its re-raising of the stop signal after the graceful shutdown, so
+        that ``anydev serve`` then frees the engine and exits 0 (a second Ctrl-C still forces it)."""
+
+        @contextmanager
+        def capture_signals(self):
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in original.items():
+                    signal.signal(sig, handler)
+
+    return Server

@@ -1,0 +1,380 @@
+"""``anydev serve`` end to end: the server in a subprocess on 127.0.0.1 with the demo model on the cpu
+backend, driven by the official ``openai`` client; answers compared with offline greedy generation."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import http.client
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.checkpoint import demo_checkpoint
+
+MODEL = "anydev-demo"
+KEY = "test-key-123"
+SYSTEM = ("You are the assistant of the device model. The user asks about the world and you answer with "
+          "what is on the device, for the user and the model, in one token at a time.")
+
+
+def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None,
+            timeout: float = 30) -> tuple[int, dict, str]:
+    """(status, headers, text) of one HTTP request (the standard library's client)."""
+    host, _, path = url.removeprefix("http://").partition("/")
+    conn = http.client.HTTPConnection(host, timeout=timeout)
+    try:
+        conn.request(method, "/" + path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read().decode()
+    finally:
+        conn.close()
+
+
+class Server:
+    """``anydev serve`` in a subprocess; :meth:`stop` sends SIGTERM and returns the exit code."""
+
+    def __init__(self, *args: str, key: str | None = None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env.pop("ANYDEV_API_KEY", None)
+        command = [sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(self.port), *args]
+        if key:
+            command += ["--api-key", key]
+        self.key = key
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"anydev serve exited with {self.proc.returncode}:\n{self.proc.stdout.read()}")
+            try:
+                if request(f"{self.url}/health", timeout=2)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.proc.kill()
+        raise RuntimeError("anydev serve did not become healthy within 180 s")
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.key or "none", max_retries=0, timeout=120)
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of /metrics by name (labels joined in), e.g. 'anydev_kv_blocks_used'."""
+        text = request(f"{self.url}/metrics")[2]
+        samples = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
+        return samples
+
+    def wait_for_metric(self, name: str, predicate, seconds: float = 60) -> float:
+        deadline = time.monotonic() + seconds
+        while True:
+            value = self.metrics().get(name, 0.0)
+            if predicate(value) or time.monotonic() > deadline:
+                return value
+            time.sleep(0.2)
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return self.proc.returncode, out
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Offline greedy generation with the same model: (completion tokens, chat tokens) helpers."""
+    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=256, use_graphs=False)) as engine:
+        tokenizer = engine.checkpoint.tokenizer
+
+        def completion(prompts, max_tokens):
+            ids = [tokenizer.encode(p, add_special_tokens=True) for p in prompts]
+            return [o.text for o in engine.generate_ids(ids, SamplingParams(max_new_tokens=max_tokens))]
+
+        def chat(conversations, max_tokens, with_counts=False):
+            ids = [tokenizer.encode(tokenizer.apply_chat_template(c, add_generation_prompt=True), add_special_tokens=False)
+                   for c in conversations]
+            outputs = engine.generate_ids(ids, SamplingParams(max_new_tokens=max_tokens))
+            return [(o.text, len(o.token_ids)) if with_counts else o.text for o in outputs]
+
+        yield completion, chat
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server("--max-model-len", "256", key=KEY)
+    yield srv
+    code, out = srv.stop()
+    assert code == 0, out
+    assert "stopped" in out
+
+
+def prompts(count: int) -> list[str]:
+    words = ["the model", "hello world", "a device", "the user is", "one token", "what is that"]
+    return [f"{words[i % len(words)]} number {i}: {words[(i * 5) % len(words)]}" for i in range(count)]
+
+
+def streamed_text(stream) -> tuple[str, list]:
+    chunks = list(stream)
+    text = "".join((c.choices[0].text if hasattr(c.choices[0], "text") else c.choices[0].delta.content or "")
+                   for c in chunks if c.choices)
+    return text, chunks
+
+
+# ---- answers ---------------------------------------------------------------------------------------
+
+def test_completions_streamed_and_not_equal_offline_greedy(server, reference):
+    completion, _ = reference
+    client = server.client()
+    prompt = "Hello, world! the model of the device is"
+    expected = completion([prompt], 24)[0]
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
+    assert whole.choices[0].text == expected
+    assert whole.choices[0].finish_reason == "length"
+    assert (whole.usage.completion_tokens, whole.usage.prompt_tokens) == (24, len(demo_checkpoint().tokenizer.encode(prompt)))
+    text, chunks = streamed_text(client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0,
+                                                           stream=True, stream_options={"include_usage": True}))
+    assert text == expected
+    assert chunks[-1].usage.completion_tokens == 24 and chunks[-1].usage.total_tokens == whole.usage.total_tokens
+    assert len(chunks) > 3     # it did stream
+
+
+def test_chat_streamed_and_not_equal_offline_greedy_with_the_chat_template(server, reference):
+    _, chat = reference
+    client = server.client()
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    expected, tokens = chat([messages], 20, with_counts=True)[0]
+    assert tokens == 20      # no early EOS for this prompt, so streaming has something to show
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20, temperature=0)
+    assert whole.choices[0].message.content == expected and whole.choices[0].message.role == "assistant"
+    assert whole.usage.completion_tokens == 20
+    text, chunks = streamed_text(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=20,
+                                                                temperature=0, stream=True))
+    assert text == expected
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].usage.completion_tokens == 20
+
+
+def test_32_concurrent_clients_all_get_their_offline_answer(server, reference):
+    completion, _ = reference
+    texts = prompts(32)
+    expected = completion(texts, 16)
+
+    def ask(prompt):
+        client = server.client()
+        if len(prompt) % 2:
+            return client.completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0).choices[0].text
+        return streamed_text(client.completions.create(model=MODEL, prompt=prompt, max_tokens=16, temperature=0,
+                                                       stream=True))[0]
+
+    with ThreadPoolExecutor(32) as pool:
+        answers = list(pool.map(ask, texts))
+    assert answers == expected
+    assert server.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+
+
+def test_a_repeated_system_prompt_hits_the_prefix_cache_with_identical_output(server, reference):
+    _, chat = reference
+    client = server.client()
+    first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "hello"}]
+    second = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "what is the world?"}]
+    expected = chat([first, second], 12)
+    hits_before = server.metrics()["anydev_prefix_cache_hit_tokens_total"]
+    answers = [client.chat.completions.create(model=MODEL, messages=m, max_tokens=12, temperature=0).choices[0].message.content
+               for m in (first, second, first)]
+    hits = server.metrics()["anydev_prefix_cache_hit_tokens_total"] - hits_before
+    system_tokens = len(demo_checkpoint().tokenizer.encode(SYSTEM))
+    assert answers == [expected[0], expected[1], expected[0]]
+    assert hits >= 2 * (system_tokens // 16) * 16 > 0      # the 2nd and 3rd requests reuse the system prompt
+    assert server.metrics()["anydev_prefix_cache_hit_rate"] > 0
+
+
+def test_stop_strings_and_sampling_with_a_seed(server):
+    client = server.client()
+    free = client.completions.create(model=MODEL, prompt="the world", max_tokens=30, temperature=0).choices[0].text
+    stop = free[6:9]
+    cut = client.completions.create(model=MODEL, prompt="the world", max_tokens=30, temperature=0, stop=[stop])
+    assert cut.choices[0].text == free[:free.index(stop)] and cut.choices[0].finish_reason == "stop"
+    streamed, _ = streamed_text(client.completions.create(model=MODEL, prompt="the world", max_tokens=30,
+                                                          temperature=0, stop=[stop], stream=True))
+    assert streamed == cut.choices[0].text
+    hot = dict(model=MODEL, prompt="the world", max_tokens=20, temperature=1.0, top_p=0.9)
+    assert (client.completions.create(seed=5, **hot).choices[0].text
+            == client.completions.create(seed=5, **hot).choices[0].text)
+
+
+def test_models_health_and_metrics(server):
+    assert [m.id for m in server.client().models.list()] == [MODEL]
+    assert json.loads(request(f"{server.url}/health")[2]) == {"status": "ok"}
+    names = server.metrics()
+    for name in ("anydev_requests_running", "anydev_requests_waiting", "anydev_kv_blocks_used",
+                 "anydev_prefix_cache_hit_rate", "anydev_prompt_tokens_total", "anydev_generation_tokens_total",
+                 "anydev_time_to_first_token_seconds_count", "anydev_inter_token_latency_seconds_count"):
+        assert name in names, name
+    assert names["anydev_generation_tokens_total"] > 0 and names["anydev_time_to_first_token_seconds_count"] > 0
+
+
+def test_a_client_that_disconnects_mid_stream_has_its_request_aborted_and_its_blocks_freed(server):
+    aborted_before = server.metrics().get("anydev_requests_total{finish_reason=abort}", 0)
+    body = {"model": MODEL, "prompt": "hello world " * 20, "max_tokens": 200, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    host = server.url.removeprefix("http://")
+    conn = http.client.HTTPConnection(host, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    got = [response.readline() for _ in range(6)]     # a few events, then hang up mid-stream
+    assert any(line.startswith(b"data: ") for line in got)
+    assert server.metrics()["anydev_kv_blocks_used"] > 0
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    aborted = server.wait_for_metric("anydev_requests_total{finish_reason=abort}", lambda v: v > aborted_before)
+    assert aborted == aborted_before + 1
+    assert server.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+    assert server.metrics()["anydev_requests_running"] == 0
+
+
+# ---- bad requests ----------------------------------------------------------------------------------
+
+class Reply:
+    def __init__(self, status, text):
+        self.status_code, self.text = status, text
+
+    def json(self):
+        return json.loads(self.text)
+
+
+def post(server, path, body, key=KEY, raw=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    status, _, text = request(f"{server.url}{path}", "POST", raw if raw is not None else json.dumps(body).encode(),
+                              headers)
+    return Reply(status, text)
+
+
+GOOD = {"model": MODEL, "prompt": "hi", "max_tokens": 4}
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+@pytest.mark.parametrize("path, body, raw, param", [
+    ("/v1/completions", None, b"{not json", None),
+    ("/v1/completions", None, b"[1, 2]", None),
+    ("/v1/completions", {**GOOD, "model": "gpt-4"}, None, "model"),
+    ("/v1/completions", {**GOOD, "max_tokens": 300}, None, "max_tokens"),        # beyond the 256 context
+    ("/v1/completions", {**GOOD, "max_tokens": 0}, None, "max_tokens"),
+    ("/v1/completions", {**GOOD, "temperature": 2.5}, None, "temperature"),
+    ("/v1/completions", {**GOOD, "temperature": -1}, None, "temperature"),
+    ("/v1/completions", {**GOOD, "top_p": 0}, None, "top_p"),
+    ("/v1/completions", {**GOOD, "top_p": 1.5}, None, "top_p"),
+    ("/v1/completions", {**GOOD, "top_k": -2}, None, "top_k"),
+    ("/v1/completions", {**GOOD, "seed": -1}, None, "seed"),
+    ("/v1/completions", {**GOOD, "n": 2}, None, "n"),
+    ("/v1/completions", {**GOOD, "logprobs": 2}, None, "logprobs"),
+    ("/v1/completions", {**GOOD, "echo": True}, None, "echo"),
+    ("/v1/completions", {**GOOD, "presence_penalty": 0.5}, None, "presence_penalty"),
+    ("/v1/completions", {**GOOD, "stop": ["a", "b", "c", "d", "e"]}, None, "stop"),
+    ("/v1/completions", {**GOOD, "prompt": ["a", "b"]}, None, "prompt"),
+    ("/v1/completions", {**GOOD, "prompt": []}, None, "prompt"),
+    ("/v1/completions", {**GOOD, "prompt": [5, 100000]}, None, "prompt"),
+    ("/v1/completions", {**GOOD, "prompt": "hello " * 300}, None, "prompt"),          # fills the context
+    ("/v1/completions", {**GOOD, "prompt": 5}, None, "prompt"),
+    ("/v1/completions", {**GOOD, "frobnicate": 1}, None, "frobnicate"),
+    ("/v1/completions", {"prompt": "hi"}, None, "model"),
+    ("/v1/chat/completions", {**CHAT, "messages": []}, None, "messages"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]}, None, "messages.0.role"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, None, "tools"),
+    ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 10**6}, None, "max_tokens"),
+])
+def test_every_bad_request_gets_a_400_with_an_openai_error_body(server, path, body, raw, param):
+    response = post(server, path, body, raw=raw)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"]
+    if param is not None:
+        assert (error["param"] or "").startswith(param), error
+    assert post(server, "/v1/completions", GOOD).status_code == 200    # still serving
+
+
+def test_a_missing_or_wrong_key_gets_401_and_health_stays_open(server):
+    for key in (None, "wrong"):
+        response = post(server, "/v1/completions", GOOD, key=key)
+        assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
+    assert request(f"{server.url}/v1/models")[0] == 401
+    assert request(f"{server.url}/health")[0] == 200
+
+
+def test_a_body_over_the_limit_gets_413_naming_it(server):
+    response = post(server, "/v1/completions", {**GOOD, "prompt": "x" * (2 << 20)})
+    assert response.status_code == 413 and "max-body-bytes" in response.json()["error"]["message"]
+
+
+# ---- scheduling through the server -----------------------------------------------------------------
+
+def concurrent_completions(srv, texts, max_tokens):
+    def ask(prompt):
+        return srv.client().completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens,
+                                               temperature=0).choices[0].text
+    with ThreadPoolExecutor(len(texts)) as pool:
+        return list(pool.map(ask, texts))
+
+
+def test_chunked_and_unchunked_prefill_and_a_tiny_kv_cache_give_identical_answers(reference):
+    completion, _ = reference
+    texts = [f"{p} and the device of the model is what we have" for p in prompts(8)]
+    expected = completion(texts, 30)
+    # 8-token steps: every prompt is prefilled in chunks; 40 blocks of 4 tokens: the 8 requests
+    # cannot all grow to their ~60 tokens at once, so some are preempted and recomputed.
+    chunked = Server("--max-model-len", "256", "--max-num-batched-tokens", "8", "--block-size", "4",
+                     "--num-blocks", "40", "--enforce-eager")
+    try:
+        assert concurrent_completions(chunked, texts, 30) == expected
+        metrics = chunked.metrics()
+        assert metrics["anydev_preemptions_total"] > 0
+        assert metrics["anydev_kv_blocks_used"] == 0
+    finally:
+        assert chunked.stop()[0] == 0
+    unchunked = Server("--max-model-len", "256", "--no-chunked-prefill", "--no-prefix-caching")
+    try:
+        assert concurrent_completions(unchunked, texts, 30) == expected
+        assert unchunked.metrics()["anydev_prefix_cache_hit_tokens_total"] == 0
+    finally:
+        assert unchunked.stop()[0] == 0
+
+
+def test_sigterm_drains_the_request_in_flight_then_exits_cleanly():
+    srv = Server("--max-model-len", "256", "--drain-seconds", "120")
+    result = {}
+
+    def stream_long():
+        stream = srv.client().completions.create(model=MODEL, prompt="hello", max_tokens=120, temperature=0,
+                                                 stream=True, extra_body={"ignore_eos": True})
+        text, chunks = streamed_text(stream)
+        result["finish"], result["tokens"] = chunks[-1].choices[0].finish_reason, chunks[-1].usage.completion_tokens
+
+    thread = threading.Thread(target=stream_long)
+    thread.start()
+    srv.wait_for_metric("anydev_requests_running", lambda v: v == 1)
+    code, out = srv.stop()
+    thread.join(timeout=60)
+    assert code == 0, out
+    assert result == {"finish": "length", "tokens": 120}
