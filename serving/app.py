@@ -212,8 +212,9 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        events = _stream_events(state, stream, request_id, created, chat, include_usage)
+        options = body.stream_options
+        events = _stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
+                                bool(options and options.continuous_usage_stats))
         return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
     return await _whole_answer(state, request, stream, request_id, created, chat)
 
@@ -250,9 +251,10 @@ async def _collect(stream: RequestStream) -> None:
 
 
 async def _stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
-                         include_usage: bool):
+                         include_usage: bool, continuous_usage: bool):
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
-    then ``[DONE]``. Leaving early (the client went away) aborts the request."""
+    then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
+    request a token, text or not. Leaving early (the client went away) aborts the request."""
     text = _Text(state.engine, stream)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -279,6 +281,8 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
                     yield event([choice(delta, finish_reason(seq.finish_reason))], _usage(seq))
                     if include_usage:
                         yield event([], _usage(seq))
+                elif continuous_usage:
+                    yield event([choice(delta, None)], _usage(stream.seq, progress.num_tokens))
                 elif delta:
                     yield event([choice(delta, None)])
         except EngineStoppedError as exc:
@@ -289,9 +293,9 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
         state.loop.abort(stream)     # the client left early (or a no-op: it finished)
 
 
-def _usage(seq) -> dict:
-    return {"prompt_tokens": len(seq.prompt), "completion_tokens": len(seq.output),
-            "total_tokens": len(seq.prompt) + len(seq.output)}
+def _usage(seq, num_tokens: int | None = None) -> dict:
+    done = len(seq.output) if num_tokens is None else num_tokens
+    return {"prompt_tokens": len(seq.prompt), "completion_tokens": done, "total_tokens": len(seq.prompt) + done}
 
 
 # ---- errors ----------------------------------------------------------------------------------------

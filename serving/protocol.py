@@ -29,6 +29,7 @@ class APIError(Exception):
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    continuous_usage_stats: bool = False   # extension (as vLLM): usage on every chunk, one chunk per step
 
 
 class _Sampling(BaseModel):
