@@ -3,12 +3,13 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
 #   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
-# Steps: conformance overhead infer init decode decode4k prefill profile.
+# Steps: conformance overhead infer init decode decode4k prefill profile serve.
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
 # overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
 # decode.{json,txt} (1B llama, batch 1 and 32, context 256, beside transformers eager and compiled),
 # decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
-# profile.txt (the kernels of one decode step, by device time), steps.txt (each step's exit status).
+# profile.txt (the kernels of one decode step, by device time), serve_bench.{json,txt} (anydev serve under
+# load with its ablations; needs fastapi, uvicorn and prometheus-client), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
 set -uo pipefail
@@ -24,7 +25,7 @@ run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(e
 source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
-STEPS=${STEPS:-conformance overhead infer init decode decode4k prefill profile}
+STEPS=${STEPS:-conformance overhead infer init decode decode4k prefill profile serve}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
@@ -58,4 +59,14 @@ want decode4k && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --devic
 want prefill && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
     --new-tokens 2 --profile-steps 0 --prefill-len 8192 --modes graphs --out "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
 want profile && run python3 benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256 > "$OUT/profile.txt" 2>&1
+# issue 11: anydev serve under Poisson load (1B llama shape), prefix caching and chunked prefill off/on
+if want serve; then
+    if python3 -c 'import fastapi, uvicorn, prometheus_client' 2>/dev/null; then
+        [ -d /tmp/llama-1b ] || python3 benchmarks/make_random_model.py /tmp/llama-1b > /dev/null
+        STEP_TIMEOUT=560 run python3 benchmarks/serve_bench.py --device nvidia --model /tmp/llama-1b \
+            --out "$OUT/serve_bench.json" > "$OUT/serve_bench.txt" 2>&1
+    else
+        echo "1 serve_bench: fastapi, uvicorn and prometheus-client are not installed" >> "$OUT/steps.txt"
+    fi
+fi
 tail -n 5 "$OUT"/*.txt

@@ -378,3 +378,30 @@ def test_sigterm_drains_the_request_in_flight_then_exits_cleanly():
     thread.join(timeout=60)
     assert code == 0, out
     assert result == {"finish": "length", "tokens": 120}
+
+
+def test_a_full_waiting_queue_answers_429_with_retry_after_and_loses_nothing(reference):
+    completion, _ = reference
+    texts = prompts(10)
+    expected = completion(texts, 40)
+    srv = Server("--max-model-len", "256", "--max-num-seqs", "1", "--max-waiting", "1")
+    try:
+        def ask(prompt):
+            body = {"model": MODEL, "prompt": prompt, "max_tokens": 40, "temperature": 0}
+            status, headers, text = request(f"{srv.url}/v1/completions", "POST", json.dumps(body).encode(),
+                                            {"Content-Type": "application/json"}, timeout=120)
+            return status, headers, json.loads(text)
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            answers = list(pool.map(ask, texts))
+        refused = [a for a in answers if a[0] == 429]
+        assert refused, "one running and one waiting: ten at once cannot all be taken"
+        assert all(a[1].get("retry-after") or a[1].get("Retry-After") for a in refused)
+        assert all(a[2]["error"]["code"] == "queue_full" for a in refused)
+        for (status, _, body), want in zip(answers, expected):
+            assert status in (200, 429)
+            if status == 200:
+                assert body["choices"][0]["text"] == want
+        assert srv.metrics()["anydev_kv_blocks_used"] == 0
+    finally:
+        assert srv.stop()[0] == 0
