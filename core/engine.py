@@ -295,7 +295,7 @@ class InferEngine:
         self.last_stats = _stats_since(before, self._stats)
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
-        return [GenerationOutput(seq.prompt, seq.output, self._final_text(seq), seq.finish_reason) for seq in seqs]
+        return [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason) for seq in seqs]
 
     # ---- the scheduler's interface ---------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], sampling: SamplingParams | None = None,
@@ -365,16 +365,14 @@ class InferEngine:
             self.scheduler.finish(seq, reason)
 
     def _hit_stop_string(self, seq: Sequence) -> bool:
-        """Whether the output now contains a stop string; ``seq.text`` is the output cut before it."""
-        text = self._decode(seq.output)
-        cut = min((i for i in (text.find(s) for s in seq.sampling.stop) if i >= 0), default=-1)
-        seq.text = text if cut < 0 else text[:cut]
-        return cut >= 0
+        return _cut_at_stop(self.decode(seq.output), seq.sampling.stop)[1]
 
-    def _final_text(self, seq: Sequence) -> str:
-        return seq.text if seq.sampling.stop else self._decode(seq.output)
+    def output_text(self, seq: Sequence) -> str:
+        """The text of what ``seq`` generated so far, cut before the first stop string in it."""
+        return _cut_at_stop(self.decode(seq.output), seq.sampling.stop)[0]
 
-    def _decode(self, ids) -> str:
+    def decode(self, ids) -> str:
+        """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
         tokenizer = self.checkpoint.tokenizer
         return tokenizer.decode(ids, skip_special_tokens=True) if tokenizer else ""
 
@@ -565,6 +563,12 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         rank, phase = hooks.fail_at
         if phase not in PHASES:
             raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string, and whether it had one."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text, False) if cut < 0 else (text[:cut], True)
 
 
 def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationStats:

@@ -76,12 +76,39 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
                 generators: list[torch.Generator | None]) -> torch.Tensor:
-    """Next token of each row of ``logits`` [B, V] with that row's own parameters and generator
-    (a request's seed makes its tokens independent of what else shares the step). A row whose
-    params are None needs no token (a prefill chunk short of its prompt's end): it gets the argmax.
-    Greedy rows take one argmax together; sampled rows are drawn one by one. Returns [B] int64."""
+    """Next token of each row of ``logits`` [B, V] with that row's own parameters (a row whose
+    params are None needs no token, e.g. a prefill chunk short of its prompt's end: it gets the
+    argmax). Greedy rows take one argmax together; sampled rows without a generator are drawn together
+    with per-row temperature, top-k and top-p; a row with its own generator (a request's seed, so its
+    tokens do not depend on what shares the step) is drawn alone. Returns [B] int64."""
     tokens = logits.argmax(dim=-1)
-    for row, (p, generator) in enumerate(zip(params, generators)):
-        if p is not None and not p.is_greedy:
-            tokens[row] = sample(logits[row:row + 1].float(), p, generator)[0]
+    sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
+    shared = [i for i in sampled if generators[i] is None]
+    for row in sampled:
+        if generators[row] is not None:
+            tokens[row] = sample(logits[row:row + 1].float(), params[row], generators[row])[0]
+    if shared:
+        rows = torch.tensor(shared, device=logits.device)
+        tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
     return tokens
+
+
+def _sample_together(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """:func:`sample` for rows with parameters of their own, in one pass (torch's default generator)."""
+    device, vocab = logits.device, logits.shape[-1]
+    logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    top_k = [min(p.top_k, vocab) for p in params]
+    if any(top_k):
+        k = torch.tensor([max(k, 1) for k in top_k], device=device)[:, None]
+        values = torch.topk(logits, max(top_k), dim=-1).values                   # [R, max k]
+        kth = values.gather(1, k - 1)                                             # [R, 1]
+        kth = kth.masked_fill(torch.tensor([k == 0 for k in top_k], device=device)[:, None], float("-inf"))
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if any(p.top_p < 1.0 for p in params):
+        top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= top_p                               # keep the first token always
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    return torch.multinomial(logits.softmax(dim=-1), num_samples=1).squeeze(-1)

@@ -37,7 +37,6 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)   # prefix-cache hash of each full block computed
     num_prefix_hit: int = 0     # prompt tokens found in the prefix cache at admission
     num_preemptions: int = 0
-    text: str = ""              # the output decoded, cut before a stop string (set when stop strings are used)
     arrival_time: float = field(default_factory=time.monotonic)
 
     @property

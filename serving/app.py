@@ -187,9 +187,9 @@ class _Text:
 
     def delta(self, num_tokens: int, finished: bool) -> str:
         if finished:
-            text = self.engine._final_text(self.seq)
+            text = self.engine.output_text(self.seq)
         else:
-            text = self.engine._decode(self.seq.output[:num_tokens]).rstrip("\ufffd")
+            text = self.engine.decode(self.seq.output[:num_tokens]).rstrip("\ufffd")
             text = text[:len(text) - self.hold] if self.hold else text
         if len(text) <= len(self.sent) or not text.startswith(self.sent):
             return ""

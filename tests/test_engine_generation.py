@@ -7,7 +7,7 @@ import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
 from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.sampling import sample
+from anydev.core.sampling import sample, sample_rows
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi"]
 
@@ -46,6 +46,23 @@ def test_sample_keeps_only_the_top_k_and_the_nucleus():
     nucleus = sample(logits, SamplingParams(temperature=1.0, top_p=0.8), generator)
     assert set(nucleus.tolist()) == {1, 2}
     assert sample(logits[:1], SamplingParams(), None).tolist() == [1]
+
+
+def test_sample_rows_applies_each_rows_own_parameters():
+    logits = torch.tensor([[0.0, 3.0, 2.0, 1.0, -1.0]]).repeat(8, 1)
+    logits[0, 4] = 9.0      # the greedy row's argmax differs from the other rows'
+    params = [SamplingParams(), None, SamplingParams(temperature=1.0, top_k=2), SamplingParams(temperature=1.0, top_p=0.8),
+              SamplingParams(temperature=1.0, top_k=1), SamplingParams(temperature=1.0, top_k=2, top_p=0.64),
+              SamplingParams(temperature=1.0, top_k=3, seed=1), SamplingParams(temperature=50.0)]
+    seen = [set() for _ in params]
+    torch.manual_seed(0)
+    for draw in range(300):
+        generators = [None] * 6 + [torch.Generator().manual_seed(draw), None]
+        for row, token in enumerate(sample_rows(logits, params, generators).tolist()):
+            seen[row].add(token)
+    assert seen[:6] == [{4}, {1}, {1, 2}, {1, 2}, {1}, {1}]
+    assert seen[6] == {1, 2, 3}
+    assert seen[7] == {0, 1, 2, 3, 4}      # hot: every token, none filtered
 
 
 @pytest.mark.parametrize("field, value", [
