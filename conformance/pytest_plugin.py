@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 
-from .report import ResultCollector, contract_line, failure_lines, markdown_matrix, write_report
+from .report import ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, write_report
 
 EMULATED_VENDORS = ("moore", "metax")
 
@@ -69,6 +69,13 @@ def pytest_configure(config) -> None:
             raise _usage_error(f"--anydev-mutant: {exc.args[0]}") from None
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
         return
+    report = config.getoption("anydev_report")
+    if report:   # checked before the run, not found unwritable after it
+        try:
+            check_writable(report)
+        except OSError as exc:
+            raise _usage_error(f"--report {report}: cannot be written ({exc.strerror or exc}: "
+                               f"{exc.filename or report}); choose another file") from None
     emulated = _set_up_emulation(config)
     config.pluginmanager.register(ConformanceReporter(config, emulated), "anydev-conformance-reporter")
 

@@ -184,6 +184,24 @@ def contract_line(meta: dict) -> str:
     return f"contract: anydev {major}.{minor}; declared by the plugins: {declared or '-'}; ranks (tp): {ranks}"
 
 
+def matrix_path(path: str | Path) -> Path:
+    """Where the Markdown matrix of the JSON report ``path`` goes (``report.json`` → ``report.md``)."""
+    path = Path(path)
+    return path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
+
+
+def check_writable(path: str | Path) -> None:
+    """Raise OSError now when the report ``path`` or its matrix could not be written later (the
+    folders are made; no file is left behind)."""
+    for target in (Path(path), matrix_path(path)):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        existed = target.exists()
+        with open(target, "a"):
+            pass
+        if not existed:
+            target.unlink()
+
+
 def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
@@ -200,7 +218,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tu
         "checks": [asdict(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
-    md_path = path.with_suffix(".md") if path.suffix != ".md" else path.with_name(path.name + ".md")
+    md_path = matrix_path(path)
     header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
     if "plugin_contract_versions" in meta:  # anydev's contract and each plugin's declared one, and the ranks
         header += contract_line(meta) + "\n\n"
