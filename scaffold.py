@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import inspect
 import re
+import sys
 import textwrap
 from pathlib import Path
 from string import Template
 
 from .plugin_api import CONTRACT_VERSION, REQUIRED_CALLS, DeviceRuntime, InvalidArgumentError
-from .plugin_api.discovery import BUILTIN_PLUGINS
+from .plugin_api.discovery import BUILTIN_PLUGINS, Registry
 
 TEMPLATE_DIR = Path(__file__).parent / "scaffold_templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -65,6 +66,11 @@ def check_name(name: str) -> None:
         )
     if name in BUILTIN_NAMES:
         raise ScaffoldError(f"'{name}' is a built-in backend; choose another name (built-in: {', '.join(BUILTIN_NAMES)})")
+    registry = Registry()
+    source = registry.sources.get(name) or (registry.broken[name].source if name in registry.broken else None)
+    if source is not None:
+        raise ScaffoldError(f"'{name}' is already the name of an installed backend ({source}); choose another "
+                            "name, or uninstall that one first")
 
 
 def new_backend(name: str, directory: str | Path | None = None, prefix: str | None = None) -> Path:
@@ -78,6 +84,8 @@ def new_backend(name: str, directory: str | Path | None = None, prefix: str | No
     if prefix is not None and not PREFIX_PATTERN.match(prefix):
         raise ScaffoldError(f"symbol prefix {prefix!r} must be lower-case letters and digits (like cuda, musa, mc)")
     root = Path(directory if directory is not None else f"anydev-{name.replace('_', '-')}")
+    if root.exists() and not root.is_dir():
+        raise ScaffoldError(f"{root} is a file, not a directory; pass --dir with a new or empty directory")
     if root.exists() and any(root.iterdir()):
         raise ScaffoldError(f"{root} exists and is not empty; pass --dir with a new or empty directory")
     package = f"anydev_{name}"
@@ -113,8 +121,12 @@ def new_backend(name: str, directory: str | Path | None = None, prefix: str | No
     }
     for relative, text in files.items():
         path = root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as exc:
+            raise ScaffoldError(f"cannot write {path} ({exc.strerror or exc}); pass --dir with a new or empty "
+                                "directory") from None
     return root
 
 
@@ -132,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         root = new_backend(args.name, args.directory, args.prefix)
     except ScaffoldError as exc:
-        print(f"anydev new-backend: {exc}")
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     to_edit = "spec.py (check every value)" if args.prefix else "runtime.py, call by call"
     print(f"wrote the backend '{args.name}' to {root}/\nnext:\n  pip install -e {root}\n"
