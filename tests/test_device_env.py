@@ -48,7 +48,7 @@ def test_test_infer_uses_the_variable(monkeypatch, capsys):
     monkeypatch.setenv("ANYDEV_DEVICE", "hostdev")
     assert run_test_infer(["--max-new-tokens", "2"]) == 0
     out = capsys.readouterr().out
-    assert "device: hostdev x 1 rank(s)" in out and "hostdev tp=1 vs cpu tp=1" in out
+    assert "device: hostdev (host CPU (hostdev example backend)) x 1 rank(s)" in out and "hostdev tp=1 vs cpu tp=1" in out
 
 
 def test_test_infer_refuses_an_unknown_name_in_the_variable(monkeypatch, capsys):
