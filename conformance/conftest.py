@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from anydev.conformance.report import BACKEND_KEY, GROUP_KEY, HARDWARE_KEY
+from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY
 from anydev.conformance.long_work import LongWork
-from anydev.conformance.support import load_outcome, rank_counts, selected_backends
+from anydev.conformance.support import guarded, load_outcome, rank_counts, selected_backends
 from anydev.plugin_api import Backend, BackendUnavailableError, is_stub
 
 
@@ -33,12 +33,13 @@ def pytest_generate_tests(metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Tag each check with its backend and group, for the report (also read under xdist)."""
+    """Tag each check with its backend, group and kind, for the report (also read under xdist)."""
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "backend_name" in params:
             group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-            item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group)]
+            kind = CONTRACT_SHAPE if item.get_closest_marker("contract_shape") else BEHAVIOUR
+            item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group), (KIND_KEY, kind)]
 
 
 @pytest.fixture
@@ -74,8 +75,7 @@ def stream(device):
     s = device.create_stream()
     yield s
     if not s.closed:
-        s.synchronize()
-        s.close()
+        guarded(lambda: (s.synchronize(), s.close()), "closing the check's stream")
 
 
 @pytest.fixture
@@ -83,4 +83,4 @@ def long_work(device, stream):
     """A :class:`~anydev.conformance.long_work.LongWork` on device 0, calibrated on ``stream``."""
     work = LongWork(device, stream)
     yield work
-    work.free()
+    guarded(work.free, "freeing the long-work buffer")

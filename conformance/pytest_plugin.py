@@ -12,6 +12,13 @@ Options (the long ``--anydev-*`` spellings are aliases):
 * ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
   (default: min(device count, 4)).
 * ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
+
+A run in which nothing ran is not a pass. Each backend gets a verdict: *certified* (nothing failed and
+at least one behaviour check passed), *failed*, or *not certified* (no behaviour check ran: all
+skipped, e.g. no devices). A backend asked for by name (``--device NAME``, or the default) that is not
+certified fails the run; with ``--device all`` (every registered backend, as CI runs it on machines
+without most hardware) unavailable backends are listed as not certified, with the reason, without
+failing the run. Contract-shape checks (marked ``contract_shape``) are counted apart.
 * ``--anydev-mutant NAMES``: register deliberately broken backends (``conformance/mutants/``) as
   ``mutant-NAME``, for ``--device mutant-NAME`` (``python -m anydev.conformance.mutants`` does this).
 * ``--anydev-emulated moore,metax``: build the emulated vendor runtimes with gcc before the session and
@@ -25,7 +32,9 @@ import shutil
 import sys
 import tempfile
 
-from .report import ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, write_report
+from .report import (
+    NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
+)
 
 EMULATED_VENDORS = ("moore", "metax")
 
@@ -56,6 +65,10 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "contract_shape: the check inspects a declaration or signature, or anydev's own wrappers, "
+        "which no backend can fail by behaving wrongly; reported apart from the behaviour checks",
+    )
     tp = config.getoption("anydev_tp")
     if tp is not None and tp < 1:
         raise _usage_error(f"--tp must be at least 1, got {tp}")
@@ -102,6 +115,15 @@ def _set_up_emulation(config) -> dict[str, dict[str, str]]:
     return exported
 
 
+def explicitly_requested(config) -> set[str]:
+    """Backends asked for by name (``--device NAME``, or ``$ANYDEV_DEVICE``/cpu by default), not
+    through ``all``."""
+    from anydev.plugin_api.discovery import DEVICE_ENV
+
+    requested = config.getoption("anydev_device") or [os.environ.get(DEVICE_ENV) or "cpu"]
+    return {n.strip() for item in requested for n in item.split(",") if n.strip() and n.strip() != "all"}
+
+
 def _usage_error(message: str):
     import pytest
 
@@ -115,9 +137,20 @@ class ConformanceReporter:
         self.config = config
         self.emulated = emulated
         self.collector = ResultCollector()
+        self.uncertified: list[str] = []  # backends named explicitly that certified nothing
 
     def pytest_runtest_logreport(self, report) -> None:
         self.collector.add(report)
+
+    def pytest_sessionfinish(self, session) -> None:
+        """A backend named with ``--device`` (or by default) that certified nothing fails the run;
+        ``--device all`` lists unavailable backends as not certified without failing the run."""
+        named = explicitly_requested(self.config)
+        for backend, (verdict, why) in verdicts(self.collector.results()).items():
+            if verdict == NOT_CERTIFIED and backend in named:
+                self.uncertified.append(f"backend '{backend}' is not certified: {why}")
+        if self.uncertified and session.exitstatus == 0:
+            session.exitstatus = 1
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         results = self.collector.results()
@@ -127,6 +160,8 @@ class ConformanceReporter:
         terminalreporter.write(markdown_matrix(results))
         for line in failure_lines(results):
             terminalreporter.write_line(line)
+        for line in self.uncertified:
+            terminalreporter.write_line(f"NOT CERTIFIED (fails the run: it was asked for by name): {line}")
         backends = sorted({r.backend for r in results})
         meta = self._meta(backends)
         terminalreporter.write_line(contract_line(meta))

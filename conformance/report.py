@@ -20,6 +20,15 @@ GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "par
 BACKEND_KEY = "anydev_backend"
 GROUP_KEY = "anydev_group"
 HARDWARE_KEY = "anydev_hardware"
+KIND_KEY = "anydev_kind"
+
+#: What a check shows. Behaviour: what the backend does (counted in the matrix's groups). Contract
+#: shape: a declaration, a signature, or anydev's own wrappers (argument checks, use after close),
+#: which no backend can fail by behaving wrongly; reported in a column of its own.
+BEHAVIOUR, CONTRACT_SHAPE = "behaviour", "contract shape"
+#: A backend's verdict: certified (no failure, at least one behaviour check passed), failed, or not
+#: certified (nothing failed, but no behaviour check ran: every one skipped, e.g. no devices).
+CERTIFIED, FAILED, NOT_CERTIFIED = "certified", "failed", "not certified"
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 PENDING = "pending"  # seen, but its call phase has not reported yet
@@ -37,6 +46,7 @@ class CheckResult:
     reason: str  # why it failed or was skipped ("" for a pass)
     duration: float  # seconds, all phases
     hardware: str  # where it ran: the runtime's hardware_label, "unavailable" or "broken plugin"
+    kind: str = BEHAVIOUR  # or CONTRACT_SHAPE
 
 
 class ResultCollector:
@@ -59,9 +69,12 @@ class ResultCollector:
             self._results[report.nodeid] = result
         result.duration += report.duration
         result.hardware = props.get(HARDWARE_KEY, result.hardware)
+        result.kind = props.get(KIND_KEY, result.kind)
         if report.failed:
             if result.status != FAIL:  # the first failure is the cause; later ones follow from it
                 result.status, result.reason = FAIL, failure_reason(report)
+            else:  # e.g. a teardown that hung after the check itself failed: kept, after the cause
+                result.reason += f"; then {failure_reason(report)}"
         elif report.skipped and result.status in (PENDING, PASS):
             result.status, result.reason = SKIP, skip_reason(report)
         elif report.passed and report.when == "call" and result.status == PENDING:
@@ -102,11 +115,30 @@ def _last_line(text: str) -> str:
 # ---- summary and rendering ---------------------------------------------------------------------
 
 def summarise(results: list[CheckResult]) -> dict[str, dict[str, Counter]]:
-    """``{backend: {group: Counter(pass=.., fail=.., skip=..)}}``."""
+    """``{backend: {group: Counter(pass=.., fail=.., skip=..)}}`` of the behaviour checks."""
     table: dict[str, dict[str, Counter]] = {}
     for r in results:
-        table.setdefault(r.backend, {}).setdefault(r.group, Counter())[r.status] += 1
+        if r.kind == BEHAVIOUR:
+            table.setdefault(r.backend, {}).setdefault(r.group, Counter())[r.status] += 1
     return table
+
+
+def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
+    """``{backend: (verdict, reason)}``: a run in which no behaviour check ran certifies nothing."""
+    out: dict[str, tuple[str, str]] = {}
+    for backend in sorted({r.backend for r in results}):
+        mine = [r for r in results if r.backend == backend]
+        failed = [r for r in mine if r.status == FAIL]
+        passed = [r for r in mine if r.status == PASS and r.kind == BEHAVIOUR]
+        if failed:
+            out[backend] = (FAILED, f"{len(failed)} check(s) failed")
+        elif passed:
+            out[backend] = (CERTIFIED, f"{len(passed)} behaviour checks passed")
+        else:
+            skips = Counter(r.reason for r in mine if r.status == SKIP)
+            why = skips.most_common(1)[0][0] if skips else "no check of it was selected"
+            out[backend] = (NOT_CERTIFIED, f"no behaviour check ran: {why}")
+    return out
 
 
 def hardware_labels(results: list[CheckResult]) -> dict[str, str]:
@@ -142,26 +174,33 @@ def _cell_text(text: str, width: int) -> str:
 
 
 def markdown_matrix(results: list[CheckResult]) -> str:
-    """Backend × check group, with where each backend ran; groups with no check are left out.
+    """Backend × check group (behaviour checks), with where each backend ran, its verdict and its
+    contract-shape checks apart; groups with no behaviour check are left out.
 
     Cells that are all skips show their reason shortened; the full reasons follow the table.
     """
-    groups = [g for g in GROUPS if any(r.group == g for r in results)]
-    groups += sorted({r.group for r in results} - set(groups))
+    behaviour = [r for r in results if r.kind == BEHAVIOUR]
+    groups = [g for g in GROUPS if any(r.group == g for r in behaviour)]
+    groups += sorted({r.group for r in behaviour} - set(groups))
     labels = hardware_labels(results)
+    verdict = verdicts(results)
     lines = [
-        "| backend | where it ran | " + " | ".join(groups) + " |",
-        "|---|---|" + "---|" * len(groups),
+        "| backend | where it ran | verdict | " + " | ".join(groups) + " | contract shape |",
+        "|---|---|---|" + "---|" * (len(groups) + 1),
     ]
     skip_reasons: dict[tuple[str, str], None] = {}
     for backend in sorted({r.backend for r in results}):
         cells = []
         for group in groups:
-            checks = [r for r in results if r.backend == backend and r.group == group]
+            checks = [r for r in behaviour if r.backend == backend and r.group == group]
             cells.append(matrix_cell(checks))
             if checks and all(r.status == SKIP for r in checks):
                 skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
-        lines.append(f"| {backend} | {labels.get(backend) or '-'} | " + " | ".join(cells) + " |")
+        cells.append(matrix_cell([r for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE]))
+        lines.append(f"| {backend} | {labels.get(backend) or '-'} | {verdict[backend][0]} | " + " | ".join(cells) + " |")
+    uncertified = [(b, why) for b, (v, why) in verdict.items() if v == NOT_CERTIFIED]
+    if uncertified:
+        lines += ["", "Not certified:"] + [f"- {backend}: {why}" for backend, why in uncertified]
     if skip_reasons:
         lines += ["", "Skipped groups:"] + [f"- {backend}: {reason}" for backend, reason in skip_reasons]
     return "\n".join(lines) + "\n"
@@ -215,6 +254,11 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tu
         **meta,
         "hardware": hardware_labels(results),
         "summary": summary,
+        "contract_shape": {
+            backend: dict(Counter(r.status for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE))
+            for backend in sorted({r.backend for r in results})
+        },
+        "verdicts": {backend: {"verdict": v, "reason": why} for backend, (v, why) in verdicts(results).items()},
         "checks": [asdict(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")

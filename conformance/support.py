@@ -15,8 +15,9 @@ from anydev.plugin_api.discovery import DEVICE_ENV
 
 #: Rank count of the collective, parallel-init and inference checks when ``--tp`` is not given.
 DEFAULT_MAX_RANKS = 4
-#: A collective or an engine init that has not finished after this long is reported as hung.
-HANG_TIMEOUT_S = 120.0
+#: A collective, an engine init or a fixture teardown that has not finished after this long is
+#: reported as hung (seconds; ``$ANYDEV_CONFORMANCE_HANG_TIMEOUT`` overrides it).
+HANG_TIMEOUT_S = float(os.environ.get("ANYDEV_CONFORMANCE_HANG_TIMEOUT") or 120.0)
 
 _outcomes: dict[str, object] = {}
 _outcomes_lock = threading.Lock()
@@ -118,13 +119,22 @@ def torch_has_device_type(device_type: str) -> bool:
     return module is not None and callable(getattr(module, "is_available", None)) and bool(module.is_available())
 
 
-def run_ranks(n: int, fn: Callable[[int], object], what: str, timeout: float = HANG_TIMEOUT_S) -> list:
+def guarded(fn: Callable[[], object], what: str, timeout: float | None = None):
+    """``fn()`` on a daemon thread, failing the check (or its teardown) instead of hanging when it has
+    not returned after ``timeout`` seconds (default :data:`HANG_TIMEOUT_S`): a fixture teardown after
+    a hung collective (``comm_destroy``, a stream's synchronize) must not hang the session, so that
+    the session ends and writes its report."""
+    return run_ranks(1, lambda _: fn(), what, HANG_TIMEOUT_S if timeout is None else timeout)[0]
+
+
+def run_ranks(n: int, fn: Callable[[int], object], what: str, timeout: float | None = None) -> list:
     """Run ``fn(rank)`` for ranks 0..n-1, one daemon thread each; return their results in rank order.
 
     Raises the first failing rank's exception (noting the rank); fails the check instead of hanging
     the session when a rank has not returned after ``timeout`` seconds (its thread is then left
     behind, as a daemon, so that it cannot block the interpreter's exit).
     """
+    timeout = HANG_TIMEOUT_S if timeout is None else timeout
     results: list = [None] * n
     errors: dict[int, BaseException] = {}
     finished: queue.Queue[int] = queue.Queue()

@@ -65,14 +65,20 @@ def assert_average(got: torch.Tensor, inputs: list[torch.Tensor], dtype: str, wh
                     f"(allowed error {average_tolerance(inputs, dtype)[first].item():.3g})", pytrace=False)
 
 
+def close_all(comms) -> None:
+    """Destroy communicators, all at once, each on its own thread: after a hung collective,
+    ``comm_destroy`` may hang too, and the hang guard then fails the teardown instead of the session
+    hanging without a report."""
+    run_ranks(len(comms), lambda rank: comms[rank].close(), f"destroying {len(comms)} communicator(s)")
+
+
 @pytest.fixture(scope="session")
 def communicator_cache():
     """Communicators per (backend, rank count), created once per process and destroyed at the end."""
     cache: dict = {}
     yield cache
     for comms in cache.values():
-        for comm in comms:
-            comm.close()
+        close_all(comms)
 
 
 @pytest.fixture
@@ -164,8 +170,7 @@ def test_communicators_from_a_unique_id(backend, nranks):
         for rank, got in enumerate(results):
             assert_same(got, reference_reduce(inputs, "sum", "float32"), f"all_reduce over a unique id, rank {rank} of {nranks}")
     finally:
-        for comm in comms:
-            comm.close()
+        close_all(comms)
 
 
 @pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
@@ -391,8 +396,7 @@ def test_errors_of_queued_collectives_are_reported_at_synchronize(backend):
     try:
         reported = run_ranks(2, rank_body, "a collective the ranks call with different counts")
     finally:
-        for comm in comms:
-            comm.close()
+        close_all(comms)
     for rank, error in enumerate(reported):
         assert error, (f"rank {rank}: all_reduce with counts {COUNT} and {COUNT + 1} on its two ranks, yet synchronize() "
                        "returned normally: the error of the queued work was swallowed")

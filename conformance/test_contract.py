@@ -1,5 +1,6 @@
 """Contract: the plugin registers, declares a compatible contract version, and provides every
-required call with the contract's parameters."""
+required call with the contract's parameters (contract-shape checks, reported apart from behaviour);
+its devices can be made current and report their memory (behaviour)."""
 from __future__ import annotations
 
 import inspect
@@ -13,6 +14,7 @@ from anydev.plugin_api import (
 from anydev.plugin_api.types import DTYPE_SIZES, REDUCE_OPS
 
 
+@pytest.mark.contract_shape
 def test_plugin_registers(backend, backend_name):
     registry = get_registry()
     assert backend_name in registry.plugins, f"'{backend_name}' is not registered: {registry.broken.get(backend_name)}"
@@ -22,6 +24,7 @@ def test_plugin_registers(backend, backend_name):
     assert isinstance(backend.runtime, DeviceRuntime)
 
 
+@pytest.mark.contract_shape
 def test_contract_version_compatible(backend, backend_name):
     declared = get_registry().plugins[backend_name].contract_version
     implemented = backend.runtime.contract_version
@@ -32,6 +35,7 @@ def test_contract_version_compatible(backend, backend_name):
     assert tuple(declared) == tuple(implemented), f"plugin declares {declared}, runtime implements {implemented}"
 
 
+@pytest.mark.contract_shape
 @pytest.mark.parametrize("call", REQUIRED_CALLS)
 def test_required_call_provided(backend, call):
     """The call exists, is implemented (not the contract's abstract stub) and takes the contract's
@@ -49,6 +53,7 @@ def test_required_call_provided(backend, call):
         pytest.fail(f"'{call}' does not accept the contract's parameters ({', '.join(contract_params)}): {exc}")
 
 
+@pytest.mark.contract_shape
 def test_declared_capabilities(backend):
     runtime = backend.runtime
     assert isinstance(runtime.torch_device_type, str) and runtime.torch_device_type, "torch_device_type is empty"
@@ -72,6 +77,7 @@ def test_devices_and_memory_info(backend):
         assert 0 <= info.free <= info.total and info.total > 0, f"device {index}: implausible {info}"
 
 
+@pytest.mark.contract_shape
 def test_runtime_info_when_supported(backend):
     if not backend.runtime.supports("runtime_info"):
         pytest.skip(f"'{backend.name}' does not offer the optional call runtime_info")

@@ -216,6 +216,7 @@ def test_oversize_alloc_raises_out_of_memory(device):
     assert info.value.backend == device.backend.name, "the error does not name the backend"
 
 
+@pytest.mark.contract_shape
 def test_double_free_raises(device):
     buf = device.alloc(4096)
     buf.free()
@@ -227,6 +228,7 @@ def test_double_free_raises(device):
         pinned.free()
 
 
+@pytest.mark.contract_shape
 def test_use_after_close_raises(device):
     stream = device.create_stream()
     buf = device.alloc(4096)
@@ -251,6 +253,7 @@ def test_use_after_close_raises(device):
         event.query()
 
 
+@pytest.mark.contract_shape
 def test_bad_arguments_raise(device, stream):
     for bad in (-1, 1.5, "8", True):
         with pytest.raises(InvalidArgumentError):

@@ -221,6 +221,7 @@ def test_copies_from_pinned_memory_are_asynchronous(device, stream, long_work):
         pinned_out.free()
 
 
+@pytest.mark.contract_shape
 def test_elapsed_time_needs_timing_events(device, stream):
     plain, timed = device.create_event(), device.create_event(timing=True)
     try:

@@ -14,7 +14,8 @@ import pytest
 
 from anydev.conformance.__main__ import parse_args, pytest_args
 from anydev.conformance.report import (
-    BACKEND_KEY, GROUP_KEY, HARDWARE_KEY, CheckResult, ResultCollector, markdown_matrix, matrix_cell, write_report,
+    BACKEND_KEY, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, CheckResult, ResultCollector, markdown_matrix, matrix_cell,
+    verdicts, write_report,
 )
 
 
@@ -43,7 +44,10 @@ def test_unavailable_backend_is_skipped_with_its_reason_never_passed():
     assert [r.status for r in results] == ["skip"] * 3
     assert {r.reason for r in results} == {why}
     assert {r.hardware for r in results} == {"unavailable"}
-    assert "| nvidia | unavailable | skip: backend 'nvidia' is unavailable" in markdown_matrix(results)
+    matrix = markdown_matrix(results)
+    assert "| nvidia | unavailable | not certified | skip: backend 'nvidia' is unavailable" in matrix
+    assert "Not certified:\n- nvidia: no behaviour check ran: backend 'nvidia' is unavailable" in matrix
+    assert verdicts(results) == {"nvidia": ("not certified", f"no behaviour check ran: {why}")}
 
 
 def test_phases_fold_into_one_result_per_check():
@@ -62,6 +66,7 @@ def test_phases_fold_into_one_result_per_check():
     assert by_check["t.py::ok[x]"].status == "pass" and by_check["t.py::ok[x]"].reason == ""
     assert by_check["t.py::ok[x]"].duration == pytest.approx(0.75)
     assert (by_check["t.py::bad[x]"].status, by_check["t.py::bad[x]"].reason) == ("fail", "more")
+    assert by_check["t.py::teardown_error[x]"].reason == "[teardown] E  leak"
     assert by_check["t.py::setup_error[x]"].status == "fail"
     assert by_check["t.py::setup_error[x]"].reason.startswith("[setup]")
     assert by_check["t.py::teardown_error[x]"].status == "fail"
@@ -77,8 +82,8 @@ def test_reports_of_other_tests_are_ignored():
 
 # ---- the matrix and the JSON file ------------------------------------------------------------
 
-def result(backend, group, status, reason="", hardware="H200"):
-    return CheckResult(backend, f"{group}::{status}{reason}", group, status, reason, 0.1, hardware)
+def result(backend, group, status, reason="", hardware="H200", kind="behaviour"):
+    return CheckResult(backend, f"{group}::{status}{reason}", group, status, reason, 0.1, hardware, kind)
 
 
 def test_matrix_cells():
@@ -97,9 +102,20 @@ def test_markdown_matrix_rows_and_columns():
         + [result("moore", "inference", "skip", "needs torch_musa", hardware="emulated runtime")]
     )
     lines = markdown_matrix(results).splitlines()
-    assert lines[0] == "| backend | where it ran | contract | collectives | inference |"
-    assert lines[2] == "| cpu | host CPU | 2/2 pass | 1 fail, 0/1 pass | - |"
-    assert lines[3] == "| moore | emulated runtime | 1/1 pass | - | skip: needs torch_musa |"
+    assert lines[0] == "| backend | where it ran | verdict | contract | collectives | inference | contract shape |"
+    assert lines[2] == "| cpu | host CPU | failed | 2/2 pass | 1 fail, 0/1 pass | - | - |"
+    assert lines[3] == "| moore | emulated runtime | certified | 1/1 pass | - | skip: needs torch_musa | - |"
+
+
+def test_contract_shape_checks_are_counted_apart_and_certify_nothing():
+    shape = [result("x", "contract", "pass", kind=CONTRACT_SHAPE)] * 3
+    skipped = [result("x", "memory", "skip", "0 devices")] * 2
+    lines = markdown_matrix(shape + skipped).splitlines()
+    assert lines[0] == "| backend | where it ran | verdict | memory | contract shape |"
+    assert lines[2] == "| x | H200 | not certified | skip: 0 devices | 3/3 pass |"
+    assert verdicts(shape + skipped)["x"] == ("not certified", "no behaviour check ran: 0 devices")
+    assert verdicts(shape + skipped + [result("x", "memory", "pass")])["x"][0] == "certified"
+    assert verdicts(shape + [result("x", "memory", "pass"), result("x", "memory", "fail")])["x"][0] == "failed"
 
 
 def test_json_report_fields(tmp_path):
@@ -109,10 +125,12 @@ def test_json_report_fields(tmp_path):
     assert document["command"] == "python -m anydev.conformance"
     assert document["hardware"] == {"cpu": "host CPU", "nvidia": "unavailable"}
     assert document["summary"] == {"cpu": {"memory": {"pass": 1}}, "nvidia": {"memory": {"skip": 1}}}
+    assert document["verdicts"] == {"cpu": {"verdict": "certified", "reason": "1 behaviour checks passed"},
+                                    "nvidia": {"verdict": "not certified", "reason": "no behaviour check ran: no libcudart"}}
     for check in document["checks"]:
-        assert set(check) == {"backend", "check", "group", "status", "reason", "duration", "hardware"}
+        assert set(check) == {"backend", "check", "group", "status", "reason", "duration", "hardware", "kind"}
     assert md_path == tmp_path / "out" / "report.md"
-    assert "| nvidia | unavailable | skip: no libcudart |" in md_path.read_text()
+    assert "| nvidia | unavailable | not certified | skip: no libcudart | - |" in md_path.read_text()
 
 
 def test_main_forwards_options_to_pytest():
@@ -217,7 +235,10 @@ def test_suite_on_cpu_passes_and_reports(tmp_path):
     assert document["hardware"]["cpu"] == "host CPU (virtual devices)"
     assert "anydev conformance matrix" in done.stdout
     contract, memory = (document["summary"]["cpu"][group]["pass"] for group in ("contract", "memory"))
-    assert f"| cpu | host CPU (virtual devices) | {contract}/{contract} pass | {memory}/{memory} pass |" in done.stdout
+    shape = document["contract_shape"]["cpu"]["pass"]
+    assert shape >= 5 and {c["kind"] for c in checks} == {"behaviour", "contract shape"}
+    assert (f"| cpu | host CPU (virtual devices) | certified | {contract}/{contract} pass | {memory}/{memory} pass | "
+            f"{shape}/{shape} pass |") in done.stdout
 
 
 def test_every_backend_under_xdist_unavailable_skip_broken_fail(tmp_path, fake_plugins_path):
@@ -237,8 +258,10 @@ def test_every_backend_under_xdist_unavailable_skip_broken_fail(tmp_path, fake_p
     assert all("libbroken.so: cannot open shared object file" in c["reason"] for c in by_backend["broken"])
     assert {c["status"] for c in by_backend["future"]} == {"fail"}
     assert all("major versions must match" in c["reason"] for c in by_backend["future"])
-    assert "| ghost | unavailable | skip: backend 'ghost' is unavailable" in done.stdout
-    assert f"| broken | broken plugin | {len(by_backend['broken'])} fail, 0/" in done.stdout
+    assert "| ghost | unavailable | not certified | skip: backend 'ghost' is unavailable" in done.stdout
+    assert "| broken | broken plugin | failed | " in done.stdout
+    assert "NOT CERTIFIED" not in done.stdout, "with --device all, an unavailable backend does not fail the run"
+    assert document["verdicts"]["ghost"]["verdict"] == "not certified"
 
 
 def test_contract_breaches_are_reported_as_failures(tmp_path, fake_plugins_path):
@@ -254,6 +277,55 @@ def test_contract_breaches_are_reported_as_failures(tmp_path, fake_plugins_path)
     max_2 = status["test_all_reduce[sloppy-2ranks-max-float32]"]
     assert max_2[0] == "fail" and "all_reduce max float32" in max_2[1]
     assert status["test_all_reduce[sloppy-1ranks-max-float32]"][0] == "pass"  # one rank: max == sum
+
+
+def test_a_backend_named_that_certifies_nothing_fails_the_run(tmp_path, fake_plugins_path):
+    """Every check of 'ghost' skips (unavailable): asked for by name, the run fails and says so."""
+    done, document = run_suite(tmp_path, "--device", "ghost", extra_path=fake_plugins_path, pytest_extra=["-k", "test_contract or test_memory"])
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "NOT CERTIFIED (fails the run: it was asked for by name): backend 'ghost' is not certified" in done.stdout
+    assert {c["status"] for c in document["checks"]} == {"skip"}
+    assert document["verdicts"]["ghost"]["verdict"] == "not certified"
+    assert "| ghost | unavailable | not certified |" in (tmp_path / "report.md").read_text()
+
+
+HANGING = textwrap.dedent('''
+    import threading
+
+    from anydev.backends.cpu.runtime import CpuRuntime
+    from anydev.conformance.mutants import mutant
+
+    NEVER = threading.Event()
+
+    @mutant("hangs", checks=["test_collectives.py"])
+    class Hangs(CpuRuntime):
+        """all_reduce never finishes, and comm_destroy then hangs too."""
+
+        def all_reduce(self, send, recv, count, dtype, op, comm, stream):
+            self._enqueue(stream, self._stream("all_reduce", stream), "all_reduce", NEVER.wait)
+
+        def comm_destroy(self, comm):
+            NEVER.wait()
+''')
+
+
+def test_a_hung_collective_and_its_hung_teardown_fail_and_the_report_is_written(tmp_path):
+    (tmp_path / "hanging_mutant.py").write_text(HANGING)
+    env = {**os.environ, "ANYDEV_MUTANT_MODULES": "hanging_mutant", "ANYDEV_CONFORMANCE_HANG_TIMEOUT": "3",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    report_file = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--device", "mutant-hangs", "--tp", "2", "--report", str(report_file),
+         "--", "-q", "--anydev-mutant", "hangs", "-k", "test_all_reduce and sum-float32"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
+    document = json.loads(report_file.read_text())
+    checks = {c["check"].split("::")[-1]: c for c in document["checks"]}
+    hung = checks["test_all_reduce[mutant-hangs-2ranks-sum-float32]"]
+    assert hung["status"] == "fail" and "did not finish within 3 s" in hung["reason"], hung
+    # The session's communicators are destroyed after the last check: that hangs too, and is reported.
+    assert "; then [teardown] Failed: destroying 1 communicator(s): rank(s) [0] did not finish within 3 s" in hung["reason"], hung
 
 
 def test_unknown_device_is_a_usage_error(tmp_path):
