@@ -67,9 +67,13 @@ class HostPeak:
             tracemalloc.stop()
 
 
-def device_memory_is_host_memory(device, probe_bytes: int = 32 << 20) -> bool:
+def device_memory_is_host_memory(device, probe_bytes: int = 96 << 20) -> bool:
     """True when the device's memory is resident host memory (the cpu backend, emulated runtimes):
-    writing a fresh device buffer then grows this process's RSS by about its size."""
+    writing a fresh device buffer then grows this process's RSS by about its size.
+
+    The probe is larger than glibc's largest dynamic mmap threshold (32 MiB), so that it is a fresh
+    mapping even after earlier checks freed large buffers (a heap chunk reused from them would
+    already be resident, and the RSS would not grow)."""
     before = status_bytes("VmRSS")
     buf = device.alloc(probe_bytes)
     try:
