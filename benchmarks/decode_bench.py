@@ -16,8 +16,9 @@ Engines: "anydev graphs" (decode graphs, captured at start-up), "anydev eager" (
 mode="reduce-overhead", fullgraph=True)``). Every engine runs each case once untimed first (graph
 captures, compilation, autotuning stay out of the timed run).
 
-"kernels/step" is measured with torch.profiler: the device kernels of a generate of 1 + K tokens minus
-those of 1 token, over K (so prefill cancels out). On the cpu it counts top-level aten ops instead
+"kernels/step" is measured with torch.profiler: the device kernels of a generate of --new-tokens
+tokens minus those of a generate of 1 token, over the decode steps between (so prefill cancels out; the
+same two generate shapes as the timing, so the compiled model does not recompile while profiled). On the cpu it counts top-level aten ops instead
 (there are no device kernels), labelled "ops/step". Decode tok/s: generated tokens after the first
 over the time after the first (anydev: pure decode steps, from its step statistics).
 """
@@ -56,7 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--modes", default="graphs,eager", help="anydev modes: graphs, eager")
     p.add_argument("--kernels", default="native", choices=("native", "reference"), help="anydev's kernels")
     p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
-    p.add_argument("--profile-steps", type=int, default=4, help="decode steps profiled for kernels/step (0: off)")
+    p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
     p.add_argument("--out", help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -77,7 +78,7 @@ def run(args) -> int:
     contexts = [int(c) for c in args.contexts.split(",")]
     modes, hf_modes = _list(args.modes, ENGINES, "--modes"), _list(args.hf, HF_MODES, "--hf")
     args.layers = args.layers or (2 if args.tiny else LLAMA_1B["num_hidden_layers"])
-    longest = max(contexts + [args.prefill_len]) + args.new_tokens + args.profile_steps + 16
+    longest = max(contexts + [args.prefill_len]) + args.new_tokens + 16
     model = llama_config(max_position_embeddings=longest, **dict(TINY if args.tiny else {}, num_hidden_layers=args.layers))
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
@@ -138,10 +139,10 @@ def anydev_case(engine: InferEngine, name: str, kind: str, prompts, args) -> dic
     row = dict(engine=name, case=kind, batch=len(prompts), context=len(prompts[0]),
                prefill_tokens_per_s=s.prefill_tokens_per_s, decode_tokens_per_s=s.decode_tokens_per_s,
                decode_step_ms=s.decode_step_ms, build_ms=s.decode_build_ms)
-    if kind == "decode" and args.profile_steps:
+    if kind == "decode" and not args.no_kernel_count:
         row["kernels_per_step"] = kernels_per_step(
             lambda n: engine.generate_ids(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True)),
-            args.profile_steps)
+            args.new_tokens)
     return row
 
 
@@ -189,7 +190,8 @@ def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -
                                  prefill_tokens_per_s=batch * context / seconds, decode_tokens_per_s=0.0,
                                  decode_step_ms=0.0))
             else:
-                generate(ids, args.new_tokens)                        # warm-up (compilation)
+                generate(ids, args.new_tokens)                        # warm-up (compilation): both shapes
+                generate(ids, 1)
                 prefill = generate(ids, 1)
                 full = generate(ids, args.new_tokens)
                 decode = max(full - prefill, 1e-9)
@@ -197,8 +199,8 @@ def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -
                                  prefill_tokens_per_s=batch * context / prefill,
                                  decode_tokens_per_s=batch * (args.new_tokens - 1) / decode,
                                  decode_step_ms=1000 * decode / (args.new_tokens - 1)))
-                if args.profile_steps:
-                    rows[-1]["kernels_per_step"] = kernels_per_step(lambda n: generate(ids, n), args.profile_steps)
+                if not args.no_kernel_count:
+                    rows[-1]["kernels_per_step"] = kernels_per_step(lambda n: generate(ids, n), args.new_tokens)
             print(_row(rows[-1]), flush=True)
     del model
     return rows
@@ -206,9 +208,9 @@ def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -
 
 # ---- kernels per decode step ----------------------------------------------------------------------
 
-def kernels_per_step(generate, steps: int) -> float:
-    """Device kernels of ``generate(1 + steps)`` minus those of ``generate(1)``, over ``steps``."""
-    return (_count(lambda: generate(1 + steps)) - _count(lambda: generate(1))) / steps
+def kernels_per_step(generate, new_tokens: int) -> float:
+    """Device kernels of ``generate(new_tokens)`` minus those of ``generate(1)``, per decode step."""
+    return (_count(lambda: generate(new_tokens)) - _count(lambda: generate(1))) / (new_tokens - 1)
 
 
 def _count(fn) -> int:

@@ -57,7 +57,7 @@ want decode && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device 
 want decode4k && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --contexts 4096 --prefill-len 0 \
     --out "$OUT/decode4k.json" > "$OUT/decode4k.txt" 2>&1
 want prefill && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
-    --new-tokens 2 --profile-steps 0 --prefill-len 8192 --modes graphs --out "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
+    --new-tokens 2 --no-kernel-count --prefill-len 8192 --modes graphs --out "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
 want profile && run python3 benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256 > "$OUT/profile.txt" 2>&1
 # issue 11: anydev serve under Poisson load (1B llama shape), prefix caching and chunked prefill off/on
 if want serve; then

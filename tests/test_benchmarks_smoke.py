@@ -23,7 +23,7 @@ def test_decode_bench_runs_every_case_beside_transformers(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "decode.json"
     code = load("decode_bench").main(["--tiny", "--batch-sizes", "1,2", "--contexts", "16", "--new-tokens", "4",
-                                      "--prefill-len", "24", "--hf", "eager", "--profile-steps", "2",
+                                      "--prefill-len", "24", "--hf", "eager",
                                       "--modes", "eager", "--out", str(out)])
     assert code == 0
     report = json.loads(out.read_text())

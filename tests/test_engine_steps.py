@@ -18,9 +18,11 @@ SHAPE = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_l
              num_key_value_heads=2)
 
 
-def demo_checkpoint():
+def demo_checkpoint(tied: bool = False):
     """A small llama with random weights and no EOS: every sequence runs to its length."""
-    return random_checkpoint(llama_config(max_position_embeddings=128, **SHAPE), seed=3)
+    config = llama_config(max_position_embeddings=128, **SHAPE)
+    config.tie_word_embeddings = tied
+    return random_checkpoint(config, seed=3)
 
 PROMPTS = [list(range(5, 16)), [40, 41, 42, 43, 44, 45, 46], [7, 8, 9]]
 GREEDY = Params(max_new_tokens=6)
@@ -132,11 +134,12 @@ def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypat
         assert not any(calls.values())
 
 
-def test_tp2_splits_the_lm_head_by_vocabulary_and_gathers_the_logits(monkeypatch):
-    checkpoint = demo_checkpoint()
+@pytest.mark.parametrize("tied", [False, True])
+def test_tp2_splits_the_lm_head_by_vocabulary_and_gathers_the_logits(monkeypatch, tied):
+    checkpoint = demo_checkpoint(tied)
     vocab = checkpoint.config.vocab_size
     with InferEngine(checkpoint, engine_config()) as one:
-        full = one.workers[0].model.lm_head.cpu()
+        full = one.workers[0].model.lm_head.cpu().clone()   # the cpu backend: .cpu() is the device memory itself
         expected = [o.token_ids for o in one.generate_ids(PROMPTS, GREEDY)]
     gathers = []
     with InferEngine(checkpoint, engine_config(tp=2)) as two:
@@ -144,6 +147,10 @@ def test_tp2_splits_the_lm_head_by_vocabulary_and_gathers_the_logits(monkeypatch
             part = worker.model.lm_head
             assert part.shape == (vocab // 2, full.shape[1])
             torch.testing.assert_close(part.cpu(), full[rank * vocab // 2:(rank + 1) * vocab // 2], rtol=0, atol=0)
+            if not tied:   # the rank loaded only its rows
+                assert worker.weights.tensors["lm_head.weight"].shape[0] == vocab // 2
+            else:          # a view of the replicated embeddings
+                assert part.data_ptr() == worker.weights.tensors["model.embed_tokens.weight"][rank * vocab // 2].data_ptr()
             original = worker._all_gather
             monkeypatch.setattr(worker, "_all_gather",
                                 lambda send, recv, original=original: (gathers.append(send.shape), original(send, recv)))

@@ -120,7 +120,7 @@ class LlamaRank:
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """[B, vocab]: this rank's vocabulary slice, all-gathered when the lm_head is split."""
         local = F.linear(x, self.lm_head)                                   # [B, vocab / tp]
-        if self.lm_head.shape[0] == self.config.vocab_size:
+        if not self.shard.vocab_part:
             return local
         tp, (B, part) = self.shard.tp, local.shape
         gathered = torch.empty((tp, B, part), dtype=local.dtype, device=local.device)
@@ -129,13 +129,9 @@ class LlamaRank:
 
 
 def lm_head_slice(weights, config, shard: RankShard) -> torch.Tensor:
-    """This rank's rows of the lm_head: the vocabulary split evenly over the ranks (a view, for tied
-    embeddings too), or the whole matrix when the vocabulary does not divide by tp."""
-    full = weights["model.embed_tokens.weight"] if config.tie_word_embeddings else weights["lm_head.weight"]
-    vocab = config.vocab_size
-    if shard.tp == 1 or vocab % shard.tp:
-        return full
-    part = vocab // shard.tp
-    if full.shape[0] == part:          # the loader already holds only this rank's rows
-        return full
-    return full[shard.rank * part:(shard.rank + 1) * part]
+    """This rank's rows of the lm_head (``shard.vocab_part`` of them; all when 0): the loaded
+    ``lm_head.weight`` holds just those (see :mod:`.sharding`); tied embeddings give a view of them."""
+    if not config.tie_word_embeddings:
+        return weights["lm_head.weight"]
+    full, part = weights["model.embed_tokens.weight"], shard.vocab_part
+    return full[shard.rank * part:(shard.rank + 1) * part] if part else full

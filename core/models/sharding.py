@@ -3,7 +3,8 @@ module says which slice of each HF tensor a rank holds.
 
 q/k/v and gate/up are column-parallel (a rank holds some heads / some intermediate rows), o_proj and
 down_proj are row-parallel (the matching input columns; their outputs are summed by all_reduce).
-Embeddings, norms, lm_head and the o_proj bias are replicated. When ``tp`` exceeds the KV heads, each KV head is
+The lm_head is split by vocabulary rows when ``tp`` divides the vocabulary (each rank's logits are
+all-gathered); embeddings, norms and the o_proj bias are replicated. When ``tp`` exceeds the KV heads, each KV head is
 replicated on the ``tp // num_kv_heads`` ranks whose query heads use it.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ class RankShard:
     intermediate_size: int   # local MLP width
     first_head: int
     first_kv_head: int
+    vocab_part: int = 0      # lm_head rows this rank holds (rank * vocab_part ...); 0: all of them
 
 
 def check_tp(config, tp: int) -> None:
@@ -54,8 +56,9 @@ def rank_shard(config, tp: int, rank: int) -> RankShard:
         local_kv, first_kv = kv_heads // tp, rank * (kv_heads // tp)
     else:  # KV heads replicated: this rank's query heads all use one KV head
         local_kv, first_kv = 1, rank * kv_heads // tp
+    vocab_part = config.vocab_size // tp if tp > 1 and config.vocab_size % tp == 0 else 0
     return RankShard(tp, rank, local_heads, local_kv, config.head_dim, config.intermediate_size // tp,
-                     rank * local_heads, first_kv)
+                     rank * local_heads, first_kv, vocab_part)
 
 
 def full_shape(name: str, config) -> tuple[int, ...]:
@@ -88,6 +91,8 @@ def _slice(name: str, shard: RankShard) -> tuple[int, int, int] | None:
         return 1, shard.first_head * d, shard.num_heads * d
     if kind == "down_proj":
         return 1, shard.rank * shard.intermediate_size, shard.intermediate_size
+    if kind == "lm_head" and shard.vocab_part:
+        return 0, shard.rank * shard.vocab_part, shard.vocab_part
     return None
 
 
