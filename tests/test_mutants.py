@@ -17,7 +17,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "elapsed-time-constant", "wait-event-ignored", "streams-one-queue", "current-device-global",
     "all-reduce-local", "all-reduce-wrong-above-1mib", "all-reduce-bf16-wrong", "all-gather-reversed",
     "broadcast-root-0", "collectives-off-stream", "kv-never-zeroed", "torch-view-offset",
-    "errors-swallowed", "free-no-wait", "alloc-on-device-0",
+    "errors-swallowed", "free-no-wait", "alloc-on-device-0", "graph-replay-stale",
 }
 
 EXTRA = textwrap.dedent('''
@@ -38,6 +38,7 @@ EXTRA = textwrap.dedent('''
 def test_every_required_fault_has_a_mutant():
     known = mutants.all_mutants()
     assert REQUIRED <= set(known), f"missing mutants: {sorted(REQUIRED - set(known))}"
+    assert len(REQUIRED) >= 21
     for m in known.values():
         assert issubclass(m.runtime, CpuRuntime) and m.fault and m.checks, m
 
@@ -64,3 +65,18 @@ def test_runner_reports_caught_with_the_check_and_fails_on_a_survivor(tmp_path):
     assert "memset-noop-narrow" in caught and "test_memset_pattern_and_sub_range" in caught, out
     assert any(line.startswith("SURVIVED") and "identity" in line for line in out.splitlines()), out
     assert "NOT CAUGHT: identity" in out, out
+
+
+def test_cpu_device_graphs_pass_the_graph_checks(tmp_path):
+    """The base of the graph mutant, the cpu backend with ANYDEV_CPU_GRAPHS=1, passes the group the
+    mutant fails: what the mutant breaks is the only difference."""
+    report_file = tmp_path / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--device", "cpu", "--report", str(report_file), "--", "-q", "-k", "test_graphs"],
+        env={**os.environ, "ANYDEV_CPU_GRAPHS": "1"}, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    import json
+
+    checks = json.loads(report_file.read_text())["checks"]
+    assert len(checks) >= 3 and {c["status"] for c in checks} == {"pass"} and {c["group"] for c in checks} == {"graphs"}

@@ -3,9 +3,14 @@ from ...plugin_api import CONTRACT_VERSION, BackendPlugin, hookimpl
 
 
 def _load_cpu_runtime():
-    from .runtime import CpuRuntime  # imported on load, so discovery stays cheap
+    import os
 
-    return CpuRuntime()
+    from .runtime import CpuGraphRuntime, CpuRuntime  # imported on load, so discovery stays cheap
+
+    graphs = os.environ.get("ANYDEV_CPU_GRAPHS", "0").strip()
+    if graphs not in ("0", "1", ""):
+        raise ValueError(f"ANYDEV_CPU_GRAPHS must be 0 or 1 (device graphs on the cpu backend), got {graphs!r}")
+    return CpuGraphRuntime() if graphs == "1" else CpuRuntime()
 
 
 @hookimpl
@@ -15,6 +20,6 @@ def anydev_backends():
             name="cpu",
             contract_version=CONTRACT_VERSION,
             load=_load_cpu_runtime,
-            description="reference backend: virtual devices in host memory (ANYDEV_CPU_DEVICES, ANYDEV_CPU_DEVICE_MEMORY)",
+            description="reference backend: virtual devices in host memory (ANYDEV_CPU_DEVICES, ANYDEV_CPU_DEVICE_MEMORY; ANYDEV_CPU_GRAPHS=1 for device graphs)",
         )
     ]

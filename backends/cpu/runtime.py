@@ -247,7 +247,12 @@ class CpuRuntime(DeviceRuntime):
 
     def _enqueue(self, stream: int, worker, call: str, work) -> None:
         """Queue ``work`` on the stream; inside this thread's ``torch_stream(stream)`` block, also wait
-        for it, because the torch math that follows on this thread reads its result at once."""
+        for it, because the torch math that follows on this thread reads its result at once. Inside
+        this thread's capture of a device graph on the stream (``graphs.py``), record it instead."""
+        recording = getattr(self._current, "capturing", {}).get(stream)
+        if recording is not None:
+            recording.append(work)
+            return
         worker.enqueue(call, work)
         if stream in getattr(self._current, "torch_streams", ()):
             worker.synchronize()
@@ -363,3 +368,13 @@ class CpuRuntime(DeviceRuntime):
 def _check_nbytes(nbytes, what: str = "size") -> None:
     if not isinstance(nbytes, (int, np.integer)) or isinstance(nbytes, bool) or nbytes < 0:
         raise InvalidArgumentError(f"{what} must be a non-negative int, got {nbytes!r}")
+
+
+class CpuGraphRuntime(CpuRuntime):
+    """The cpu runtime with device graphs (``torch_graph``, contract 1.1): ``ANYDEV_CPU_GRAPHS=1``."""
+
+    def torch_graph(self, stream: int, index: int):
+        from .graphs import CpuGraph
+
+        self._check_device(index)
+        return CpuGraph(self, stream)

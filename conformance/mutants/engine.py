@@ -1,7 +1,8 @@
-"""Mutants that the engine-level checks (parallel init, inference) must catch."""
+"""Mutants of what an engine relies on: a zeroed KV cache, device graphs that replay."""
 from __future__ import annotations
 
-from anydev.backends.cpu.runtime import CpuRuntime
+from anydev.backends.cpu.graphs import CpuGraph
+from anydev.backends.cpu.runtime import CpuGraphRuntime, CpuRuntime
 
 from . import mutant
 
@@ -14,3 +15,20 @@ class LargeZeroMemsetsDropped(CpuRuntime):
 
     def memset_async(self, ptr, value, nbytes, stream):
         super().memset_async(ptr, value, 0 if value == 0 and nbytes >= KV_SIZED else nbytes, stream)
+
+
+class _FirstReplayOnly(CpuGraph):
+    def replay(self):
+        if not getattr(self, "_replayed", False):
+            self._replayed = True
+            super().replay()
+
+
+@mutant("graph-replay-stale", checks=["test_graphs.py"])
+class GraphReplayIgnoresChangedInputs(CpuGraphRuntime):
+    """A device graph whose replay ignores changed inputs: only the first replay computes, later
+    ones leave the first result in place."""
+
+    def torch_graph(self, stream, index):
+        self._check_device(index)
+        return _FirstReplayOnly(self, stream)

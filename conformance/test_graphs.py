@@ -1,0 +1,97 @@
+"""Device graphs (optional call ``torch_graph``, contract 1.1): a capture records torch work without
+running it; a replay equals the same work run eagerly; a replay after the inputs changed computes
+from the new inputs. Backends without device graphs skip the group, saying so."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anydev.conformance.support import require_torch_bridge
+
+N = 4096
+
+
+def require_graphs(backend) -> None:
+    require_torch_bridge(backend)
+    if not backend.supports("torch_graph"):
+        pytest.skip(f"'{backend.name}' does not capture device graphs (the optional call torch_graph, contract 1.1)")
+
+
+def work(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """What the graph records: new tensors from the input, and an in-place update of ``y``."""
+    out = torch.sin(x) * 3.0 + x
+    y.add_(out)
+    return out
+
+
+def host_input(seed: int) -> torch.Tensor:
+    return torch.randn(N, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def graph_setup(backend, device, stream):
+    """Device tensors x (input) and y (accumulator) on the stream's device, and a new graph."""
+    require_graphs(backend)
+    buffers = [device.alloc(N * 4), device.alloc(N * 4)]
+    x, y = (b.as_tensor(torch.float32, (N,)) for b in buffers)
+    graph = stream.create_graph()
+    yield x, y, graph
+    stream.synchronize()
+    graph.close()
+    for b in buffers:
+        b.free()
+
+
+def fill(stream, tensor: torch.Tensor, values: torch.Tensor) -> None:
+    with stream.torch_stream():
+        tensor.copy_(values.to(tensor.device))
+    stream.synchronize()
+
+
+def to_host(stream, tensor: torch.Tensor) -> torch.Tensor:
+    stream.synchronize()
+    with stream.torch_stream():
+        host = tensor.to("cpu", copy=True)
+    stream.synchronize()
+    return host
+
+
+def test_capture_records_without_running(stream, graph_setup):
+    x, y, graph = graph_setup
+    fill(stream, x, host_input(1))
+    fill(stream, y, torch.zeros(N))
+    with graph.capture():
+        work(x, y)
+    assert bool((to_host(stream, y) == 0).all()), "work recorded in a capture ran at capture time (y changed)"
+
+
+def test_replay_equals_eager(stream, graph_setup):
+    x, y, graph = graph_setup
+    first = host_input(2)
+    fill(stream, x, first)
+    fill(stream, y, torch.zeros(N))
+    with graph.capture():
+        out = work(x, y)
+    graph.replay()
+    expected_out = torch.sin(first) * 3.0 + first
+    torch.testing.assert_close(to_host(stream, out), expected_out, msg="replay's output differs from eager")
+    torch.testing.assert_close(to_host(stream, y), expected_out, msg="replay's in-place update differs from eager")
+
+
+def test_replay_reads_changed_inputs(stream, graph_setup):
+    """Replay twice, the input changed in between (and the in-place update accumulating): each
+    replay computes from the inputs as they are then."""
+    x, y, graph = graph_setup
+    first, second = host_input(3), host_input(4)
+    fill(stream, x, first)
+    fill(stream, y, torch.zeros(N))
+    with graph.capture():
+        out = work(x, y)
+    graph.replay()
+    fill(stream, x, second)
+    graph.replay()
+    expected_first, expected_second = (torch.sin(v) * 3.0 + v for v in (first, second))
+    torch.testing.assert_close(to_host(stream, out), expected_second,
+                               msg="after the input changed, replay still gives the old result (replay ignores changed inputs)")
+    torch.testing.assert_close(to_host(stream, y), expected_first + expected_second,
+                               msg="two replays did not both update y in place")
