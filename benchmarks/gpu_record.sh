@@ -37,6 +37,8 @@ want overhead && run python3 benchmarks/overhead_bench.py --device nvidia --out 
 want infer && {
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn --enforce-eager
+  # beyond the demo's context: capped (said so), and the cpu and transformers checks ask for the cap
+  run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --max-new-tokens 100000
   run python3 examples/test_infer.py --device nvidia --tp 1 --enable-paged-attn --enforce-eager --kernels reference
   run python3 benchmarks/graph_smoke.py --device nvidia
   run python3 benchmarks/make_random_model.py /tmp/llama-1b
