@@ -3,8 +3,9 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
 #   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
-# Steps: conformance overhead infer init decode decode4k prefill profile serve.
+# Steps: conformance kernels overhead infer init decode decode4k prefill profile serve.
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
+# kernels.{json,txt} (kernel_bench: each Triton kernel beside its torch reference and the fastest torch path),
 # overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
 # decode.{json,txt} (1B llama, batch 1 and 32, context 256, beside transformers eager and compiled),
 # decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
@@ -25,14 +26,17 @@ run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(e
 source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
-STEPS=${STEPS:-conformance overhead infer init decode decode4k prefill profile serve}
+STEPS=${STEPS:-conformance kernels overhead infer init decode decode4k prefill profile serve}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)';
   git log --oneline -1 2>/dev/null; echo "steps: $STEPS"; } > "$OUT/env.txt" 2>&1
 run python3 -m anydev list-backends > "$OUT/list_backends.txt" 2>&1
-want conformance && run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/conformance.json" > "$OUT/conformance.txt" 2>&1
+# (the kernels group compiles ~150 Triton specialisations: a longer limit)
+want conformance && STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-600} \
+    run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/conformance.json" > "$OUT/conformance.txt" 2>&1
+want kernels && run python3 benchmarks/kernel_bench.py --device nvidia --out "$OUT/kernels.json" > "$OUT/kernels.txt" 2>&1
 want overhead && run python3 benchmarks/overhead_bench.py --device nvidia --out "$OUT/overhead.json" > "$OUT/overhead.txt" 2>&1
 want infer && {
   run python3 examples/test_infer.py --device nvidia --tp "$NGPU" --enable-paged-attn

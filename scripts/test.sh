@@ -5,7 +5,9 @@
 #      that gcc builds here; nvidia (and any backend without its hardware) shown unavailable, as a
 #      row of skips with the reason. It prints the backend x check-group matrix and writes the JSON
 #      report and the matrix to build/conformance/ (override: ANYDEV_CONFORMANCE_REPORT=FILE).
-#   3. mutation testing: the suite on each deliberately broken backend (conformance/mutants/), which
+#   3. the conformance kernels group on the shared Triton kernels, run on CPU tensors by Triton's
+#      interpreter (the cpu backend with ANYDEV_CPU_TRITON=1; a small sweep, the full one is for GPUs).
+#   4. mutation testing: the suite on each deliberately broken backend (conformance/mutants/), which
 #      it must fail; prints the check that caught each and `mutants caught: N/N` (a survivor fails).
 # All steps always run; the exit status is non-zero when any failed. Python: $PYTHON or python3.
 set -uo pipefail
@@ -22,6 +24,11 @@ echo "== conformance suite"
 # is the backend's own accounting, not the host's (the failed-init leak checks compare it).
 ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} \
     "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" || status=1
+
+echo "== conformance kernels group: the Triton kernels under Triton's interpreter"
+TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 \
+    "$PYTHON" -m anydev.conformance --device cpu -n 2 --report "$(dirname "$REPORT")/kernels-triton-interpreter.json" \
+    -- -k kernels || status=1
 
 echo "== mutation testing of the conformance suite"
 "$PYTHON" -m anydev.conformance.mutants -j 2 || status=1

@@ -11,6 +11,9 @@ from ...plugin_api.errors import BackendUnavailableError
 DEVICES_ENV = "ANYDEV_CPU_DEVICES"
 DEVICE_MEMORY_ENV = "ANYDEV_CPU_DEVICE_MEMORY"
 COLLECTIVE_TIMEOUT_ENV = "ANYDEV_CPU_COLLECTIVE_TIMEOUT"
+#: "1": offer the shared Triton kernels, run by Triton's interpreter (needs TRITON_INTERPRET=1 set
+#: before anything imports triton); how CI checks them without a GPU. Slow: for tests only.
+TRITON_ENV = "ANYDEV_CPU_TRITON"
 
 DEFAULT_DEVICES = 8
 DEFAULT_DEVICE_MEMORY = 4 * 2**30
@@ -40,6 +43,7 @@ class CpuConfig:
     num_devices: int = DEFAULT_DEVICES
     device_memory: int = DEFAULT_DEVICE_MEMORY
     collective_timeout_s: float = DEFAULT_COLLECTIVE_TIMEOUT_S
+    triton_kernels: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "CpuConfig":
@@ -50,6 +54,7 @@ class CpuConfig:
             collective_timeout_s=_read(
                 environ, COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT_S, _parse_seconds, "a positive number of seconds such as 60"
             ),
+            triton_kernels=_read_triton(environ),
         )
 
 
@@ -77,3 +82,21 @@ def _parse_seconds(text: str) -> float:
     if not seconds > 0:
         raise ValueError("the timeout must be positive")
     return seconds
+
+
+def _read_triton(environ) -> bool:
+    """``ANYDEV_CPU_TRITON``: off unless "1"; on needs Triton and its interpreter."""
+    text = (environ.get(TRITON_ENV) or "0").strip()
+    if text not in ("0", "1"):
+        raise BackendUnavailableError("cpu", f"{TRITON_ENV}={text!r} is invalid; set it to 1 or 0, or unset it")
+    if text == "0":
+        return False
+    if environ.get("TRITON_INTERPRET") != "1":
+        raise BackendUnavailableError(
+            "cpu", f"{TRITON_ENV}=1 runs the Triton kernels through Triton's interpreter, which needs "
+            f"TRITON_INTERPRET=1 in the environment before Python starts; set both, or unset {TRITON_ENV}")
+    from ..triton_kernels import triton_importable
+
+    if not triton_importable():
+        raise BackendUnavailableError("cpu", f"{TRITON_ENV}=1 needs Triton: pip install triton, or unset {TRITON_ENV}")
+    return True

@@ -5,7 +5,7 @@ import contextlib
 import itertools
 import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -293,6 +293,20 @@ class CpuRuntime(DeviceRuntime):
         return synchronized_first()
 
     # ---- optional ------------------------------------------------------------------------
+    @property
+    def kernels_note(self) -> str:
+        return "Triton interpreter" if self.config.triton_kernels else ""
+
+    def kernels(self) -> Mapping[str, Callable]:
+        """None by default (the torch references are the cpu backend's kernels); with
+        ``ANYDEV_CPU_TRITON=1`` the shared Triton kernels, run by Triton's interpreter, one at a
+        time: the interpreter keeps the launch's state in module globals."""
+        if not self.config.triton_kernels:
+            return {}
+        from ..triton_kernels import kernels
+
+        return {name: _serialised(fn) for name, fn in kernels().items()}
+
     def runtime_info(self) -> RuntimeInfo:
         return RuntimeInfo(
             runtime_version=f"anydev cpu {__version__}",
@@ -378,3 +392,18 @@ class CpuGraphRuntime(CpuRuntime):
 
         self._check_device(index)
         return CpuGraph(self, stream)
+
+
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def _serialised(kernel: Callable) -> Callable:
+    """``kernel`` called under one process-wide lock (Triton's interpreter is not thread-safe)."""
+
+    def serialised(*args, **kwargs):
+        with _INTERPRETER_LOCK:
+            return kernel(*args, **kwargs)
+
+    serialised.__name__ = serialised.__qualname__ = kernel.__name__
+    serialised.__doc__ = kernel.__doc__
+    return serialised

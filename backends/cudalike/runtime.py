@@ -387,6 +387,21 @@ class CudaLikeRuntime(DeviceRuntime):
             )
 
     # ---- optional ------------------------------------------------------------------------
+    @property
+    def kernels_note(self) -> str:
+        if self.spec.triton_kernels_verified:
+            return "Triton"
+        return f"Triton, unverified on {self.spec.hardware_name}"
+
+    def kernels(self):
+        """The shared Triton kernels (``anydev.backends.triton_kernels``) when Triton is importable
+        (CUDA builds of torch bundle it; MUSA and MACA ship their own); none otherwise."""
+        from anydev.backends.triton_kernels import kernels, triton_importable
+
+        if self.emulation:     # host memory behind an emulated runtime: no device for Triton to run on
+            return {}
+        return kernels() if triton_importable() else {}
+
     def runtime_info(self) -> RuntimeInfo:
         notes = [f"emulated runtime: {self.emulation}"] if self.emulation else []
         if self.not_ready_code is None:

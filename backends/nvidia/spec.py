@@ -30,4 +30,5 @@ SPEC = VendorSpec(
     visible_devices_env="CUDA_VISIBLE_DEVICES",
     torch_bridge=CudaArrayBridge("nvidia", "install a CUDA build of torch (e.g. pip install torch from the cu130 index)"),
     compute_capability_attributes=(75, 76),  # cudaDevAttrComputeCapabilityMajor / Minor
+    triton_kernels_verified=True,   # the conformance kernels group on an H200 (README's evidence)
 )

@@ -1,0 +1,36 @@
+"""Triton implementations of contract 1.2's kernels (:mod:`anydev.plugin_api.kernels`), shared by every
+backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
+cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
+how CI checks them. One module per kernel family; each public function has exactly the signature and
+semantics of the reference of the same name.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+
+def triton_importable() -> bool:
+    """True when ``import triton`` works (without importing it twice)."""
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+def kernels() -> Mapping[str, Callable]:
+    """Every kernel of contract 1.2, by name. Imports Triton (raises ImportError without it)."""
+    from .activation import silu_and_mul
+    from .attention_decode import paged_decode_attention
+    from .attention_prefill import paged_prefill_attention
+    from .cache import write_kv
+    from .norm import fused_add_rms_norm, rms_norm
+    from .rotary import rotary_embedding
+
+    return {
+        "write_kv": write_kv,
+        "paged_decode_attention": paged_decode_attention,
+        "paged_prefill_attention": paged_prefill_attention,
+        "rms_norm": rms_norm,
+        "fused_add_rms_norm": fused_add_rms_norm,
+        "rotary_embedding": rotary_embedding,
+        "silu_and_mul": silu_and_mul,
+    }

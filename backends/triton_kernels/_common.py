@@ -1,0 +1,65 @@
+"""Small helpers shared by the Triton kernel wrappers."""
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from anydev.plugin_api.errors import InvalidArgumentError
+
+LOG2E = 1.4426950408889634
+
+
+def dot_precision(dtype: torch.dtype) -> str | None:
+    """``tl.dot``'s input precision: exact float32 products for float32 inputs (not TF32), as the
+    kernels' float32 tolerance assumes; 16-bit inputs are multiplied exactly anyway."""
+    return "ieee" if dtype == torch.float32 else None
+
+
+def check_last_dim_contiguous(name: str, tensor: torch.Tensor) -> None:
+    if tensor.stride(-1) != 1:
+        raise InvalidArgumentError(f"{name}: the last dimension must be contiguous (stride 1), got strides {tensor.stride()}")
+
+
+def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    if k_cache.dim() != 4 or k_cache.shape != v_cache.shape or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        raise InvalidArgumentError(
+            f"k_cache/v_cache must be contiguous [num_blocks, block_size, num_kv_heads, head_dim] of one shape; "
+            f"got {tuple(k_cache.shape)} and {tuple(v_cache.shape)}"
+        )
+
+
+def upcast_dots(dtype: torch.dtype, device: torch.device) -> bool:
+    """True where ``tl.dot`` must get float32 operands: Triton's interpreter (CPU tensors; triton 3.9)
+    multiplies bfloat16 dots wrongly. Compiled kernels never upcast."""
+    return device.type == "cpu" and dtype == torch.bfloat16
+
+
+@triton.jit
+def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """``tl.dot(a, b)`` with float32 accumulation (see :func:`upcast_dots` for UPCAST)."""
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return tl.dot(a, b, input_precision=PRECISION)
+
+
+@functools.lru_cache(maxsize=None)
+def programs_to_fill(device: torch.device) -> int:
+    """How many 4-warp programs keep a device busy: 4 per multiprocessor of a CUDA-like device (enough
+    warps to hide memory latency); 32 elsewhere (Triton's interpreter on CPU), so that CI's small
+    shapes exercise both the split and the unsplit decode paths."""
+    module = getattr(torch, device.type, None)     # torch.cuda, torch.musa (torch_musa)
+    if device.type != "cpu" and hasattr(module, "get_device_properties"):
+        return 4 * module.get_device_properties(device).multi_processor_count
+    return 32
+
+
+def next_power_of_2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+__all__ = ["LOG2E", "tl", "triton", "dot_precision", "check_cache", "check_last_dim_contiguous",
+           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots"]

@@ -1,0 +1,131 @@
+"""Mutants of the device kernels (contract 1.2): each offers one natively implemented kernel with one
+fault (torch code, so the runs are fast); the kernels group must catch it."""
+from __future__ import annotations
+
+import torch
+
+from anydev.backends.cpu.runtime import CpuRuntime
+from anydev.plugin_api import kernels as reference
+
+from . import mutant
+
+CHECKS = ["test_kernels.py"]
+
+
+class _OneKernel(CpuRuntime):
+    """A cpu runtime offering one native kernel, ``_kernel`` (a staticmethod of the subclass)."""
+
+    kernels_note = "mutant"
+
+    def kernels(self):
+        return {type(self)._kernel.__name__: type(self)._kernel}
+
+
+@mutant("decode-attention-drops-last-page", checks=CHECKS)
+class DecodeAttentionDropsLastPage(_OneKernel):
+    """paged_decode_attention ignores the last page of every sequence longer than one page."""
+
+    @staticmethod
+    def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window=None):
+        block_size = k_cache.shape[1]
+        full_pages = torch.where(seq_lens > block_size, (seq_lens - 1) // block_size * block_size, seq_lens)
+        return reference.paged_decode_attention(q, k_cache, v_cache, block_tables, full_pages.to(seq_lens.dtype),
+                                                scale, sliding_window)
+
+    _kernel = paged_decode_attention
+
+
+@mutant("decode-attention-interleaved-gqa", checks=CHECKS)
+class DecodeAttentionInterleavedGqa(_OneKernel):
+    """paged_decode_attention maps query head h to KV head h % KV instead of h // (H // KV)."""
+
+    @staticmethod
+    def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window=None):
+        B, H, D = q.shape
+        kv = k_cache.shape[2]
+        order = torch.arange(H).view(kv, H // kv).t().reshape(H)     # h % KV layout, then back
+        out = reference.paged_decode_attention(q[:, order], k_cache, v_cache, block_tables, seq_lens, scale, sliding_window)
+        return out[:, torch.argsort(order)]
+
+    _kernel = paged_decode_attention
+
+
+@mutant("prefill-attention-not-causal", checks=CHECKS)
+class PrefillAttentionNotCausal(_OneKernel):
+    """paged_prefill_attention lets every new query see all the sequence's keys (no causal mask)."""
+
+    @staticmethod
+    def paged_prefill_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, scale, sliding_window=None):
+        out = torch.empty_like(q)
+        starts = cu_seqlens_q.tolist()
+        for b in range(len(seq_lens)):
+            for t in range(starts[b], starts[b + 1]):
+                out[t:t + 1] = reference.paged_decode_attention(q[t:t + 1], k_cache, v_cache, block_tables[b:b + 1],
+                                                                seq_lens[b:b + 1], scale, sliding_window)
+        return out
+
+    _kernel = paged_prefill_attention
+
+
+@mutant("write-kv-writes-padding", checks=CHECKS)
+class WriteKvWritesPadding(_OneKernel):
+    """write_kv indexes the cache with the slot mapping as given, so padding (-1) overwrites the last slot."""
+
+    @staticmethod
+    def write_kv(key, value, k_cache, v_cache, slot_mapping):
+        k_cache.view(-1, *k_cache.shape[2:])[slot_mapping] = key
+        v_cache.view(-1, *v_cache.shape[2:])[slot_mapping] = value
+
+    _kernel = write_kv
+
+
+@mutant("rms-norm-without-eps", checks=CHECKS)
+class RmsNormWithoutEps(_OneKernel):
+    """rms_norm leaves eps out of the root mean square."""
+
+    @staticmethod
+    def rms_norm(x, weight, eps):
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True))).to(x.dtype)
+
+    _kernel = rms_norm
+
+
+@mutant("rotary-wrong-half", checks=CHECKS)
+class RotaryWrongHalf(_OneKernel):
+    """rotary_embedding negates the wrong half in rotate_half (cat(x2, -x1) instead of cat(-x2, x1))."""
+
+    @staticmethod
+    def rotary_embedding(positions, q, k, cos_sin_cache):
+        half = cos_sin_cache.shape[1] // 2
+        rows = cos_sin_cache.index_select(0, positions)
+        cos = torch.cat((rows[:, :half], rows[:, :half]), dim=-1)[:, None]
+        sin = torch.cat((rows[:, half:], rows[:, half:]), dim=-1)[:, None]
+        for x in (q, k):
+            rotated = torch.cat((x[..., half:], -x[..., :half]), dim=-1)
+            x.copy_(x * cos.to(x.dtype) + rotated * sin.to(x.dtype))
+
+    _kernel = rotary_embedding
+
+
+@mutant("silu-and-mul-swapped", checks=CHECKS)
+class SiluAndMulSwapped(_OneKernel):
+    """silu_and_mul applies silu to the up half instead of the gate half."""
+
+    @staticmethod
+    def silu_and_mul(x):
+        gate, up = x.chunk(2, dim=-1)
+        return gate * torch.nn.functional.silu(up)
+
+    _kernel = silu_and_mul
+
+
+@mutant("fused-add-rms-norm-keeps-residual", checks=CHECKS)
+class FusedAddRmsNormKeepsResidual(_OneKernel):
+    """fused_add_rms_norm normalises x + residual but does not write the sum back to residual."""
+
+    @staticmethod
+    def fused_add_rms_norm(x, residual, weight, eps):
+        x.copy_(reference.rms_norm(x + residual, weight, eps))
+
+    _kernel = fused_add_rms_norm

@@ -1,0 +1,305 @@
+"""Kernels (contract 1.2): every kernel a backend offers natively (``backend.kernels().native``) equals
+its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
+engine's greedy tokens with the backend's kernels equal those with the references.
+
+The sweep: GQA ratios 1, 4 and 8; head sizes 64 and 128; KV block sizes 16 and 32; ragged batches
+whose context lengths include 1, a block boundary, one past it and a long context (3000 tokens;
+600 where the kernels run under Triton's interpreter, the cpu backend with ``ANYDEV_CPU_TRITON=1``,
+which also takes 3 of the 12 GQA x head x block combinations); float32, float16 and bfloat16.
+
+Tolerances: the native result (in the input dtype) is compared with the reference computed in float32
+from the same inputs; the largest absolute difference must be at most ``TOLERANCE[dtype] x max(1,
+largest |reference|)``: 2e-5 for float32, 2e-3 for float16, 2e-2 for bfloat16 (about two units in the
+last place of the output: the kernels round once or twice, e.g. attention probabilities to the dtype
+before the value product; Triton's interpreter rounds bfloat16 toward zero). ``write_kv`` is a copy
+and must be exact.
+
+Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
+entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import pytest
+import torch
+
+from anydev.conformance.support import require_torch_bridge
+from anydev.plugin_api import kernels as reference
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+NUM_KV_HEADS = 2
+
+
+# ---- fixtures and helpers ------------------------------------------------------------------------
+
+@pytest.fixture
+def kernels(backend, device):
+    require_torch_bridge(backend)
+    return backend.kernels()
+
+
+@pytest.fixture
+def torch_device(device):
+    return device.torch_device
+
+
+def native(kernels, name: str):
+    """The backend's own kernel ``name``; skips when the backend runs the reference for it."""
+    if name not in kernels.native:
+        pytest.skip(f"'{kernels.backend}' offers no native {name} (the engine runs the torch reference)")
+    return getattr(kernels, name)
+
+
+def interpreted(torch_device) -> bool:
+    """Kernels on CPU tensors run under Triton's interpreter: a smaller sweep."""
+    return torch_device.type == "cpu"
+
+
+def assert_close(got: torch.Tensor, want32: torch.Tensor, dtype, what: str) -> None:
+    got32 = got.float().cpu()
+    want32 = want32.float().cpu()
+    assert got32.shape == want32.shape, f"{what}: shape {tuple(got32.shape)}, expected {tuple(want32.shape)}"
+    bound = TOLERANCE[dtype] * max(1.0, want32.abs().max().item() if want32.numel() else 1.0)
+    diff = (got32 - want32).abs().nan_to_num(nan=math.inf)
+    worst = diff.max().item() if diff.numel() else 0.0
+    if worst > bound:
+        at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+        pytest.fail(f"{what}: max |native - reference| = {worst:.3g} > {bound:.3g} ({dtype}) at {at}: "
+                    f"native {got32[at].item():.6g}, reference {want32[at].item():.6g}", pytrace=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionShape:
+    group: int          # query heads per KV head (GQA ratio)
+    head_dim: int
+    block_size: int
+
+    def __str__(self) -> str:
+        return f"GQA {self.group}, head_dim {self.head_dim}, block_size {self.block_size}"
+
+
+def attention_shapes(torch_device) -> list[AttentionShape]:
+    every = [AttentionShape(*c) for c in itertools.product((1, 4, 8), (64, 128), (16, 32))]
+    if interpreted(torch_device):
+        return [AttentionShape(1, 64, 16), AttentionShape(4, 128, 32), AttentionShape(8, 64, 32)]
+    return every
+
+
+def long_context(torch_device) -> int:
+    return 600 if interpreted(torch_device) else 3000
+
+
+def windows(shape: AttentionShape, first: bool, torch_device) -> tuple:
+    """No sliding window, and one a few tokens past a block (under the interpreter: first shape only)."""
+    if interpreted(torch_device) and not first:
+        return (None,)
+    return (None, shape.block_size + 5)
+
+
+class PagedCache:
+    """K/V pages of a ragged batch: each sequence's pages in random order, everything no sequence
+    owns NaN, block-table entries past a sequence's pages pointing at a NaN page."""
+
+    def __init__(self, seq_lens: list[int], shape: AttentionShape, dtype, torch_device, seed: int):
+        gen = torch.Generator().manual_seed(seed)
+        bs, d = shape.block_size, shape.head_dim
+        pages_of = [math.ceil(n / bs) for n in seq_lens]
+        num_blocks = sum(pages_of) + 2                         # + a NaN page + one nobody uses
+        order = torch.randperm(num_blocks, generator=gen).tolist()
+        nan_page, order = order[0], order[1:]
+        width = max(pages_of + [1]) + 1                        # + one table entry past every sequence
+        tables = torch.full((len(seq_lens), width), nan_page, dtype=torch.int32)
+        k = torch.full((num_blocks, bs, NUM_KV_HEADS, d), math.nan)
+        v = torch.full_like(k, math.nan)
+        for b, n in enumerate(seq_lens):
+            pages, order = order[:pages_of[b]], order[pages_of[b]:]
+            tables[b, :len(pages)] = torch.tensor(pages, dtype=torch.int32)
+            for pos in range(n):
+                k[pages[pos // bs], pos % bs] = torch.randn(NUM_KV_HEADS, d, generator=gen)
+                v[pages[pos // bs], pos % bs] = torch.randn(NUM_KV_HEADS, d, generator=gen)
+        self.k = k.to(dtype).to(torch_device)
+        self.v = v.to(dtype).to(torch_device)
+        self.tables = tables.to(torch_device)
+        self.seq_lens = torch.tensor(seq_lens, dtype=torch.int32, device=torch_device)
+
+
+# ---- the kernel set ------------------------------------------------------------------------------
+
+def test_the_backends_kernel_set_names_contract_kernels_and_fills_the_rest_with_references(backend):
+    """``backend.kernels()``: what the runtime offers (``DeviceRuntime.kernels``, optional) is a
+    subset of the contract's kernels, each callable; every other kernel is the torch reference."""
+    kernels = backend.kernels()
+    assert kernels.native <= set(reference.KERNEL_NAMES), f"unknown kernels {sorted(kernels.native - set(reference.KERNEL_NAMES))}"
+    for name in reference.KERNEL_NAMES:
+        kernel = getattr(kernels, name)
+        assert callable(kernel), f"{name} is not callable"
+        if name not in kernels.native:
+            assert kernel is reference.REFERENCES[name], f"{name} is neither native nor the reference"
+    assert kernels.describe().startswith(f"{backend.name} kernels: ")
+
+
+# ---- attention -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "paged_decode_attention")
+    for i, shape in enumerate(attention_shapes(torch_device)):
+        bs = shape.block_size
+        # 0: a padding row. Short contexts only, then with a long one (long contexts may be split
+        # over several programs: both paths are checked).
+        short = [1, bs, bs + 1, 0, 2 * bs + 3]
+        for seq_lens, window in itertools.product((short, short + [long_context(torch_device)]),
+                                                  windows(shape, i == 0, torch_device)):
+            cache = PagedCache(seq_lens, shape, dtype, torch_device, seed=i)
+            heads = NUM_KV_HEADS * shape.group
+            q = torch.randn(len(seq_lens), heads, shape.head_dim, generator=torch.Generator().manual_seed(i))
+            q = q.to(dtype).to(torch_device)
+            scale = shape.head_dim ** -0.5
+            got = kernel(q, cache.k, cache.v, cache.tables, cache.seq_lens, scale, window)
+            want = reference.paged_decode_attention(q.float(), cache.k.float(), cache.v.float(), cache.tables,
+                                                    cache.seq_lens, scale, window)
+            assert got.dtype == dtype, f"output dtype {got.dtype}, expected the query's {dtype}"
+            assert_close(got, want, dtype, f"decode attention ({shape}, seq_lens {seq_lens}, window {window})")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "paged_prefill_attention")
+    for i, shape in enumerate(attention_shapes(torch_device)):
+        bs = shape.block_size
+        long = long_context(torch_device)
+        # (keys in the pages, new queries): whole prompts, a cached prefix, a one-token chunk, none.
+        sequences = [(1, 1), (bs, bs), (bs + 1, 1), (long, 70 if long > 1000 else 9), (2 * bs + 3, bs + 2), (bs, 0)]
+        seq_lens = [n for n, _ in sequences]
+        q_lens = [m for _, m in sequences]
+        for window in windows(shape, i == 0, torch_device):
+            cache = PagedCache(seq_lens, shape, dtype, torch_device, seed=i)
+            heads = NUM_KV_HEADS * shape.group
+            q = torch.randn(sum(q_lens), heads, shape.head_dim, generator=torch.Generator().manual_seed(i))
+            q = q.to(dtype).to(torch_device)
+            cu = torch.tensor([0] + list(itertools.accumulate(q_lens)), dtype=torch.int32, device=torch_device)
+            scale = shape.head_dim ** -0.5
+            got = kernel(q, cache.k, cache.v, cu, cache.seq_lens, cache.tables, scale, window)
+            want = reference.paged_prefill_attention(q.float(), cache.k.float(), cache.v.float(), cu,
+                                                     cache.seq_lens, cache.tables, scale, window)
+            assert got.dtype == dtype, f"output dtype {got.dtype}, expected the query's {dtype}"
+            assert_close(got, want, dtype, f"prefill attention ({shape}, (keys, queries) {sequences}, window {window})")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_write_kv_writes_exactly_the_reference_slots(kernels, torch_device, dtype):
+    kernel = native(kernels, "write_kv")
+    gen = torch.Generator().manual_seed(0)
+    for head_dim, block_size in ((64, 16), (128, 32)):
+        num_blocks, T = 9, 13
+        k = torch.randn(num_blocks, block_size, NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        v = torch.randn(k.shape, generator=gen).to(dtype).to(torch_device)
+        slots = torch.randperm(num_blocks * block_size, generator=gen)[:T]
+        slots[[2, 7]] = -1                                              # padding tokens
+        slots = slots.to(torch_device)
+        # key and value as views into one fused projection output (strided rows)
+        kv = torch.randn(T, 3, NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        key, value = kv[:, 0], kv[:, 2]
+        want_k, want_v = k.clone(), v.clone()
+        reference.write_kv(key, value, want_k, want_v, slots)
+        kernel(key, value, k, v, slots)
+        where = f"write_kv (head_dim {head_dim}, block_size {block_size}, slots {slots.tolist()})"
+        assert torch.equal(k, want_k), f"{where}: k_cache differs from the reference"
+        assert torch.equal(v, want_v), f"{where}: v_cache differs from the reference"
+
+
+# ---- norms, rotary, activation -------------------------------------------------------------------
+
+def _rows(T: int, N: int, dtype, torch_device, seed: int) -> torch.Tensor:
+    x = torch.randn(T, N, generator=torch.Generator().manual_seed(seed))
+    x[0] *= 1e-3     # mean(x^2) ~ 1e-6 < eps: the eps decides this row
+    return x.to(dtype).to(torch_device)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "rms_norm")
+    for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5), (3, 4096, 1e-5))):
+        x = _rows(T, N, dtype, torch_device, seed)
+        weight = (torch.rand(N, generator=torch.Generator().manual_seed(seed)) + 0.5).to(dtype).to(torch_device)
+        got = kernel(x, weight, eps)
+        want = reference.rms_norm(x.float(), weight.float(), eps)
+        assert_close(got, want, dtype, f"rms_norm (T {T}, N {N}, eps {eps})")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fused_add_rms_norm_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "fused_add_rms_norm")
+    for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5))):
+        x = _rows(T, N, dtype, torch_device, seed)
+        residual = _rows(T, N, dtype, torch_device, seed + 100)
+        weight = (torch.rand(N, generator=torch.Generator().manual_seed(seed)) + 0.5).to(dtype).to(torch_device)
+        want_x, want_residual = x.float().clone(), residual.float().clone()   # own copies, also for float32
+        reference.fused_add_rms_norm(want_x, want_residual, weight.float(), eps)
+        kernel(x, residual, weight, eps)
+        assert_close(residual, want_residual, dtype, f"fused_add_rms_norm residual (T {T}, N {N})")
+        assert_close(x, want_x, dtype, f"fused_add_rms_norm output (T {T}, N {N}, eps {eps})")
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rotary_embedding_equals_the_reference(kernels, torch_device, dtype):
+    from anydev.core.models.rope import inverse_frequencies
+
+    kernel = native(kernels, "rotary_embedding")
+    max_pos = 4 * long_context(torch_device)
+    for seed, (head_dim, group, scaling) in enumerate(((64, 4, None), (128, 8, LLAMA3), (128, 1, None))):
+        gen = torch.Generator().manual_seed(seed)
+        cache = reference.cos_sin_cache(inverse_frequencies(head_dim, 500000.0, scaling), max_pos).to(torch_device)
+        T, heads = 9, NUM_KV_HEADS * group
+        positions = torch.randint(0, max_pos, (T,), generator=gen)
+        positions[:2] = torch.tensor([0, max_pos - 1])
+        positions = positions.to(torch_device)
+        # q, k and v as views into one fused qkv projection output
+        qkv = torch.randn(T, heads + 2 * NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        q, k = qkv[:, :heads], qkv[:, heads:heads + NUM_KV_HEADS]
+        want_q, want_k = q.float().clone(), k.float().clone()   # own copies, also for float32
+        v_before = qkv[:, heads + NUM_KV_HEADS:].clone()
+        reference.rotary_embedding(positions, want_q, want_k, cache)
+        kernel(positions, q, k, cache)
+        where = f"rotary (head_dim {head_dim}, {heads} query heads, scaling {scaling and scaling['rope_type']})"
+        assert_close(q, want_q, dtype, f"{where}: q")
+        assert_close(k, want_k, dtype, f"{where}: k")
+        assert torch.equal(qkv[:, heads + NUM_KV_HEADS:], v_before), f"{where}: wrote outside q and k"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_silu_and_mul_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "silu_and_mul")
+    for seed, (T, I) in enumerate(((1, 64), (5, 1000), (3, 2816))):
+        x = (3 * torch.randn(T, 2 * I, generator=torch.Generator().manual_seed(seed))).to(dtype).to(torch_device)
+        got = kernel(x)
+        assert_close(got, reference.silu_and_mul(x.float()), dtype, f"silu_and_mul (T {T}, I {I})")
+
+
+# ---- the engine ----------------------------------------------------------------------------------
+
+def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(backend, kernels, pytestconfig):
+    """The demo model (float32, one rank): greedy tokens with ``EngineConfig(kernels="native")``
+    equal those with ``kernels="reference"``."""
+    import dataclasses as dc
+
+    from anydev.conformance.engine_support import engine_config, engine_ranks, greedy_tokens
+    from anydev.core import EngineConfig
+
+    if not kernels.native:
+        pytest.skip(f"'{backend.name}' offers no native kernels: the engine runs the references either way")
+    if "kernels" not in {f.name for f in dc.fields(EngineConfig)}:
+        pytest.skip("this engine has no EngineConfig(kernels='native'|'reference') switch yet")
+    engine_ranks(backend, pytestconfig)
+    with_native = greedy_tokens(engine_config(backend, 1, kernels="native"))
+    with_reference = greedy_tokens(engine_config(backend, 1, kernels="reference"))
+    assert all(with_reference), "the reference run generated nothing"
+    assert with_native == with_reference, f"native kernels {with_native} vs references {with_reference}"
