@@ -50,3 +50,47 @@ def test_hundreds_of_generate_calls_at_tp2_hold_no_memory():
         assert [d.memory_info().free for d in devices] == free
         assert _rss_bytes() - rss < 16 * 2**20
     assert [d.memory_info().free for d in devices] == free_before
+
+
+def test_a_failed_stream_reports_its_error_at_synchronize_not_at_a_later_enqueue():
+    import threading
+
+    import numpy as np
+
+    from anydev.plugin_api import AnydevError
+
+    backend = load_backend("cpu")
+    comms = backend.create_communicators([backend.device(0), backend.device(1)])
+    outcome = [None, None]
+
+    def rank(r: int) -> None:
+        device = comms[r].device
+        device.set_current()
+        stream, buf = device.create_stream(), device.alloc(4096)
+        try:
+            comms[r].all_reduce(buf, stream=stream, count=16 + r, dtype="float32")   # the ranks disagree: it fails
+            for batch in range(3):   # each batch fences its copies; the next batch queries that fence
+                for _ in range(Stream.FENCE_EVERY):
+                    stream.memcpy_async(buf, np.zeros(64, dtype=np.uint8))
+                reached = stream.record()
+                with pytest.raises(AnydevError):   # the failed work's error, once the fence has completed
+                    reached.synchronize()
+                reached.close()
+            try:
+                stream.synchronize()
+            except AnydevError as exc:
+                outcome[r] = exc
+        except Exception as exc:   # an enqueue that raised the stream's error
+            outcome[r] = f"raised at enqueue: {exc!r}"
+        finally:
+            buf.free()
+            stream.close()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for comm in comms:
+        comm.close()
+    assert all(isinstance(o, AnydevError) for o in outcome), outcome

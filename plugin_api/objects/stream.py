@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgumentError
+from ..errors import AnydevError, InvalidArgumentError
 from ..types import CopyKind
 from .closable import Closable
 from .graph import Graph
@@ -117,11 +117,19 @@ class Stream(Closable):
             self._keepalive = []
 
     def _drop_held(self, everything: bool) -> None:
-        """Release the batches whose work has run (all of them after a sync)."""
-        while self._fenced and (everything or self._fenced[0][0].query()):
+        """Release the batches whose work has run (all of them after a sync). A fence of failed
+        work stays held: the error is the next ``synchronize()``'s to report, not an enqueue's."""
+        while self._fenced and (everything or self._fence_passed(self._fenced[0][0])):
             self._spare_events.append(self._fenced.popleft()[0])
         if everything:
             self._keepalive = []
+
+    @staticmethod
+    def _fence_passed(event: "Event") -> bool:
+        try:
+            return event.query()
+        except AnydevError:   # the stream failed; synchronize() raises it
+            return False
 
     def torch_stream(self):
         """Context manager: torch kernels inside it run on this stream."""
