@@ -316,10 +316,11 @@ class InferEngine:
             self.scheduler.add(seq)
         return seq
 
-    def abort(self, seq: Sequence) -> None:
-        """Stop ``seq`` now; its KV blocks go back at once (a step already running for it is ignored)."""
+    def abort(self, seq: Sequence, reason: str = "abort") -> None:
+        """Stop ``seq`` now, its ``finish_reason`` set to ``reason``; its KV blocks go back at once
+        (a step already running for it is ignored)."""
         with self._lock:
-            self.scheduler.finish(seq, "abort")
+            self.scheduler.finish(seq, reason)
 
     @property
     def has_unfinished(self) -> bool:

@@ -45,7 +45,8 @@ def create_app(engine: InferEngine, model_name: str, limits: ServerLimits | None
     caller closes the engine)."""
     limits = limits or ServerLimits()
     metrics = ServerMetrics(engine)
-    state = ServerState(engine, EngineLoop(engine, limits.max_waiting, metrics), metrics, model_name, limits, api_key)
+    loop = EngineLoop(engine, limits.max_waiting, metrics, limits.request_timeout)
+    state = ServerState(engine, loop, metrics, model_name, limits, api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -133,18 +134,29 @@ def _completion_prompt_ids(state: ServerState, prompt) -> list[int]:
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):
-        return _tokenizer(state).encode(prompt, add_special_tokens=True)
+        return _tokenizer(state).encode(_unicode(prompt, "prompt"), add_special_tokens=True)
     vocab = state.engine.checkpoint.config.vocab_size
     if not all(0 <= t < vocab for t in prompt):
         raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
     return list(prompt)
 
 
+def _unicode(text: str, param: str) -> str:
+    """``text``, or a 400 when it holds lone surrogates (JSON escapes can carry them; UTF-8 cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"{param} is not valid Unicode: a lone surrogate at character {exc.start}",
+                       param=param) from None
+    return text
+
+
 def _chat_prompt_ids(state: ServerState, body: ChatRequest) -> list[int]:
     tokenizer = _tokenizer(state)
     if not tokenizer.has_chat_template:
         raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    messages = [{"role": m.role, "content": _unicode(m.text(), f"messages.{i}.content")}
+                for i, m in enumerate(body.messages)]
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     except ChatTemplateError as exc:
@@ -318,6 +330,10 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
         else:
             message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
         return answer(APIError(400, message, param=param))
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception):   # a bug: said as such, in the API's shape
+        return answer(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

@@ -60,11 +60,14 @@ class RequestStream:
 
 class EngineLoop:
     """Drives ``engine`` on a background thread. ``metrics`` (optional) gets ``first_token(seconds)``,
-    ``next_token(seconds)`` and ``finished(seq)`` calls from that thread."""
+    ``next_token(seconds)`` and ``finished(seq)`` calls from that thread. A request still running
+    ``request_timeout`` seconds after it arrived ends with finish reason "timeout"."""
 
-    def __init__(self, engine: InferEngine, max_waiting: int = 256, metrics=None):
+    def __init__(self, engine: InferEngine, max_waiting: int = 256, metrics=None,
+                 request_timeout: float | None = None):
         self.engine = engine
         self.max_waiting = max_waiting
+        self.request_timeout = request_timeout
         self.metrics = metrics
         self.failure: BaseException | None = None
         self._streams: dict[int, RequestStream] = {}
@@ -145,6 +148,19 @@ class EngineLoop:
                         if self.metrics:
                             self.metrics.finished(seq)
                     stream.push(Progress(len(seq.output), seq.is_finished))
+                self._expire(now)
+
+    def _expire(self, now: float) -> None:
+        """End the requests past their deadline (called with the lock held)."""
+        if self.request_timeout is None:
+            return
+        for key, stream in list(self._streams.items()):
+            if now - stream.seq.arrival_time > self.request_timeout:
+                del self._streams[key]
+                self.engine.abort(stream.seq, "timeout")
+                if self.metrics:
+                    self.metrics.finished(stream.seq)
+                stream.push(Progress(len(stream.seq.output), True))
 
     def _observe(self, stream: RequestStream, now: float) -> None:
         if self.metrics is None:

@@ -13,6 +13,7 @@ class ServerLimits:
     max_tokens: int = 4096              # max_tokens above it: 400; the default when a chat omits it
     max_waiting: int = 256              # requests waiting for admission; beyond: 429 + Retry-After
     retry_after_seconds: int = 1
+    request_timeout: float | None = 600.0   # a request still running after it ends with finish reason "timeout"
     metrics_need_key: bool = False      # /metrics behind the API key too
 
 

@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="largest max_tokens a request may ask (default 4096): 400")
     limits.add_argument("--max-waiting", type=int, default=256,
                         help="requests that may wait for admission (default 256); beyond: 429 with Retry-After")
+    limits.add_argument("--request-timeout", type=float, default=600.0,
+                        help="seconds a request may run (default 600); then it ends with finish reason 'timeout'")
     limits.add_argument("--drain-seconds", type=float, default=10.0,
                         help="at shutdown, how long requests in flight may finish (default 10)")
     limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
@@ -64,9 +66,13 @@ def run(args: argparse.Namespace) -> int:
     from .app import create_app
     from .limits import ServerLimits
 
-    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs", "port"):
-        if getattr(args, name) < (0 if name == "port" else 1):
+    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs"):
+        if getattr(args, name) < 1:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not 0 <= args.port <= 65535:
+        raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
+    if not args.request_timeout > 0:
+        raise EngineConfigError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
     if args.api_key is not None and not args.api_key.strip():
         raise EngineConfigError("--api-key (ANYDEV_API_KEY) is empty; give a key or leave it unset")
     if args.host not in ("127.0.0.1", "localhost", "::1") and args.api_key is None:
@@ -84,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         limits = ServerLimits(max_body_bytes=args.max_body_bytes,
                               max_prompt_tokens=args.max_prompt_tokens or engine.max_model_len,
                               max_tokens=args.max_tokens_limit, max_waiting=args.max_waiting,
+                              request_timeout=args.request_timeout,
                               metrics_need_key=args.metrics_need_key)
         app = create_app(engine, model_name, limits, args.api_key)
         print(f"anydev serve: model '{model_name}' on {args.device} x {args.tp}, {engine.num_blocks} KV blocks of "

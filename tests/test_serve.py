@@ -15,6 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import http.client
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
@@ -298,11 +300,13 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
     ("/v1/completions", {**GOOD, "prompt": [5, 100000]}, None, "prompt"),
     ("/v1/completions", {**GOOD, "prompt": "hello " * 300}, None, "prompt"),          # fills the context
     ("/v1/completions", {**GOOD, "prompt": 5}, None, "prompt"),
+    ("/v1/completions", {**GOOD, "prompt": "a\ud800b"}, None, "prompt"),                 # a lone surrogate
     ("/v1/completions", {**GOOD, "frobnicate": 1}, None, "frobnicate"),
     ("/v1/completions", {"prompt": "hi"}, None, "model"),
     ("/v1/chat/completions", {**CHAT, "messages": []}, None, "messages"),
     ("/v1/chat/completions", {**CHAT, "messages": [{"role": "wizard", "content": "hi"}]}, None, "messages.0.role"),
     ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, None, "tools"),
+    ("/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "\udfff"}]}, None, "messages.0.content"),
     ("/v1/chat/completions", {**CHAT, "max_completion_tokens": 10**6}, None, "max_tokens"),
 ])
 def test_every_bad_request_gets_a_400_with_an_openai_error_body(server, path, body, raw, param):
@@ -405,3 +409,92 @@ def test_a_full_waiting_queue_answers_429_with_retry_after_and_loses_nothing(ref
         assert srv.metrics()["anydev_kv_blocks_used"] == 0
     finally:
         assert srv.stop()[0] == 0
+
+
+def test_a_request_past_its_deadline_ends_with_finish_reason_timeout():
+    srv = Server("--request-timeout", "0.2")
+    try:
+        client = srv.client()
+        whole = client.completions.create(model=MODEL, prompt="hi", max_tokens=1000, temperature=0,
+                                          extra_body={"ignore_eos": True})
+        assert whole.choices[0].finish_reason == "timeout" and whole.usage.completion_tokens < 1000
+        assert srv.metrics()["anydev_kv_blocks_used"] == 0
+        assert client.completions.create(model=MODEL, prompt="hi", max_tokens=3).usage.completion_tokens == 3
+    finally:
+        assert srv.stop()[0] == 0
+
+
+# ---- hostile input (hypothesis) ----------------------------------------------------------------------
+
+ANY_TEXT = st.text(st.characters(exclude_categories=()))     # lone surrogates included
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True), st.text(max_size=40),
+                 st.lists(st.integers(), max_size=5), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
+
+
+def assert_answered(server, path, body):
+    try:
+        raw = json.dumps(body).encode()
+    except (TypeError, ValueError):
+        return
+    reply = post(server, path, None, raw=raw)
+    assert reply.status_code in (200, 400, 413), (reply.status_code, reply.text[:300])
+    if reply.status_code != 200:
+        assert reply.json()["error"]["message"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(prompt=st.one_of(ANY_TEXT, st.text(min_size=2000, max_size=5000), JUNK,
+                        st.lists(st.integers(-5, 1000), max_size=20)),
+       max_tokens=st.one_of(st.integers(1, 3), JUNK), temperature=st.one_of(st.floats(0, 2), JUNK),
+       stop=st.one_of(st.none(), st.text(max_size=3), st.lists(st.text(max_size=3), max_size=5), JUNK))
+def test_arbitrary_completion_bodies_get_an_answer_or_a_400_never_a_5xx(server, prompt, max_tokens, temperature, stop):
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
+    if stop is not None:
+        body["stop"] = stop
+    assert_answered(server, "/v1/completions", body)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(messages=st.one_of(
+    st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool", ""]),
+                                    "content": st.one_of(ANY_TEXT, JUNK,
+                                                         st.lists(st.fixed_dictionaries({"type": st.just("text"),
+                                                                                         "text": st.text()})))}),
+             max_size=4),
+    JUNK), extra=st.dictionaries(st.sampled_from(["n", "top_p", "top_k", "seed", "stream", "logprobs", "user"]),
+                                 JUNK, max_size=2))
+def test_arbitrary_chat_bodies_get_an_answer_or_a_400_never_a_5xx(server, messages, extra):
+    body = {"model": MODEL, "messages": messages, "max_tokens": 2, **extra}
+    assert_answered(server, "/v1/chat/completions", body)
+
+
+def test_the_server_is_healthy_after_the_hostile_input(server):
+    assert request(f"{server.url}/health")[0] == 200
+    assert server.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+    assert server.metrics().get("anydev_requests_rejected_total{status=500}", 0) == 0
+
+
+def test_a_soak_of_a_thousand_requests_leaves_threads_blocks_and_memory_where_they_were(server):
+    """Bounded: 1200 short requests from 8 clients; the server's threads, KV blocks and RSS (after a
+    warm-up of 200) come back to where they were."""
+    def status(field):
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            line = next(line for line in f if line.startswith(field + ":"))
+        return int(line.split()[1])
+
+    def burst(count):
+        def ask(i):
+            body = {"model": MODEL, "prompt": f"the device {i}", "max_tokens": 2, "temperature": 0,
+                    "stream": bool(i % 2)}
+            return post(server, "/v1/completions", body).status_code
+        with ThreadPoolExecutor(8) as pool:
+            return list(pool.map(ask, range(count)))
+
+    assert set(burst(200)) == {200}
+    server.wait_for_metric("anydev_requests_running", lambda v: v == 0)
+    threads, rss_kib = status("Threads"), status("VmRSS")
+    assert set(burst(1200)) == {200}
+    assert server.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+    assert server.metrics()["anydev_requests_waiting"] == 0
+    assert status("Threads") == threads
+    assert status("VmRSS") - rss_kib < 64 * 1024, "the server's memory grew by more than 64 MiB"
