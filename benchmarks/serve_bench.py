@@ -47,26 +47,28 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="small sizes for a cpu run with the demo model")
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-num-seqs", type=int, default=None, help="default: 64 (tiny: 16)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="default: the server's (2048)")
-    p.add_argument("--max-model-len", type=int, default=None, help="default: 8192 (tiny: 1024)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=512,
+                   help="tokens per step with chunked prefill (default 512, vLLM's chunked default)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="default 4096, make_random_model's context (tiny: 1024)")
     p.add_argument("--rate", type=float, default=None, help="Poisson arrival rate, per s (default 8; tiny 4)")
     p.add_argument("--requests", type=int, default=None, help="requests of the random and mixed cases (default 200; tiny 24)")
     p.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny 64)")
     p.add_argument("--output-len", type=int, default=None, help="default 128 (tiny 16)")
-    p.add_argument("--system-len", type=int, default=None, help="shared system prompt, tokens (default 2048; tiny 256)")
+    p.add_argument("--system-len", type=int, default=None, help="shared system prompt, tokens (default 1536; tiny 256)")
     p.add_argument("--conversations", type=int, default=None, help="default 32 (tiny 6)")
     p.add_argument("--turns", type=int, default=None, help="default 4 (tiny 3)")
-    p.add_argument("--long-len", type=int, default=None, help="long prompts of mixed, tokens (default 6144; tiny 512)")
+    p.add_argument("--long-len", type=int, default=None, help="long prompts of mixed, tokens (default 3072; tiny 512)")
     p.add_argument("--long-every", type=int, default=8)
     p.add_argument("--batch", type=int, default=None, help="saturate: requests at once (default 64; tiny 8)")
     p.add_argument("--workloads", default="random,shared,mixed,saturate")
-    p.add_argument("--case-deadline", type=float, default=None, help="seconds per case (default 600; tiny 180)")
+    p.add_argument("--case-deadline", type=float, default=None, help="seconds per case (default 240; tiny 180)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--out", help="write the figures as JSON here (e.g. results/serve_bench.json)")
     args = p.parse_args(argv)
-    full = dict(max_num_seqs=64, max_model_len=8192, rate=8.0, requests=200, prompt_len=512, output_len=128,
-                system_len=2048, conversations=32, turns=4, long_len=6144, batch=64, case_deadline=600.0)
+    full = dict(max_num_seqs=64, max_model_len=4096, rate=8.0, requests=200, prompt_len=512, output_len=128,
+                system_len=1536, conversations=32, turns=4, long_len=3072, batch=64, case_deadline=240.0)
     tiny = dict(max_num_seqs=16, max_model_len=1024, rate=4.0, requests=24, prompt_len=64, output_len=16,
                 system_len=256, conversations=6, turns=3, long_len=512, batch=8, case_deadline=180.0)
     for name, value in (tiny if args.tiny else full).items():

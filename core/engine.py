@@ -277,9 +277,9 @@ class InferEngine:
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams | None = None) -> list[GenerationOutput]:
         """Generate for prompts given as token ids, on the engine's scheduler: the prompts join
-        whatever else is running (other threads' calls, a server's requests), and this thread drives
-        steps until its own are done (or waits while the engine loop of :meth:`run_loop` drives them).
-        Raises :class:`EngineClosedError` when the engine is closed meanwhile."""
+        whatever else is running (other threads' calls, a server's requests), and this thread runs
+        steps until its own are done (steps run one at a time, whoever calls them; each advances every
+        running request). Raises :class:`EngineClosedError` when the engine is closed meanwhile."""
         self._check_open()
         sampling = sampling or SamplingParams()
         sampling.validate()
