@@ -1,0 +1,31 @@
+"""benchmarks/serve_bench.py runs end to end on cpu (tiny sizes): every case's requests are answered in
+full, the ablation rows and ratios are there, and the prefix cache hits only where it is on."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "serve_bench.py"
+
+
+def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
+    out = tmp_path / "serve_bench.json"
+    command = [sys.executable, str(BENCH), "--tiny", "--requests", "6", "--conversations", "2", "--turns", "2",
+               "--batch", "3", "--rate", "20", "--long-every", "3", "--system-len", "64", "--case-deadline", "120",
+               "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out.read_text())
+    cases = {(r["workload"], r["config"]): r for r in report["rows"]}
+    assert set(cases) == {("random", "prefix on, chunked on"), ("shared", "prefix on, chunked on"),
+                          ("mixed", "prefix on, chunked on"), ("saturate", "prefix on, chunked on"),
+                          ("shared", "prefix OFF, chunked on"), ("mixed", "prefix on, chunked OFF"),
+                          ("saturate", "offline generate_ids")}
+    for row in report["rows"]:
+        assert row["ok"] == row["requests"], row
+    assert cases[("shared", "prefix on, chunked on")]["prefix_hit_rate"] > 0.3
+    assert cases[("shared", "prefix OFF, chunked on")]["prefix_hit_rate"] == 0
+    assert len(report["ratios"]) == 3 and report["command"] and report["date"] and report["device"] == "cpu"
