@@ -167,16 +167,21 @@ def test_every_device_round_trip(backend):
 
 def test_free_waits_for_queued_work(device, stream, long_work):
     """``free`` is synchronising (as ``cudaFree``): work queued before it, behind long work, has run
-    by the time it returns, so a copy out of the freed buffer has landed."""
+    by the time it returns, so a copy out of the freed buffer into pinned memory (asynchronous, unlike
+    a copy to pageable memory on CUDA) has landed."""
     nbytes = 1 << 20
     buf = device.alloc(nbytes)
-    out = np.zeros(nbytes, dtype=np.uint8)
-    long_work.enqueue(stream, final_value=0)
-    stream.memset_async(buf, 0x3C)
-    stream.memcpy_async(out, buf)
-    buf.free()
-    landed = bool(np.all(out == 0x3C))
-    stream.synchronize()
+    out = device.alloc_host(nbytes)
+    try:
+        out.numpy()[:] = 0
+        long_work.enqueue(stream, final_value=0)
+        stream.memset_async(buf, 0x3C)
+        stream.memcpy_async(out, buf)
+        buf.free()
+        landed = bool(np.all(out.numpy() == 0x3C))
+        stream.synchronize()
+    finally:
+        out.free()
     assert landed, "free() returned before the work queued on the buffer had run (free must wait, as cudaFree does)"
 
 
