@@ -28,7 +28,6 @@ from .errors import EngineClosedError, EngineConfigError, EngineInitError, Sched
 from .config import SUPPORTED_ARCHITECTURES
 from .graphs import batch_bucket, batch_buckets
 from .kernel_choice import KERNEL_MODES, select_kernels
-from .models.batch import pad_decode
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams
@@ -403,12 +402,13 @@ class InferEngine:
         """The step batch in which sequence i feeds ``num_new[i]`` tokens from its ``num_cached`` on
         (default: all its uncached tokens); a pure decode step is padded to its graph bucket when
         decode graphs are on. Pass it to :meth:`_run_step`."""
+        block_size = self.config.block_size
         if not self.uses_graphs:
-            return build_step(seqs, num_new)
-        batch = build_step(seqs, num_new, self.max_blocks_per_seq)
-        if not batch.is_decode:
-            return batch
-        return pad_decode(batch, batch_bucket(batch.B, self.config.max_num_seqs), self.max_blocks_per_seq)
+            return build_step(seqs, num_new, block_size=block_size)
+        decode = all(n == 1 for n in num_new) if num_new is not None else \
+            all(s.num_tokens - s.num_cached == 1 for s in seqs)
+        rows = batch_bucket(len(seqs), self.config.max_num_seqs) if decode else None
+        return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, pad_to=rows)
 
     def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""

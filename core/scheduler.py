@@ -11,6 +11,7 @@ prompts or decodes (the classic schedule, kept for the ablation).
 """
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from dataclasses import dataclass
 
@@ -156,37 +157,57 @@ class Scheduler:
         return complete
 
 
-def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None) -> StepBatch:
+def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None, *,
+               block_size: int, pad_to: int | None = None) -> StepBatch:
     """The packed step (see :class:`StepBatch`) in which sequence i feeds ``num_new[i]`` tokens from
     its ``num_cached`` on (a prompt chunk, or its one decode token); by default every uncached token.
-    Block tables are ``max_blocks`` wide (default: the widest in the step). One Python iteration per
-    sequence, none per token; the slots come from :meth:`Sequence.assign_blocks`."""
+    Block tables are ``max_blocks`` wide (default: the widest in the step). ``pad_to`` pads a decode
+    step to that many rows (padding rows write no KV and attend nothing: see :func:`pad_decode`).
+    Vectorised: the Python work per sequence is reading its lists, none per token."""
     B = len(seqs)
     if B == 0:
         raise ValueError("build_step needs at least one sequence")
-    if num_new is None:
-        num_new = [seq.num_tokens - seq.num_cached for seq in seqs]
-    q_lens = np.asarray(num_new, dtype=np.int64)
-    start = np.fromiter((seq.num_cached for seq in seqs), np.int64, B)
+    q_lens = np.fromiter((s.num_tokens - s.num_cached for s in seqs) if num_new is None else num_new, np.int64, B)
+    start = np.fromiter((s.num_cached for s in seqs), np.int64, B)
+    total = np.fromiter((s.num_tokens for s in seqs), np.int64, B)
+    n_blocks = np.fromiter((len(s.blocks) for s in seqs), np.int64, B)
     seq_lens = start + q_lens
+    width = max_blocks or int(n_blocks.max())
+    bad = np.flatnonzero((q_lens < 1) | (seq_lens > total) | (seq_lens > n_blocks * block_size) | (n_blocks > width))
+    if bad.size:
+        _raise_bad_row(seqs[bad[0]], int(q_lens[bad[0]]), width, block_size)
+    T = int(q_lens.sum())
+    rows = B if pad_to is None else pad_to
+    if pad_to is not None and (T != B or pad_to < B):
+        raise ValueError(f"only a decode step of at most {pad_to} rows pads to {pad_to}; this one feeds {T} tokens "
+                         f"of {B} sequences")
+    tables = np.zeros((rows, width), dtype=np.int32)
+    tables[:B][np.arange(width) < n_blocks[:, None]] = np.fromiter(
+        itertools.chain.from_iterable(s.blocks for s in seqs), np.int32, int(n_blocks.sum()))
     cu = np.zeros(B + 1, dtype=np.int64)
     np.cumsum(q_lens, out=cu[1:])
-    width = max_blocks or max(len(seq.blocks) for seq in seqs)
-    tables = np.zeros((B, width), dtype=np.int32)
-    input_ids, slots = [], []
-    for row, seq in enumerate(seqs):
-        first, end = seq.num_cached, int(seq_lens[row])
-        if q_lens[row] < 1 or end > seq.num_tokens:
-            raise ValueError(f"sequence {seq.index}: cannot feed {q_lens[row]} token(s) from position {first}; "
-                             f"it has {seq.num_tokens} tokens")
-        if seq.slots is None or len(seq.slots) < end or len(seq.blocks) > width:
-            raise ValueError(f"sequence {seq.index}: its {len(seq.blocks)} KV block(s) do not cover its context "
-                             f"of {end} tokens in a block table {width} wide")
-        input_ids.append(seq.token_slice(first, end))
-        slots.append(seq.slots[first:end])
-        tables[row, :len(seq.blocks)] = seq.blocks
-    T = int(cu[-1])
     positions = np.repeat(start - cu[:-1], q_lens) + np.arange(T)
-    return StepBatch.pack(dict(input_ids=np.concatenate(input_ids), positions=positions,
-                               slot_mapping=np.concatenate(slots), last_index=cu[1:] - 1, cu_seqlens_q=cu,
-                               seq_lens=seq_lens, block_tables=tables), max_q_len=int(q_lens.max()))
+    slots = tables[np.repeat(np.arange(B), q_lens), positions // block_size] * np.int64(block_size) + positions % block_size
+    input_ids = np.fromiter(itertools.chain.from_iterable(
+        s.token_slice(int(a), int(b)) for s, a, b in zip(seqs, start, seq_lens)), np.int64, T)
+    if pad_to is not None and rows > B:   # padding rows: token 0 at position 0, no slot, no context
+        pad = rows - B
+        input_ids, positions = np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64)))
+        slots = np.concatenate((slots, np.full(pad, -1, np.int64)))
+        seq_lens = np.concatenate((seq_lens, np.zeros(pad, np.int64)))
+        cu = np.arange(rows + 1)
+    batch = StepBatch.pack(dict(input_ids=input_ids, positions=positions, slot_mapping=slots,
+                                last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables),
+                           max_q_len=int(q_lens.max()))
+    if pad_to is not None:
+        batch.real_rows = B
+    return batch
+
+
+def _raise_bad_row(seq: Sequence, count: int, width: int, block_size: int) -> None:
+    end = seq.num_cached + count
+    if count < 1 or end > seq.num_tokens:
+        raise ValueError(f"sequence {seq.index}: cannot feed {count} token(s) from position {seq.num_cached}; "
+                         f"it has {seq.num_tokens} tokens")
+    raise ValueError(f"sequence {seq.index}: its {len(seq.blocks)} KV block(s) of {block_size} do not cover its "
+                     f"context of {end} tokens in a block table {width} wide")

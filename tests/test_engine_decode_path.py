@@ -63,7 +63,7 @@ CASES = {
 def test_build_step_equals_the_per_token_reference(case):
     specs, num_new = CASES[case]
     seqs = [make_seq(*spec) for spec in specs]
-    batch = build_step(seqs, num_new)
+    batch = build_step(seqs, num_new, block_size=BLOCK)
     ref = reference_step(seqs, num_new)
     assert batch.is_decode == (case == "decode")
     assert batch.T == batch.num_tokens == sum(len(r[0]) for r in ref)
@@ -82,14 +82,14 @@ def test_build_step_equals_the_per_token_reference(case):
 def test_build_step_refuses_a_context_its_blocks_do_not_cover():
     seq = make_seq(0, 9, 0, [7], 0)
     with pytest.raises(ValueError, match="do not cover its context of 9 tokens"):
-        build_step([seq])
+        build_step([seq], block_size=BLOCK)
     with pytest.raises(ValueError, match="cannot feed 10 token"):
-        build_step([make_seq(0, 9, 0, [7, 2, 4], 0)], [10])
+        build_step([make_seq(0, 9, 0, [7, 2, 4], 0)], [10], block_size=BLOCK)
 
 
 def test_a_step_moves_to_a_device_in_one_copy_and_its_fields_are_views():
     seqs = [make_seq(0, 5, 3, [7, 2, 4], 7), make_seq(1, 2, 1, [3], 2)]
-    batch = build_step(seqs, max_blocks=8)
+    batch = build_step(seqs, max_blocks=8, block_size=BLOCK)
     assert batch.M == 8
     counter = OpCounter()
     with counter:

@@ -176,7 +176,7 @@ def test_pad_decode_gives_padding_rows_no_slot_and_no_context():
         seq.assign_blocks(blocks, BLOCK)
         seq.num_cached = prompt_len
         seqs.append(seq)
-    batch = build_step(seqs)
+    batch = build_step(seqs, block_size=BLOCK)
     padded = pad_decode(batch, 4, 16)
     assert (padded.T, padded.B, padded.M, padded.real_rows, padded.num_tokens) == (4, 4, 16, 2, 2)
     assert torch.equal(padded.slot_mapping[:2], batch.slot_mapping)
@@ -188,3 +188,5 @@ def test_pad_decode_gives_padding_rows_no_slot_and_no_context():
     assert torch.equal(padded.input_ids[:2], batch.input_ids) and torch.equal(padded.positions[:2], batch.positions)
     with pytest.raises(ValueError, match="does not fit"):
         pad_decode(batch, 1, 16)
+    direct = build_step(seqs, max_blocks=16, block_size=BLOCK, pad_to=4)   # what the engine does: one pack
+    assert direct.real_rows == 2 and torch.equal(direct.packed, padded.packed)

@@ -13,6 +13,8 @@ decode graph's inputs are views of one persistent device buffer that each step i
 """
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,9 +33,21 @@ _LAYOUT = (
 _TORCH = {np.int64: torch.int64, np.int32: torch.int32}
 
 
+@functools.lru_cache(maxsize=256)
+def _fields(T: int, B: int, M: int) -> tuple[tuple, int]:
+    """((name, torch dtype, byte offset, bytes, shape) of each field, total bytes) for a step shape."""
+    fields, offset = [], 0
+    for name, dt, shape_of in _LAYOUT:
+        shape = shape_of(T, B, M)
+        nbytes = np.dtype(dt).itemsize * math.prod(shape)
+        fields.append((name, _TORCH[dt], offset, nbytes, shape))
+        offset += nbytes
+    return tuple(fields), offset
+
+
 def packed_nbytes(T: int, B: int, M: int) -> int:
     """Bytes of a packed step of T tokens, B sequences and block tables M wide."""
-    return sum(np.dtype(dt).itemsize * int(np.prod(shape(T, B, M))) for _, dt, shape in _LAYOUT)
+    return _fields(T, B, M)[1]
 
 
 @dataclass
@@ -59,14 +73,12 @@ class StepBatch:
         return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len)
 
     def __post_init__(self):
-        offset = 0
-        for name, dt, shape_of in _LAYOUT:
-            shape = shape_of(self.T, self.B, self.M)
-            nbytes = np.dtype(dt).itemsize * int(np.prod(shape))
-            setattr(self, name, self.packed[offset:offset + nbytes].view(_TORCH[dt]).view(shape))
-            offset += nbytes
-        if offset != self.packed.numel():
-            raise ValueError(f"packed step holds {self.packed.numel()} bytes, its shapes need {offset}")
+        fields, size = _fields(self.T, self.B, self.M)
+        if size != self.packed.numel():
+            raise ValueError(f"packed step holds {self.packed.numel()} bytes, its shapes need {size}")
+        packed = self.packed
+        for name, dtype, offset, nbytes, shape in fields:
+            setattr(self, name, packed[offset:offset + nbytes].view(dtype).view(shape))
 
     def to(self, device) -> "StepBatch":
         """This step on ``device``: one copy of ``packed``."""
