@@ -53,11 +53,13 @@ def write_kv(key: torch.Tensor, value: torch.Tensor, k_cache: torch.Tensor, v_ca
     # Graph-safe skipping of padding (no host sync, no value-dependent shapes): padding rows rewrite
     # the largest real slot with the very value its own token writes (or, when every row is padding,
     # slot 0 with its current content), so every duplicate write stores identical bytes.
-    last = slot_mapping.argmax()
-    target = torch.where(keep, slot_mapping, slot_mapping[last].clamp(min=0))
+    # (Indexing with a tensor, not ``t[last]``: that is a host read of ``last``.)
+    last = slot_mapping.argmax().view(1)
+    target = torch.where(keep, slot_mapping, slot_mapping.index_select(0, last).clamp(min=0))
     for new, flat in ((key, flat_k), (value, flat_v)):
-        filler = torch.where(keep[last], new[last], flat[target[last]])
-        flat.index_copy_(0, target, torch.where(keep[:, None, None], new, filler).to(flat.dtype))
+        filler = torch.where(keep.index_select(0, last)[:, None, None], new.index_select(0, last).to(flat.dtype),
+                             flat.index_select(0, target.index_select(0, last)))
+        flat.index_copy_(0, target, torch.where(keep[:, None, None], new.to(flat.dtype), filler))
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -190,3 +190,31 @@ def test_pad_decode_gives_padding_rows_no_slot_and_no_context():
         pad_decode(batch, 1, 16)
     direct = build_step(seqs, max_blocks=16, block_size=BLOCK, pad_to=4)   # what the engine does: one pack
     assert direct.real_rows == 2 and torch.equal(direct.packed, padded.packed)
+
+
+# ---- real captures: the cpu backend's device graphs (ANYDEV_CPU_GRAPHS=1) ------------------------
+
+@pytest.fixture
+def cpu_with_graphs(monkeypatch):
+    """The cpu backend with device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""
+    from anydev.backends.cpu.runtime import CpuGraphRuntime
+    from anydev.plugin_api import Backend
+    from anydev.plugin_api.discovery import get_registry
+
+    backend = Backend(CpuGraphRuntime())
+    monkeypatch.setitem(get_registry()._loaded, "cpu", backend)
+    yield backend
+    backend.close()
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_real_device_graphs_give_the_eager_tokens_captured_at_start_up_only(cpu_with_graphs, tp, eager_tokens):
+    prompts, sampling = PROMPTS, GREEDY
+    with InferEngine(demo_checkpoint(), config(tp)) as engine:
+        assert engine.uses_graphs and engine.backend is cpu_with_graphs
+        captured = [w.graphs.captures for w in engine.workers]
+        assert captured == [len(batch_buckets(4))] * tp                 # every bucket, every rank, at start-up
+        tokens = [o.token_ids for o in engine.generate_ids(prompts, sampling)]
+        assert [w.graphs.captures for w in engine.workers] == captured   # none while generating
+        assert engine.last_stats.decode_steps > 0
+    assert tokens == eager_tokens

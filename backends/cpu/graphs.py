@@ -46,6 +46,16 @@ def _copy_into(outputs, results) -> None:
             _copy_into(out, res)
 
 
+def _shares_memory(result, args, kwargs) -> bool:
+    """Whether every tensor of ``result`` lives in the storage of a tensor argument."""
+    inputs = set()
+    tree_map(lambda v: inputs.add(v.untyped_storage().data_ptr()) if isinstance(v, torch.Tensor) else None,
+             (args, kwargs))
+    outputs = []
+    tree_map(lambda v: outputs.append(v.untyped_storage().data_ptr()) if isinstance(v, torch.Tensor) else None, result)
+    return all(ptr in inputs for ptr in outputs)
+
+
 def _written_argument(func, args, kwargs, alias_set):
     """The argument an op writes and returns (``self`` of ``add_``, ``out`` of ``add.out``)."""
     for position, argument in enumerate(func._schema.arguments):
@@ -68,7 +78,13 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         returns = [r.alias_info for r in func._schema.returns]
         if returns and all(info is not None and not info.is_write for info in returns):
-            return func(*args, **kwargs)  # a view: aliases memory the recorded ops write
+            result = func(*args, **kwargs)
+            if _shares_memory(result, args, kwargs):
+                return result  # a view: aliases memory the recorded ops write
+            # an op that may alias but made a copy here (``to``, ``reshape``, ``contiguous``): its
+            # result depends on its input's data, so it is recomputed at every replay
+            self.steps.append(lambda: _copy_into(result, func(*args, **kwargs)))
+            return result
         if func._schema.is_mutable:
             written = [info for info in returns if info is not None and info.is_write]
             if len(written) != len(returns):
