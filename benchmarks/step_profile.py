@@ -63,7 +63,7 @@ def run(args) -> int:
             while any(seq.num_cached < len(seq.prompt) for seq in seqs):   # prefill, and one decode to warm up
                 engine.step()
             engine.step()
-            with profile(activities=activities) as prof:
+            with profile(activities=activities, **_all_threads()) as prof:
                 for _ in range(args.steps):
                     engine.step()
                 if gpu:
@@ -77,6 +77,16 @@ def run(args) -> int:
             sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
             print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
     return 0
+
+
+def _all_threads() -> dict:
+    """Profile the engine's rank threads too (torch >= 2.7; device kernels are seen either way)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return dict(experimental_config=_ExperimentalConfig(profile_all_threads=True))
+    except (ImportError, TypeError):
+        return {}
 
 
 if __name__ == "__main__":

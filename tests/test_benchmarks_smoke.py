@@ -47,3 +47,10 @@ def test_init_bench_attributes_the_gain_with_the_crossed_rows(tmp_path):
     assert list(report["modes"]) == ["serial", "serial+memset", "parallel+host-zero", "parallel"]
     assert all(m["init_seconds"] > 0 for m in report["modes"].values())
     assert {"serial_over_serial+memset", "serial_over_parallel+host-zero", "serial_over_parallel"} <= set(report["ratios"])
+
+
+def test_step_profile_attributes_a_decode_step_to_its_ops(capsys):
+    assert load("step_profile").main(["--tiny", "--context", "8", "--steps", "2", "--rows", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "== batch 1, context 8" in out
+    assert "aten::mm" in out and "aten::index_select" in out   # the projections and the paged reads, profiled
