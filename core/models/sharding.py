@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 
 from ..errors import EngineConfigError
 
@@ -102,15 +101,6 @@ def local_shape(name: str, config, shard: RankShard) -> tuple[int, ...]:
     if cut is not None:
         shape[cut[0]] = cut[2]
     return tuple(shape)
-
-
-def shard_tensor(name: str, tensor: torch.Tensor, shard: RankShard) -> torch.Tensor:
-    """The rank's part of the host tensor ``name`` (a view; the caller makes it contiguous)."""
-    cut = _slice(name, shard)
-    if cut is None:
-        return tensor
-    dim, start, length = cut
-    return tensor.narrow(dim, start, length)
 
 
 def slice_of(name: str, shard: RankShard) -> tuple[int, int, int] | None:
