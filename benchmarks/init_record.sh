@@ -10,6 +10,7 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 MODEL=${MODEL_DIR:-/tmp/llama-8b}
 KV_GIB=${KV_GIB:-40}
+MODES=${INIT_MODES:-serial,serial+memset,parallel+host-zero,sequential,parallel}   # init_bench --modes
 NGPU=${NGPU:-$(nvidia-smi -L | wc -l)}
 status=0
 step() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(exit $rc)"; [[ $rc == 0 ]] || status=1; }
@@ -21,7 +22,7 @@ fi
 df -h "$MODEL" | tail -n 1
 for tp in $(printf '%s\n' 1 "$NGPU" | sort -un); do
     step python3 benchmarks/init_bench.py --device nvidia --tp "$tp" --model "$MODEL" --kv-gib-per-rank "$KV_GIB" \
-        --out "$OUT/init-tp$tp.json"
+        --modes "$MODES" --out "$OUT/init-tp$tp.json"
 done
 # GGUF: Q8_0 blocks dequantized on the host per shard, by the reader threads ("read s" holds it);
 # the ~1B shape, as the dequantization runs at well under 1 GB/s per thread
