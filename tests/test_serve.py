@@ -225,6 +225,8 @@ def test_stop_strings_and_sampling_with_a_seed(server):
 
 def test_models_health_and_metrics(server):
     assert [m.id for m in server.client().models.list()] == [MODEL]
+    # a request of its own: under xdist this module's tests may each meet a fresh server
+    assert server.client().completions.create(model=MODEL, prompt="hi", max_tokens=3).usage.completion_tokens == 3
     assert json.loads(request(f"{server.url}/health")[2]) == {"status": "ok"}
     names = server.metrics()
     for name in ("anydev_requests_running", "anydev_requests_waiting", "anydev_kv_blocks_used",
