@@ -11,6 +11,8 @@ from anydev.core import demo_model
 from anydev.core.checkpoint import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 def package_files():
     for path in sorted(ROOT.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
