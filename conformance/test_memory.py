@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from anydev.conformance.long_work import read_back
 from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import ClosedError, InvalidArgumentError, OutOfMemoryError
 
@@ -14,14 +15,6 @@ LARGE = 256 << 20  # "large" allocation, capped at a quarter of the device's fre
 
 def random_bytes(nbytes: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
-
-
-def read_back(stream, buf, nbytes=None, offset=0) -> np.ndarray:
-    nbytes = buf.nbytes - offset if nbytes is None else nbytes
-    out = np.empty(nbytes, dtype=np.uint8)
-    stream.memcpy_async(out, buf, nbytes, src_offset=offset)
-    stream.synchronize()
-    return out
 
 
 def large_size(device) -> int:
