@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from anydev.conformance.emulated import EmulatedBuildError, build_emulated_runtime
+from anydev.conformance.support import run_ranks
 from anydev.plugin_api import NotSupportedError, OutOfMemoryError, Registry, RuntimeCallError
 
 VENDORS = ("moore", "metax")
@@ -87,13 +88,11 @@ def _all_reduce_two_ranks(backend, values, dtype, op):
         stream.synchronize()
         results[r] = out
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    for comm in comms:
-        comm.close()
+    try:
+        run_ranks(2, rank, "2 emulated ranks", timeout=60)
+    finally:
+        for comm in comms:
+            comm.close()
     return results, not_ready
 
 
@@ -239,13 +238,11 @@ def test_inside_torch_stream_a_collective_has_finished_before_torch_reads(backen
             seen[r] = tensor.tolist()
         stream.synchronize()
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    for comm in comms:
-        comm.close()
+    try:
+        run_ranks(2, rank, "2 emulated ranks", timeout=60)
+    finally:
+        for comm in comms:
+            comm.close()
     assert seen == {0: [3.0] * 4, 1: [3.0] * 4}
 
 

@@ -9,6 +9,7 @@ import warnings
 import pytest
 import torch
 
+from anydev.conformance.support import run_ranks
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.checkpoint import demo_checkpoint
 from anydev.plugin_api import Stream, load_backend
@@ -53,8 +54,6 @@ def test_hundreds_of_generate_calls_at_tp2_hold_no_memory():
 
 
 def test_a_failed_stream_reports_its_error_at_synchronize_not_at_a_later_enqueue():
-    import threading
-
     import numpy as np
 
     from anydev.plugin_api import AnydevError
@@ -86,11 +85,9 @@ def test_a_failed_stream_reports_its_error_at_synchronize_not_at_a_later_enqueue
             buf.free()
             stream.close()
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    for comm in comms:
-        comm.close()
+    try:
+        run_ranks(2, rank, "2 ranks", timeout=120)
+    finally:
+        for comm in comms:
+            comm.close()
     assert all(isinstance(o, AnydevError) for o in outcome), outcome
