@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import torch
 
@@ -64,16 +65,22 @@ def run(args) -> int:
                 engine.step()
             engine.step()
             with profile(activities=activities, **_all_threads()) as prof:
+                start = time.perf_counter()
                 for _ in range(args.steps):
                     engine.step()
                 if gpu:
                     torch.cuda.synchronize()
+                wall_ms = 1000 * (time.perf_counter() - start) / args.steps
             while engine.has_unfinished:
                 engine.step()
             kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
                        and not e.name.startswith(("Memcpy", "Memset"))] if gpu else []
             print(f"\n== batch {batch}, context {args.context}: {len(kernels) / args.steps:.1f} kernels per decode step"
                   if gpu else f"\n== batch {batch}, context {args.context} (cpu: aten ops by cpu time)")
+            if gpu:   # how much of a step the device is busy: the rest is host time the device waits for
+                busy_ms = sum(e.device_time_total for e in kernels) / 1000 / args.steps
+                print(f"step wall {wall_ms:.3f} ms (profiled), device kernels {busy_ms:.3f} ms: "
+                      f"device busy {100 * busy_ms / wall_ms:.0f}% of the step")
             sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
             print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
     return 0
