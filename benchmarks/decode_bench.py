@@ -10,7 +10,9 @@ prompt (default 8192) at batch 1, timed to its first token. The model is Llama-s
 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab 32000, bf16 on GPUs) with random weights made
 in process; every engine generates exactly --new-tokens (no EOS).
 
-Engines: "anydev graphs" (decode graphs, captured at start-up), "anydev eager" (--enforce-eager),
+Engines: "anydev graphs" (decode graphs, captured at start-up; step N+1 built and launched while the
+device runs step N), "anydev graphs-sync" (the same without the overlap: each step's tokens read back
+before the next is built, to show what the overlap gains), "anydev eager" (--enforce-eager),
 "transformers eager" (its dynamic cache, sdpa) and "transformers compiled" (HF's documented fast path:
 ``generate(..., cache_implementation="static")`` with ``model.forward = torch.compile(model.forward,
 mode="reduce-overhead", fullgraph=True)``). Every engine runs each case once untimed first (graph
@@ -38,7 +40,7 @@ from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_che
 
 #: A shape too small to keep any device busy: its step time is host overhead (and a fast cpu smoke).
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
-ENGINES = ("graphs", "eager")
+ENGINES = ("graphs", "graphs-sync", "eager")
 HF_MODES = ("eager", "compiled")
 
 
@@ -54,7 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=None, help="default: 16 (2 with --tiny)")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--modes", default="graphs,eager", help="anydev modes: graphs, eager")
+    p.add_argument("--modes", default="graphs,graphs-sync,eager", help="anydev modes: graphs, graphs-sync, eager")
     p.add_argument("--kernels", default="native", choices=("native", "reference"), help="anydev's kernels")
     p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
     p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
@@ -91,14 +93,15 @@ def run(args) -> int:
     rows, dtype, torch_device, info = [], None, None, {}
     for mode in modes:
         config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
-                              max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode == "graphs",
+                              max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
+                              async_steps=mode != "graphs-sync",
                               kernels=args.kernels, enable_chunked_prefill=False, enable_prefix_caching=False,
                               max_num_batched_tokens=longest)
         with InferEngine(checkpoint, config) as engine:
             dtype, torch_device = engine.dtype, engine.backend.device(0).torch_device
             print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, anydev {mode}")
             print(f"  {engine.kernels_description}")
-            if mode == "graphs" and not engine.uses_graphs:
+            if mode != "eager" and not engine.uses_graphs:
                 print(f"  skipped: backend '{args.device}' has no device graphs (torch_graph)")
                 continue
             if engine.uses_graphs:
@@ -261,7 +264,7 @@ def _ratios(rows: list[dict]) -> list[str]:
         if not engine.startswith("transformers"):
             continue
         metric = "decode_tokens_per_s" if case == "decode" else "prefill_tokens_per_s"
-        ours = [keyed[(e, case, batch, context)] for e in ("anydev graphs", "anydev eager")
+        ours = [keyed[(e, case, batch, context)] for e in ("anydev graphs", "anydev graphs-sync", "anydev eager")
                 if (e, case, batch, context) in keyed]
         if ours and row[metric]:
             best = max(ours, key=lambda r: r[metric])

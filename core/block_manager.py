@@ -120,7 +120,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         tokens = None
-        for index in range(len(seq.block_hashes), seq.num_cached // self.block_size):
+        known = min(seq.num_cached, seq.num_known)   # a pending token is not hashed before it is read back
+        for index in range(len(seq.block_hashes), known // self.block_size):
             tokens = tokens or seq.tokens
             chunk = tuple(tokens[index * self.block_size:(index + 1) * self.block_size])
             key = chain_hash(seq.block_hashes[-1] if seq.block_hashes else None, chunk)

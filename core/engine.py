@@ -72,6 +72,9 @@ class EngineConfig:
     weight_staging_bytes: int = 128 << 20
     #: Threads per rank reading the checkpoint (default: the host's cores shared by the ranks, at most 8).
     weight_read_threads: int | None = None
+    #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
+    #: (off: each step's tokens are read back before the next step is planned).
+    async_steps: bool = True
 
 
 def default_read_threads(tp: int) -> int:
@@ -91,7 +94,8 @@ class GenerationOutput:
 class GenerationStats:
     """Token counts and wall time of the last generate call (prefill steps vs decode steps).
 
-    A step's seconds run from building its batch on the host to having its token ids back;
+    A step's seconds run from building its batch on the host (or from the previous step's tokens
+    being back, if later: overlapped steps count once) to having its token ids back;
     ``decode_build_seconds`` is the host-only share spent building the decode batches."""
 
     prefill_tokens: int = 0
@@ -174,12 +178,17 @@ class InferEngine:
                        config.memory_fraction)
         self._cancel = threading.Event()
         self._timeline = Timeline()
+        budget = config.max_num_batched_tokens or 2048
+        if not config.enable_chunked_prefill:
+            budget = max(budget, self.max_model_len)
         read_threads = config.weight_read_threads or default_read_threads(config.tp)
         setups = [
             RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
                       rank_shard(model, config.tp, rank), self.dtype, kv, _host_zero(config, hooks),
                       progress, self.kernels, self.max_model_len, hooks.fail_at, graph_factory,
-                      staging_bytes=config.weight_staging_bytes, read_threads=read_threads)
+                      staging_bytes=config.weight_staging_bytes, read_threads=read_threads,
+                      max_step_rows=config.max_num_seqs, max_step_tokens=max(budget, config.max_num_seqs),
+                      max_blocks=blocks_per_seq)
             for rank in range(config.tp)
         ]
         start = time.perf_counter()
@@ -195,8 +204,7 @@ class InferEngine:
             self.init_seconds = time.perf_counter() - start
             self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
             if self.uses_graphs:   # every rank at once: the collectives inside the captures line up
-                self._wait_for_init([w.submit(w.capture_graphs, config.max_num_seqs, self.graph_buckets,
-                                              blocks_per_seq) for w in self.workers])
+                self._wait_for_init([w.submit(w.capture_graphs, self.graph_buckets) for w in self.workers])
             self.capture_seconds = time.perf_counter() - start - self.init_seconds
         except BaseException as exc:
             self._release_all(exc)
@@ -206,14 +214,13 @@ class InferEngine:
         self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
         self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
-        budget = config.max_num_batched_tokens or 2048
-        if not config.enable_chunked_prefill:
-            budget = max(budget, self.max_model_len)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, budget, config.enable_chunked_prefill)
         self._lock = threading.Lock()        # the scheduler's state (add, abort, plan, advance)
         self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
         self._stats = GenerationStats()      # every step since start-up
         self._next_id = 0
+        self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
+        self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
 
     def _new_worker(self, setup: RankSetup) -> RankWorker:
         worker = RankWorker(setup, self._timeline, self._cancel)
@@ -326,28 +333,48 @@ class InferEngine:
         return self.scheduler.has_work
 
     def step(self) -> list[Sequence]:
-        """Plan and run one step; returns the sequences that got a token (finished ones included).
-        Raises :class:`EngineClosedError` once the engine is closed."""
+        """Plan and launch one step, then read back the tokens of the step launched before it
+        (``async_steps``; otherwise of this one). Returns the sequences that got a token (finished
+        ones included). Raises :class:`EngineClosedError` once the engine is closed."""
         with self._step_lock:
             self._check_open()
             with self._lock:
                 plan = self.scheduler.schedule()
-                if not plan.seqs and self.scheduler.has_work:
-                    raise SchedulerError("requests wait but none could be scheduled (a scheduler bug)")
+            previous, self._inflight = self._inflight, None
             if not plan.seqs:
-                return []
+                if previous is None:
+                    if self.scheduler.has_work:
+                        raise SchedulerError("requests wait but none could be scheduled (a scheduler bug)")
+                    return []
+                worker = self.workers[0]
+                return self._take_tokens(previous, worker.submit(worker.read_tokens, previous.ticket).result())
             start = time.perf_counter()
             batch = self.build_step(plan.seqs, plan.num_new)
-            decode = plan.is_decode
             built = time.perf_counter()
-            tokens = self._run_step(batch, plan).tolist()
-            self._account(plan, decode, start, built)
+            ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None)
+            got = self._take_tokens(previous, tokens) if previous else []
+            decode = plan.is_decode
             with self._lock:
-                complete = self.scheduler.advance(plan)
-                row = {id(seq): i for i, seq in enumerate(plan.seqs)}
-                for seq in complete:
-                    self._append_token(seq, tokens[row[id(seq)]])
-            return complete
+                launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
+                                     plan.num_tokens, decode, start, built)
+            if self.config.async_steps:
+                self._inflight = launched
+            else:
+                worker = self.workers[0]
+                got += self._take_tokens(launched, worker.submit(worker.read_tokens, ticket).result())
+            return got
+
+    def _take_tokens(self, launched: "_Launched", tokens: list[int]) -> list[Sequence]:
+        """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
+        self._account(launched)
+        got = []
+        with self._lock:
+            for seq, row in launched.rows:
+                seq.num_pending = 0
+                if seq.status is not Status.FINISHED:
+                    self._append_token(seq, tokens[row])
+                    got.append(seq)
+        return got
 
     def _append_token(self, seq: Sequence, token: int) -> None:
         seq.output.append(token)
@@ -383,16 +410,20 @@ class InferEngine:
                 raise EngineClosedError("the engine was closed while this generate call was running")
             self.step()
 
-    def _account(self, plan: ScheduledStep, decode: bool, start: float, built: float) -> None:
-        seconds = time.perf_counter() - start
+    def _account(self, launched: "_Launched") -> None:
+        """Count a step whose tokens are back. Its seconds run from when it started being built (or
+        when the step before it was back, if later: overlapped steps are not counted twice) to now."""
+        now = time.perf_counter()
+        seconds = now - max(launched.start, self._last_done)
+        self._last_done = now
         s = self._stats
-        if decode:
-            s.decode_tokens += plan.num_tokens
+        if launched.decode:
+            s.decode_tokens += launched.num_tokens
             s.decode_seconds += seconds
             s.decode_steps += 1
-            s.decode_build_seconds += built - start
+            s.decode_build_seconds += launched.built - launched.start
         else:
-            s.prefill_tokens += plan.num_tokens
+            s.prefill_tokens += launched.num_tokens
             s.prefill_seconds += seconds
 
     def _stats_snapshot(self) -> GenerationStats:
@@ -403,12 +434,14 @@ class InferEngine:
         (default: all its uncached tokens); a pure decode step is padded to its graph bucket when
         decode graphs are on. Pass it to :meth:`_run_step`."""
         block_size = self.config.block_size
+        num_prev = self.config.max_num_seqs
         if not self.uses_graphs:
-            return build_step(seqs, num_new, block_size=block_size)
+            return build_step(seqs, num_new, block_size=block_size, num_prev=num_prev)
         decode = all(n == 1 for n in num_new) if num_new is not None else \
             all(s.num_tokens - s.num_cached == 1 for s in seqs)
         rows = batch_bucket(len(seqs), self.config.max_num_seqs) if decode else None
-        return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, pad_to=rows)
+        return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, pad_to=rows,
+                          num_prev=num_prev)
 
     def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
@@ -445,13 +478,16 @@ class InferEngine:
             return None
         return torch.Generator(device=self.workers[0].device.torch_device).manual_seed(seed)
 
-    def _run_step(self, batch, plan: ScheduledStep) -> torch.Tensor:
-        """Run one forward step on every rank; rank 0's next token ids [B] on the host. Rows whose
-        context the step does not complete (prefill chunks) need no token."""
+    def _run_step(self, batch, plan: ScheduledStep, read=None):
+        """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
+        (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
+        complete (prefill chunks) need no token."""
         wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
         params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
         generators = [seq.generator for seq in plan.seqs]
-        futures = [w.submit(w.forward, batch, params, generators) for w in self.workers]
+        share = self.config.async_steps and len(self.workers) > 1
+        futures = [w.submit(w.forward, batch, params, generators, share, read if w.rank == 0 else None)
+                   for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future in done and future.exception() is not None:
@@ -486,8 +522,8 @@ class InferEngine:
                 with self._lock:
                     for seq in [*self.scheduler.running, *self.scheduler.waiting]:
                         self.scheduler.finish(seq, "closed")
-                with self._step_lock:
-                    pass                 # the step in flight, if any, has finished: nothing uses the ranks now
+                with self._step_lock:    # the step call in progress, if any, has returned
+                    self._inflight = None    # a launched step's tokens are dropped; release waits for its work
             self._release_all()
         finally:
             if self._owns_checkpoint:
@@ -502,6 +538,19 @@ class InferEngine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+@dataclass
+class _Launched:
+    """A launched step: where rank 0's sampled tokens arrive, the row of each sequence that gets one,
+    and what the step's accounting needs (tokens fed, whether a decode step, start and built times)."""
+
+    ticket: object
+    rows: list[tuple[Sequence, int]]
+    num_tokens: int
+    decode: bool
+    start: float
+    built: float
 
 
 def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
@@ -558,6 +607,8 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         )
     if config.dtype is not None and config.dtype not in DTYPES:
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
+    if not isinstance(config.async_steps, bool):
+        raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
     if config.kernels not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {config.kernels!r}")
     if hooks.fail_at is not None:

@@ -4,7 +4,8 @@ A decode step launches a hundred-odd kernels; launching them from Python costs m
 them. So, as vLLM does with CUDA graphs, each rank captures the model's decode forward once per batch
 bucket (:func:`batch_buckets`) when the engine starts (every rank at once, so the collectives inside
 line up), and replays it for every decode step padded to its bucket: one host→device copy of the
-step into the graph's static input, one replay, sampling outside the graph. Context length is not a
+step into the rank's persistent input buffer (which the graphs read), one replay, sampling outside
+the graph. Context length is not a
 bucket: block tables have a fixed width (blocks per sequence of the longest context), and the paged
 attention kernel reads only the pages a row's ``seq_lens`` covers. So the first request is as fast
 as the hundredth, and nothing is captured while serving.
@@ -23,7 +24,7 @@ import torch
 
 from anydev.plugin_api import AnydevError
 
-from .models.batch import StepBatch, packed_nbytes, pad_decode
+from .models.batch import StepBatch, pad_decode
 
 
 class GraphCaptureError(AnydevError):
@@ -46,11 +47,11 @@ def batch_bucket(num_seqs: int, max_num_seqs: int) -> int:
     return next(b for b in batch_buckets(max_num_seqs) if b >= num_seqs)
 
 
-def idle_step(rows: int, max_blocks: int) -> StepBatch:
+def idle_step(rows: int, max_blocks: int, num_prev: int = 0) -> StepBatch:
     """A decode step of ``rows`` padding rows only (writes no KV, attends nothing): the capture input."""
     empty = StepBatch.pack(dict(input_ids=np.zeros(0), positions=np.zeros(0), slot_mapping=np.zeros(0),
                                 last_index=np.zeros(0), cu_seqlens_q=np.zeros(1), seq_lens=np.zeros(0),
-                                block_tables=np.zeros((0, max_blocks))), max_q_len=1)
+                                block_tables=np.zeros((0, max_blocks))), max_q_len=1, num_prev=num_prev)
     return pad_decode(empty, rows, max_blocks)
 
 
@@ -59,22 +60,22 @@ class DecodeGraphs:
 
     ``forward`` is the model's forward (a device :class:`StepBatch` → logits). ``new_graph(replay_eagerly)``
     makes an empty device-API graph on the rank's stream (the real one ignores ``replay_eagerly``; a
-    test double without device graphs calls it at replay). Inputs live in one persistent device buffer
-    (``inputs``) that every bucket's static step views. Call on the rank's thread, inside its
+    test double without device graphs calls it at replay). Inputs live in the rank's persistent
+    input buffer (``io``, a :class:`~anydev.core.step_io.StepIO`): every step is copied there, so a
+    graph captured over it reads each step's inputs. Call on the rank's thread, inside its
     ``torch_stream()``.
     """
 
-    def __init__(self, rank: int, new_graph: Callable, forward: Callable[[StepBatch], torch.Tensor],
-                 device: torch.device, max_num_seqs: int, max_blocks: int):
+    def __init__(self, rank: int, new_graph: Callable, forward: Callable[[StepBatch], torch.Tensor], io,
+                 max_blocks: int):
         self.rank = rank
         self.max_blocks = max_blocks
         self.captures = 0
         self._new_graph = new_graph
         self._forward = forward
-        self._graphs: dict[int, tuple[StepBatch, object, torch.Tensor]] = {}
+        self._io = io
+        self._graphs: dict[int, tuple[object, torch.Tensor]] = {}
         self._pool_owner = None
-        self.inputs = torch.zeros(packed_nbytes(max_num_seqs, max_num_seqs, max_blocks), dtype=torch.uint8,
-                                  device=device)
 
     @property
     def buckets(self) -> list[int]:
@@ -88,9 +89,7 @@ class DecodeGraphs:
             self._capture(rows)
 
     def _capture(self, rows: int) -> None:
-        host = idle_step(rows, self.max_blocks)
-        static = host.view_of(self.inputs)
-        static.packed.copy_(host.packed)
+        static = self._io.put(idle_step(rows, self.max_blocks, self._io.num_prev))
         cell: dict[str, torch.Tensor] = {}
         graph = None
         try:
@@ -109,25 +108,24 @@ class DecodeGraphs:
             raise error from exc
         self.captures += 1
         self._pool_owner = self._pool_owner or graph
-        self._graphs[rows] = (static, graph, cell["logits"])
+        self._graphs[rows] = (graph, cell["logits"])
 
     @torch.inference_mode()
-    def run(self, batch: StepBatch) -> torch.Tensor:
-        """Logits [rows, vocab] of the padded decode step ``batch`` (on the host): one copy into the
-        bucket's static input and one replay. The logits tensor is rewritten by the next run."""
-        entry = self._graphs.get(batch.B)
-        if entry is None or batch.M != self.max_blocks or not batch.is_decode:
+    def run(self, step: StepBatch) -> torch.Tensor:
+        """Logits [rows, vocab] of the padded decode step ``step``, already in the input buffer
+        (``io.put``): one replay. The logits tensor is rewritten by the next run."""
+        entry = self._graphs.get(step.B)
+        if entry is None or step.M != self.max_blocks or not step.is_decode or step.num_prev != self._io.num_prev:
             raise GraphReplayError(
-                f"rank {self.rank}: no decode graph for {batch.B} rows x {batch.M} blocks "
+                f"rank {self.rank}: no decode graph for {step.B} rows x {step.M} blocks "
                 f"(captured: {self.buckets} rows x {self.max_blocks} blocks)")
-        static, graph, logits = entry
-        static.packed.copy_(batch.packed, non_blocking=True)
+        graph, logits = entry
         graph.replay()
         return logits
 
     def close(self) -> None:
         """Release every graph; the first failure is raised after all were tried, the rest attached."""
-        graphs = [graph for _, graph, _ in self._graphs.values()]
+        graphs = [graph for graph, _ in self._graphs.values()]
         self._graphs, self._pool_owner = {}, None
         errors = []
         for graph in reversed(graphs):   # the pool's owner last

@@ -18,13 +18,14 @@ from anydev.plugin_api import Communicator, Device
 from .errors import EngineConfigError, EngineInitError
 from .graphs import DecodeGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
-from .models.batch import StepBatch
+from .models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
 from .models.fusion import fused_views
 from .models.llama import LlamaRank
 from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
 from .sampling import SamplingParams, sample_rows
+from .step_io import StepIO, TokenTicket
 from .timeline import Timeline
 from .weights import DEFAULT_STAGING_BYTES, RankWeights
 
@@ -63,6 +64,9 @@ class RankSetup:
     graph_factory: Callable | None = None   # (stream, replay_eagerly) -> graph; None: decode runs eagerly
     staging_bytes: int = DEFAULT_STAGING_BYTES   # pinned host memory for loading the weights
     read_threads: int = 1                   # threads reading each block of weights
+    max_step_rows: int = 1                  # the most sequences a step has (max_num_seqs)
+    max_step_tokens: int = 1                # the most tokens a step feeds (graph padding included)
+    max_blocks: int = 1                     # block-table width: blocks of one sequence of the longest context
 
 
 class RankWorker:
@@ -77,6 +81,7 @@ class RankWorker:
         self.kv: PagedKVCache | None = None
         self.model: LlamaRank | None = None
         self.graphs: DecodeGraphs | None = None
+        self.io: StepIO | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
@@ -176,15 +181,17 @@ class RankWorker:
         tp = s.shard.tp > 1
         kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
         weights = {**self.weights.tensors, **fused_views(self.weights, config.num_hidden_layers)}
+        step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
+        self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                self._all_reduce if tp else None, self._all_gather if tp else None)
 
-    def capture_graphs(self, max_num_seqs: int, buckets: list[int], max_blocks: int) -> None:
+    def capture_graphs(self, buckets: list[int]) -> None:
         """Capture the decode graphs of every batch bucket (all ranks call this together)."""
         factory = self.setup.graph_factory
         with self.stream.torch_stream():
             self.graphs = DecodeGraphs(self.rank, lambda replay_eagerly: factory(self.stream, replay_eagerly),
-                                       self.model.forward, self.device.torch_device, max_num_seqs, max_blocks)
+                                       self.model.forward, self.io, self.setup.max_blocks)
             self.graphs.capture_all(buckets)
         self.stream.synchronize()
 
@@ -198,19 +205,37 @@ class RankWorker:
 
     # ---- serving ---------------------------------------------------------------------------
     def forward(self, batch: StepBatch, sampling: list[SamplingParams | None],
-                generators: list[torch.Generator | None]) -> torch.Tensor | None:
-        """One step: one host→device copy of the batch, the forward (a graph replay for a decode step
-        padded to a graph bucket), and on rank 0 the sampling of the real rows, each with its own
-        parameters and generator, on the device (the generators live there); rank 0 returns the next token ids [B] on the host (the step's one
-        device→host read), other ranks None."""
+                generators: list[torch.Generator | None], share_tokens: bool = False,
+                read: TokenTicket | None = None) -> tuple[TokenTicket | None, list[int] | None]:
+        """Launch one step without waiting for it: its inputs into the rank's buffer (one copy), the
+        forward (a graph replay for a decode step padded to a graph bucket), and on rank 0 the
+        sampling of the real rows on the device, each row with its own parameters and generator.
+        The sampled tokens are kept where the next step takes them; with ``share_tokens`` (the next
+        step is built before they are read back, at tp > 1) rank 0 shares them with every rank.
+        Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
+        given, the tokens of that earlier step (read after this one is launched)."""
         with self.stream.torch_stream():
+            step = self.io.put(batch)
             if batch.real_rows is not None:
-                logits = self.graphs.run(batch)[:batch.real_rows]
+                logits = self.graphs.run(step)[:batch.real_rows]
             else:
-                logits = self.model.forward(batch.to(self.device.torch_device))
-            if self.rank != 0:
-                return None
-            return sample_rows(logits, sampling, generators).cpu()
+                logits = self.model.forward(step)
+            tokens = sample_rows(logits, sampling, generators) if self.rank == 0 else None
+            if share_tokens:
+                tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
+            ticket = self.io.publish(tokens, read_back=self.rank == 0) if tokens is not None else None
+        return ticket, (self.io.read(read) if read is not None else None)
+
+    def read_tokens(self, ticket: TokenTicket) -> list[int]:
+        """The sampled tokens of a launched step (waits for that step only)."""
+        return self.io.read(ticket)
+
+    def _rank0_tokens(self, tokens: torch.Tensor | None, rows: int, device) -> torch.Tensor:
+        """Rank 0's ``tokens`` on every rank: a sum over the ranks where only rank 0 adds non-zeros
+        (int32: a collective dtype every backend has)."""
+        mine = tokens.to(torch.int32) if tokens is not None else torch.zeros(rows, dtype=torch.int32, device=device)
+        self.setup.comm.all_reduce(mine, op="sum", stream=self.stream)
+        return mine.to(torch.int64)
 
     def kv_to_host(self) -> torch.Tensor:
         """A host copy of the whole KV pool, through the device API."""
@@ -227,7 +252,7 @@ class RankWorker:
         self.model = None
         errors = []
         events = getattr(self, "_zero_events", None) or ()
-        for obj in (self.graphs, *events, self.kv, self.weights, self.stream):
+        for obj in (self.graphs, *events, self.io, self.kv, self.weights, self.stream):
             if obj is None:
                 continue
             try:
@@ -235,7 +260,7 @@ class RankWorker:
             except Exception as exc:  # collected and reported by the engine
                 errors.append(exc)
         self._zero_events = None
-        self.graphs = self.kv = self.weights = self.stream = None
+        self.graphs = self.io = self.kv = self.weights = self.stream = None
         return errors
 
     def shutdown(self) -> None:

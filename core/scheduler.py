@@ -102,6 +102,9 @@ class Scheduler:
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
+            if seq.is_last_pending:     # its last token is on its way: nothing to feed
+                index += 1
+                continue
             count = min(seq.num_tokens - seq.num_cached, budget)
             while not self.blocks.grow(seq, seq.num_cached + count):
                 victim = self.running[-1]
@@ -143,27 +146,31 @@ class Scheduler:
 
     # ---- after the step ----------------------------------------------------------------------
     def advance(self, step: ScheduledStep) -> list[Sequence]:
-        """Account for a run step: each still-running sequence has ``num_new`` more tokens cached
-        (and its new full blocks in the prefix cache). Returns those whose context is now complete,
-        which get the step's sampled token."""
+        """Account for a launched step: each still-running sequence has ``num_new`` more tokens
+        cached (its new full blocks, as far as their tokens are known, in the prefix cache). Those
+        whose context is now complete get the step's sampled token: it is pending (``num_pending``,
+        ``pending_row``) until the engine reads it back. Returns them."""
         complete = []
-        for seq, count in zip(step.seqs, step.num_new):
+        for row, (seq, count) in enumerate(zip(step.seqs, step.num_new)):
             if seq.status is not Status.RUNNING:
-                continue     # aborted while the step ran
+                continue     # aborted while the step was planned
             seq.num_cached += count
             self.blocks.commit(seq)
             if seq.num_cached == seq.num_tokens:
+                seq.num_pending, seq.pending_row = 1, row
                 complete.append(seq)
         return complete
 
 
 def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None, *,
-               block_size: int, pad_to: int | None = None) -> StepBatch:
+               block_size: int, pad_to: int | None = None, num_prev: int = 0) -> StepBatch:
     """The packed step (see :class:`StepBatch`) in which sequence i feeds ``num_new[i]`` tokens from
     its ``num_cached`` on (a prompt chunk, or its one decode token); by default every uncached token.
     Block tables are ``max_blocks`` wide (default: the widest in the step). ``pad_to`` pads a decode
     step to that many rows (padding rows write no KV and attend nothing: see :func:`pad_decode`).
-    Vectorised: the Python work per sequence is reading its lists, none per token."""
+    ``num_prev`` is the previous step's rows kept on the device: a sequence whose last token is still
+    pending there (``num_pending``, at ``pending_row``) takes it from them (``token_src``); with 0
+    no sequence may have a pending token. Vectorised: the Python work per sequence is reading its lists, none per token."""
     B = len(seqs)
     if B == 0:
         raise ValueError("build_step needs at least one sequence")
@@ -190,15 +197,25 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
     slots = tables[np.repeat(np.arange(B), q_lens), positions // block_size] * np.int64(block_size) + positions % block_size
     input_ids = np.fromiter(itertools.chain.from_iterable(
         s.token_slice(int(a), int(b)) for s, a, b in zip(seqs, start, seq_lens)), np.int64, T)
+    token_src = np.arange(num_prev, num_prev + T)
+    pending = np.fromiter((s.pending_row if s.num_pending else -1 for s in seqs), np.int64, B)
+    feeds = (pending >= 0) & (seq_lens == total)      # rows that feed their pending token: the previous step's
+    if feeds.any():
+        if pending[feeds].max() >= num_prev:
+            raise ValueError(f"sequence {seqs[int(np.argmax(feeds))].index}: its last token is still on the device "
+                             f"(a row of the previous step), but the step keeps {num_prev} rows of it")
+        token_src[cu[1:][feeds] - 1] = pending[feeds]
     if pad_to is not None and rows > B:   # padding rows: token 0 at position 0, no slot, no context
+        token_src = np.concatenate((token_src, np.arange(num_prev + T, num_prev + rows)))
         pad = rows - B
         input_ids, positions = np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64)))
         slots = np.concatenate((slots, np.full(pad, -1, np.int64)))
         seq_lens = np.concatenate((seq_lens, np.zeros(pad, np.int64)))
         cu = np.arange(rows + 1)
     batch = StepBatch.pack(dict(input_ids=input_ids, positions=positions, slot_mapping=slots,
-                                last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables),
-                           max_q_len=int(q_lens.max()))
+                                last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables,
+                                token_src=token_src),
+                           max_q_len=int(q_lens.max()), num_prev=num_prev)
     if pad_to is not None:
         batch.real_rows = B
     return batch

@@ -37,6 +37,10 @@ class Sequence:
     block_hashes: list[int] = field(default_factory=list)   # prefix-cache hash of each full block computed
     num_prefix_hit: int = 0     # prompt tokens found in the prefix cache at admission
     num_preemptions: int = 0
+    #: 1 while the token sampled for this sequence by the step in flight is still on the device (it
+    #: counts in ``num_tokens`` but not in ``output``); ``pending_row`` is its row in that step.
+    num_pending: int = 0
+    pending_row: int = -1
     arrival_time: float = field(default_factory=time.monotonic)
 
     @property
@@ -45,25 +49,32 @@ class Sequence:
 
     @property
     def num_tokens(self) -> int:
+        """Tokens so far, a pending one (sampled, not read back yet) included."""
+        return len(self.prompt) + len(self.output) + self.num_pending
+
+    @property
+    def num_known(self) -> int:
+        """Tokens the host has: the prompt and the output read back."""
         return len(self.prompt) + len(self.output)
+
+    @property
+    def is_last_pending(self) -> bool:
+        """Its pending token is its last one (it reaches ``max_new_tokens``): nothing left to feed."""
+        return self.num_pending > 0 and len(self.output) + self.num_pending >= self.max_new_tokens
 
     @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
     def token_slice(self, start: int, end: int) -> list[int]:
-        """Tokens ``start..end-1`` of prompt + output, without joining the two lists."""
+        """Tokens ``start..end-1`` of prompt + output, without joining the two lists; a pending
+        token (not read back yet) reads as 0 (the step takes it on the device)."""
+        if end > self.num_known:
+            return self.token_slice(start, self.num_known) + [0] * (end - max(start, self.num_known))
         n = len(self.prompt)
         if start >= n:
             return self.output[start - n:end - n]
         return self.prompt[start:end] + self.output[:max(0, end - n)]
-
-    def new_tokens(self, count: int | None = None) -> list[int]:
-        """The first ``count`` (default: all) tokens whose K/V are not cached yet: the prompt (or a
-        chunk of it) at prefill, the last token at decode."""
-        skip = self.num_cached - len(self.prompt)
-        pending = self.output[skip:] if skip >= 0 else self.prompt[self.num_cached:] + self.output
-        return pending if count is None else pending[:count]
 
     def assign_blocks(self, blocks: list[int], block_size: int) -> None:
         """Give the sequence its KV blocks (``[]`` takes them back) and cache its slot list."""

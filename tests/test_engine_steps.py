@@ -38,7 +38,8 @@ def drive(engine, prompts, schedule, new_tokens=6):
     def run(step):
         chosen, counts = [seqs[i] for i, _ in step], [n for _, n in step]
         batch = engine.build_step(chosen, counts)
-        tokens = engine._run_step(batch, ScheduledStep(chosen, counts, [])).tolist()
+        ticket, _ = engine._run_step(batch, ScheduledStep(chosen, counts, []))
+        tokens = engine.workers[0].read_tokens(ticket)
         for seq, (_, n), token in zip(chosen, step, tokens):
             seq.num_cached += n
             if seq.num_cached == seq.num_tokens:

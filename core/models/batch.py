@@ -5,7 +5,13 @@ decode one); prefill chunks and decodes may share a step. Per token: ``input_ids
 ``slot_mapping`` (the KV slot it writes; negative: a padding row that writes nothing). Per sequence:
 ``cu_seqlens_q`` (where its tokens start in T), ``seq_lens`` (its context after this step),
 ``block_tables`` (its KV blocks, padded to the width M) and ``last_index`` (its last token in T, the
-one whose logits are sampled). The kernels' contract (``anydev.plugin_api.kernels``) fixes the dtypes:
+one whose logits are sampled).
+
+A token the previous step sampled may not have reached the host yet when this step is built (the
+engine overlaps building step N+1 with running step N). Such a token is taken on the device: with
+``num_prev`` P > 0, the step's bytes follow P int64 slots holding the previous step's sampled tokens
+(row by row), and ``token_src[t]`` indexes ``[previous tokens | input_ids]``: ``P + t`` for a token
+the host knows, the row of the previous step for one it does not. The kernels' contract (``anydev.plugin_api.kernels``) fixes the dtypes:
 int64 for ids, positions, slots and indices, int32 for cu_seqlens, seq lens and block tables.
 
 Every field lives in ONE byte tensor (``packed``), so moving a step to a device is one copy, and a
@@ -26,6 +32,7 @@ _LAYOUT = (
     ("positions", np.int64, lambda T, B, M: (T,)),
     ("slot_mapping", np.int64, lambda T, B, M: (T,)),
     ("last_index", np.int64, lambda T, B, M: (B,)),
+    ("token_src", np.int64, lambda T, B, M: (T,)),
     ("cu_seqlens_q", np.int32, lambda T, B, M: (B + 1,)),
     ("seq_lens", np.int32, lambda T, B, M: (B,)),
     ("block_tables", np.int32, lambda T, B, M: (B, M)),
@@ -56,7 +63,9 @@ class StepBatch:
 
     ``max_q_len`` (host int) is the most tokens one sequence feeds: 1 makes it a pure decode step.
     ``real_rows`` is set on a decode step padded to a graph's batch size: only its first
-    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`).
+    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`). ``num_prev`` is the P of the
+    module docstring; ``token_pool`` is ``[previous tokens | input_ids]`` once the step sits in a
+    device buffer after them (:meth:`placed`), else None (and ``token_src`` is unused).
     """
 
     packed: torch.Tensor     # [packed_nbytes(T, B, M)] uint8
@@ -65,12 +74,17 @@ class StepBatch:
     M: int
     max_q_len: int
     real_rows: int | None = None
+    num_prev: int = 0
+    token_pool: torch.Tensor | None = None
 
     @classmethod
-    def pack(cls, fields: dict[str, np.ndarray], max_q_len: int) -> "StepBatch":
+    def pack(cls, fields: dict[str, np.ndarray], max_q_len: int, num_prev: int = 0) -> "StepBatch":
+        """Pack ``fields`` (numpy arrays by name); ``token_src`` defaults to every token the host's own."""
         T, (B, M) = len(fields["input_ids"]), fields["block_tables"].shape
+        if "token_src" not in fields:
+            fields = {**fields, "token_src": np.arange(num_prev, num_prev + T)}
         parts = [np.ascontiguousarray(fields[name], dtype=dt).view(np.uint8).ravel() for name, dt, _ in _LAYOUT]
-        return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len)
+        return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len, num_prev=num_prev)
 
     def __post_init__(self):
         fields, size = _fields(self.T, self.B, self.M)
@@ -86,7 +100,22 @@ class StepBatch:
 
     def view_of(self, packed: torch.Tensor) -> "StepBatch":
         """The same step shape over other bytes (a device copy, a graph's static buffer)."""
-        return StepBatch(packed[:self.packed.numel()], self.T, self.B, self.M, self.max_q_len, self.real_rows)
+        return StepBatch(packed[:self.packed.numel()], self.T, self.B, self.M, self.max_q_len, self.real_rows,
+                         self.num_prev)
+
+    def placed(self, buffer: torch.Tensor) -> "StepBatch":
+        """The same step shape in a uint8 ``buffer`` that starts with the ``num_prev`` int64 slots of
+        the previous step's tokens (views only: nothing is copied)."""
+        start = 8 * self.num_prev
+        step = self.view_of(buffer[start:start + self.packed.numel()])
+        step.token_pool = buffer[:start + 8 * self.T].view(torch.int64)
+        return step
+
+    def embedding_ids(self) -> torch.Tensor:
+        """The token ids to embed: ``input_ids``, with the previous step's tokens taken on the device."""
+        if self.token_pool is None:
+            return self.input_ids
+        return self.token_pool.index_select(0, self.token_src)
 
     @property
     def num_tokens(self) -> int:
@@ -119,8 +148,9 @@ def pad_decode(batch: StepBatch, rows: int, width: int) -> StepBatch:
     tables[:B, :batch.M] = batch.block_tables.numpy()
     padded = StepBatch.pack(dict(
         input_ids=column(batch.input_ids, 0, np.int64), positions=column(batch.positions, 0, np.int64),
+        token_src=np.concatenate((batch.token_src.numpy(), np.arange(batch.num_prev + B, batch.num_prev + rows))),
         slot_mapping=column(batch.slot_mapping, -1, np.int64), last_index=np.arange(rows),
         cu_seqlens_q=np.arange(rows + 1), seq_lens=column(batch.seq_lens, 0, np.int32), block_tables=tables,
-    ), max_q_len=1)
+    ), max_q_len=1, num_prev=batch.num_prev)
     padded.real_rows = B
     return padded

@@ -67,7 +67,7 @@ class LlamaRank:
         """Logits [B, vocab] of each sequence's last token (the model's dtype), the whole vocabulary
         on every rank."""
         k, eps = self.kernels, self.config.rms_norm_eps
-        x = F.embedding(batch.input_ids, self.embed)                        # [T, hidden]
+        x = F.embedding(batch.embedding_ids(), self.embed)                        # [T, hidden]
         residual = None
         for w, kv in zip(self.layers, self.kv_pages):
             if residual is None:

@@ -1,0 +1,104 @@
+"""A rank's step inputs and sampled tokens in persistent memory, so the host never waits for the
+device between steps.
+
+One device buffer holds ``[P int64: the last step's sampled tokens | the packed step]`` (the layout
+of :class:`~anydev.core.models.batch.StepBatch` with ``num_prev`` P): every step, eager or a graph
+replay, reads its inputs there, and a token the host has not read back yet is taken from the first
+part on the device (``token_src``). A step's bytes go in through a ring of two pinned host buffers
+(the host fills one while the device may still copy out of the other); sampled tokens come back
+through another ring of two, each with an event, so the engine reads step N's tokens after it has
+launched step N+1. Everything goes through the device API (alloc, alloc_host, memcpy_async, events).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from anydev.plugin_api import Device, Stream
+
+from .models.batch import StepBatch
+from .staging import PinnedStaging
+
+
+@dataclass(frozen=True)
+class TokenTicket:
+    """Where a launched step's sampled tokens arrive: readback buffer ``slot``, ``rows`` tokens."""
+
+    slot: int
+    rows: int
+
+
+class StepIO:
+    """``num_prev`` token slots (the most rows a step has) and room for steps of up to
+    ``max_step_bytes`` packed bytes. Call on the rank's thread; ``publish`` inside its torch stream."""
+
+    def __init__(self, device: Device, stream: Stream, num_prev: int, max_step_bytes: int):
+        self.stream = stream
+        self.num_prev = num_prev
+        self.max_step_bytes = max_step_bytes
+        self._objects = []
+        try:
+            self.buffer = self._own(device.alloc(8 * num_prev + max_step_bytes))
+            self.inputs = self.buffer.as_tensor()
+            self.prev_tokens = self.inputs[:8 * num_prev].view(torch.int64)
+            self.staging = self._own(PinnedStaging(device, 2 * max_step_bytes, count=2))
+            self._readback = [self._own(device.alloc_host(8 * num_prev)) for _ in range(2)]
+            self._arrays = [host.numpy(np.int64) for host in self._readback]
+            self._events = [self._own(device.create_event()) for _ in range(2)]
+        except BaseException:
+            self.close()
+            raise
+        self._next = 0
+
+    def _own(self, obj):
+        self._objects.append(obj)
+        return obj
+
+    def put(self, batch: StepBatch) -> StepBatch:
+        """Copy ``batch`` (on the host, ``num_prev`` matching) into the device buffer, through
+        pinned memory, in stream order; returns the step as it sits there."""
+        nbytes = batch.packed.numel()
+        if batch.num_prev != self.num_prev or nbytes > self.max_step_bytes:
+            raise ValueError(f"a step of {nbytes} bytes after {batch.num_prev} token slots does not fit this rank's "
+                             f"input buffer ({self.max_step_bytes} bytes after {self.num_prev} slots)")
+        index, host, array = self.staging.acquire()
+        array[:nbytes] = batch.packed.numpy()
+        self.stream.memcpy_async(self.buffer, host, nbytes, dst_offset=8 * self.num_prev)
+        self.staging.release(index, self.stream)
+        return batch.placed(self.inputs)
+
+    def publish(self, tokens: torch.Tensor, read_back: bool) -> TokenTicket | None:
+        """Store a step's sampled ``tokens`` [rows] (int64, on the device) where the next step takes
+        them; with ``read_back``, also start copying them to the host (see :meth:`read`)."""
+        rows = tokens.shape[0]
+        self.prev_tokens[:rows].copy_(tokens)
+        if not read_back:
+            return None
+        slot, self._next = self._next, self._next ^ 1
+        self.stream.memcpy_async(self._readback[slot], self.buffer, 8 * rows)
+        self.stream.record(self._events[slot])
+        return TokenTicket(slot, rows)
+
+    def read(self, ticket: TokenTicket) -> list[int]:
+        """The tokens of a published step, once the device has them (waits for that step only)."""
+        self._events[ticket.slot].synchronize()
+        return self._arrays[ticket.slot][:ticket.rows].tolist()
+
+    def close(self) -> None:
+        """Wait for the copies in flight, then free everything (the first error raised after all)."""
+        errors = []
+        try:
+            if self._objects:
+                self.stream.synchronize()
+        except Exception as exc:  # raised below, after everything was freed
+            errors.append(exc)
+        for obj in reversed(self._objects):
+            try:
+                obj.close()
+            except Exception as exc:  # raised below, after the rest was freed
+                errors.append(exc)
+        self._objects = []
+        if errors:
+            raise errors[0]
