@@ -15,7 +15,7 @@ from .errors import (
 )
 from .hookspecs import ENTRY_POINT_GROUP, BackendPlugin, hookimpl
 from .objects import Backend, Communicator, Device, DeviceBuffer, Event, Graph, HostBuffer, Stream
-from .runtime import OPTIONAL_CALLS, REQUIRED_CALLS, DeviceRuntime, TorchGraph
+from .runtime import OPTIONAL_CALLS, POINT_TO_POINT_CALLS, REQUIRED_CALLS, DeviceRuntime, TorchGraph
 from .stub import is_stub, stub
 from .types import (
     DTYPE_SIZES, REDUCE_OPS, REQUIRED_COLLECTIVE_DTYPES, REQUIRED_REDUCE_OPS, CopyKind, MemoryInfo,

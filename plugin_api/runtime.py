@@ -22,7 +22,8 @@ Rules every method follows:
 
 Optional calls (added in later minor versions) have a default body that raises
 :class:`~anydev.plugin_api.errors.NotSupportedError`; ``supports(name)`` tells whether a runtime
-overrides one.
+overrides one. Contract 1.1 added ``torch_graph``, 1.2 ``kernels``, 1.3 point-to-point ``send`` and
+``recv`` with their ``group_start``/``group_end`` (``supports("send")``).
 """
 from __future__ import annotations
 
@@ -43,7 +44,9 @@ REQUIRED_CALLS = (
     "all_reduce", "all_gather", "broadcast",
     "torch_device", "tensor_from_pointer", "torch_stream",
 )
-OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph", "kernels")
+#: Point-to-point calls (optional, contract 1.3): a runtime offers all four or none.
+POINT_TO_POINT_CALLS = ("send", "recv", "group_start", "group_end")
+OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph", "kernels", *POINT_TO_POINT_CALLS)
 
 
 class TorchGraph(abc.ABC):
@@ -108,9 +111,16 @@ class DeviceRuntime(abc.ABC):
 
     @classmethod
     def supports(cls, call: str) -> bool:
-        """True when this runtime implements ``call`` (always true for required calls)."""
+        """True when this runtime implements ``call`` (always true for required calls). The
+        point-to-point calls (:data:`POINT_TO_POINT_CALLS`) count only when all four are implemented."""
         if call in REQUIRED_CALLS:
             return True
+        if call in POINT_TO_POINT_CALLS:
+            return all(cls._overrides(name) for name in POINT_TO_POINT_CALLS)
+        return cls._overrides(call)
+
+    @classmethod
+    def _overrides(cls, call: str) -> bool:
         impl = getattr(cls, call, None)
         return impl is not None and impl is not getattr(DeviceRuntime, call, None)
 
@@ -288,6 +298,64 @@ class DeviceRuntime(abc.ABC):
             f"{self.name} offers no native kernels (kernels, optional since contract 1.2); the engine "
             f"runs the torch references"
         )
+
+    # ---- optional: point-to-point (contract 1.3) -------------------------------------------
+    def send(self, send: int, count: int, dtype: str, peer: int, comm: int, stream: int) -> None:
+        """Enqueue: send ``count`` elements of ``dtype`` at device address ``send`` to rank ``peer``
+        of ``comm`` (optional, contract 1.3, with :meth:`recv`, :meth:`group_start` and
+        :meth:`group_end`: offer all four or none). NCCL's ``ncclSend``.
+
+        What must hold (the conformance suite's ``send_recv`` group checks it):
+
+        * **Matching.** On one communicator, the k-th send from rank a to rank b is received by the
+          k-th recv that rank b posts from rank a: messages between a pair arrive in the order sent,
+          whatever other pairs do. A send and its recv have the same ``count`` and ``dtype``; a
+          mismatch is the caller's error (a backend may fail the stream with it; it must never write
+          beyond the recv's ``count`` elements).
+        * **Dtypes.** Every dtype of ``collective_dtypes``; the bytes arrive unchanged. ``count`` 0
+          is allowed (nothing moves, but the pair still matches). ``peer`` is another rank of the
+          communicator, never the caller's own.
+        * **Stream order.** As every collective: the send reads its memory after the work enqueued
+          before it on ``stream``, and work enqueued after it runs after it. The caller keeps the
+          memory valid (and unmodified) until the stream has passed the send.
+        * **Blocking and deadlocks.** A send may not complete until its peer has posted the matching
+          recv (NCCL's rendezvous), so callers must never rely on buffering: two ranks that each
+          send to the other and then receive, on their streams, may deadlock. Sends and recvs that
+          must progress at the same time (an exchange, a ring pass) go in one group
+          (:meth:`group_start` ... :meth:`group_end`). A chain where each rank only receives from the
+          previous one and sends to the next needs no group.
+        * **Graphs.** Inside a :meth:`torch_graph` capture on ``stream`` a send is captured like any
+          collective, and its peer must capture (and replay) the matching recv.
+        """
+        raise NotSupportedError(
+            f"{self.name} has no point-to-point send/recv (send, optional since contract 1.3); "
+            f"pipeline parallelism needs it"
+        )
+
+    def recv(self, recv: int, count: int, dtype: str, peer: int, comm: int, stream: int) -> None:
+        """Enqueue: receive ``count`` elements of ``dtype`` from rank ``peer`` of ``comm`` into
+        device address ``recv``: the next unmatched send from ``peer`` to this rank (optional,
+        contract 1.3; NCCL's ``ncclRecv``). Every rule of :meth:`send` applies: in-order matching per
+        pair, same count and dtype as the send, stream order (work enqueued after the recv sees the
+        received data), and a recv may wait on its stream until the peer's send arrives."""
+        raise NotSupportedError(
+            f"{self.name} has no point-to-point send/recv (recv, optional since contract 1.3); "
+            f"pipeline parallelism needs it"
+        )
+
+    def group_start(self) -> None:
+        """Open a group of point-to-point calls on the calling thread (optional, contract 1.3;
+        NCCL's ``ncclGroupStart``). The sends and recvs this thread calls until the matching
+        :meth:`group_end` are issued together at ``group_end`` and progress together: no call of the
+        group waits for another of the same group, so a rank may send to and receive from the same
+        peers in one group without deadlock. Groups nest; the outermost ``group_end`` issues them.
+        Only ``send`` and ``recv`` may be called inside a group."""
+        raise NotSupportedError(f"{self.name} has no point-to-point groups (group_start, optional since contract 1.3)")
+
+    def group_end(self) -> None:
+        """Close the calling thread's innermost group (see :meth:`group_start`); the outermost one
+        enqueues the group's calls, each on the stream it names, in the order they were called."""
+        raise NotSupportedError(f"{self.name} has no point-to-point groups (group_end, optional since contract 1.3)")
 
     def close(self) -> None:
         """Release process-wide resources (optional to override). Called once by the Backend."""

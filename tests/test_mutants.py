@@ -18,6 +18,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "all-reduce-local", "all-reduce-wrong-above-1mib", "all-reduce-bf16-wrong", "all-gather-reversed",
     "broadcast-root-0", "collectives-off-stream", "kv-never-zeroed", "torch-view-offset",
     "errors-swallowed", "free-no-wait", "alloc-on-device-0", "graph-replay-stale",
+    "recv-never-writes", "send-wrong-peer", "recv-last-message-first", "send-reads-at-call", "send-first-mib-only",
 }
 
 EXTRA = textwrap.dedent('''

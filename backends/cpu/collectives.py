@@ -6,11 +6,17 @@ send memory into a temporary, meets the others at a second barrier (so that nobo
 buffer, in-place calls included, before every peer has read it) and writes its recv memory. Barriers
 time out with :class:`CollectiveTimeoutError` instead of hanging; after a timeout the group is broken
 and every later collective on it fails at once.
+
+Point-to-point messages (``send``/``recv``) go through one mailbox per ordered pair of ranks: a send
+copies its data into the pair's queue when its stream reaches it (so it never waits for the recv);
+a recv waits, on its stream, for the next message of the pair and copies it out. Queues keep the
+order of sends, which is the contract's matching rule.
 """
 from __future__ import annotations
 
 import secrets
 import threading
+from collections import deque
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +58,32 @@ class Group:
         self._barrier = threading.Barrier(nranks)
         self._requests: list[Request | None] = [None] * nranks
         self._num_entered = [0] * nranks  # collectives each rank has entered, to name the missing ones
+        self._mail_cond = threading.Condition()
+        self._mail: dict[tuple[int, int], deque[tuple[str, torch.Tensor]]] = {}  # (src, dst) -> messages
+
+    def send(self, rank: int, peer: int, address: int, count: int, dtype: str) -> None:
+        """Post a copy of ``count`` elements at ``address`` to ``peer``'s mailbox (never waits)."""
+        message = (dtype, _elements(address, count, dtype).clone())
+        with self._mail_cond:
+            self._mail.setdefault((rank, peer), deque()).append(message)
+            self._mail_cond.notify_all()
+
+    def recv(self, rank: int, peer: int, address: int, count: int, dtype: str) -> None:
+        """Wait for the next message from ``peer`` and copy it to ``address``; it must have ``count``
+        elements of ``dtype``."""
+        box = (peer, rank)
+        with self._mail_cond:
+            if not self._mail_cond.wait_for(lambda: self._mail.get(box), self.timeout_s):
+                raise CollectiveTimeoutError(
+                    f"cpu recv: rank {rank} of {self.nranks} waited {self.timeout_s:g} s for a message from rank {peer}, "
+                    "which never sent it (every recv needs a matching send; the timeout is ANYDEV_CPU_COLLECTIVE_TIMEOUT)"
+                )
+            sent_dtype, data = self._mail[box].popleft()
+        if (sent_dtype, data.numel()) != (dtype, count):
+            raise call_error("recv", INVALID_VALUE,
+                             f"rank {rank} receives {count} {dtype} from rank {peer}, which sent {data.numel()} {sent_dtype}; "
+                             "a send and its recv must have the same count and dtype")
+        _elements(address, count, dtype).copy_(data)
 
     def run(self, rank: int, request: Request) -> None:
         """Run ``request`` as ``rank``. Called on the rank's stream worker."""

@@ -18,7 +18,7 @@ from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
 from ...plugin_api.version import CONTRACT_VERSION
 from . import collectives
 from .config import CpuConfig
-from .errors import INVALID_HANDLE, NOT_READY, call_error
+from .errors import INVALID_HANDLE, INVALID_VALUE, NOT_READY, call_error
 from .libc import load_libc, pointer
 from .memory import MemoryTable
 from .streams import CpuEvent, StreamWorker
@@ -237,6 +237,62 @@ class CpuRuntime(DeviceRuntime):
             raise InvalidArgumentError(f"broadcast root {root!r} is outside 0..{communicator.group.nranks - 1}")
         self._enqueue_collective(collectives.Request("broadcast", send, recv, count, dtype, root=root), comm, stream)
 
+    # ---- point-to-point (contract 1.3) ----------------------------------------------------
+    def send(self, send, count, dtype, peer, comm, stream) -> None:
+        self._point_to_point("send", send, count, dtype, peer, comm, stream)
+
+    def recv(self, recv, count, dtype, peer, comm, stream) -> None:
+        self._point_to_point("recv", recv, count, dtype, peer, comm, stream)
+
+    def group_start(self) -> None:
+        self._check_open()
+        self._current.p2p_depth = getattr(self._current, "p2p_depth", 0) + 1
+        if self._current.p2p_depth == 1:
+            self._current.p2p_calls = []
+
+    def group_end(self) -> None:
+        """Issues the group: on each of its streams one operation that posts the group's sends, then
+        runs its recvs (sends never wait here, so no call of the group waits for another)."""
+        depth = getattr(self._current, "p2p_depth", 0)
+        if depth == 0:
+            raise call_error("group_end", INVALID_VALUE, "group_end without a group_start on this thread")
+        self._current.p2p_depth = depth - 1
+        if depth > 1:
+            return
+        calls, self._current.p2p_calls = self._current.p2p_calls, []
+        by_stream: dict[int, list] = {}
+        for kind, stream, worker, work in calls:
+            by_stream.setdefault(stream, [worker, [], []])[1 if kind == "send" else 2].append(work)
+        for stream, (worker, sends, recvs) in by_stream.items():   # every stream's part first...
+            self._enqueue(stream, worker, "group_end", lambda ops=sends + recvs: [op() for op in ops], wait=False)
+        for stream, (worker, _, _) in by_stream.items():             # ...then wait where torch reads next
+            if stream in getattr(self._current, "torch_streams", ()):
+                worker.synchronize()
+
+    def _point_to_point(self, kind: str, address: int, count: int, dtype: str, peer: int, comm: int, stream: int) -> None:
+        communicator = self._comm(kind, comm)
+        worker = self._stream(kind, stream)
+        if dtype not in self.collective_dtypes:
+            raise InvalidArgumentError(f"cpu: {kind} does not support {dtype!r}; supported: {self.collective_dtypes}")
+        _check_nbytes(count, "count")
+        nranks = communicator.group.nranks
+        if not isinstance(peer, int) or not 0 <= peer < nranks or peer == communicator.rank:
+            raise InvalidArgumentError(f"cpu {kind}: peer {peer!r} must be another rank of the group (0..{nranks - 1})")
+        move = self._mover(kind, communicator.group)
+
+        def work():
+            move(communicator.rank, peer, address, count, dtype)
+
+        if getattr(self._current, "p2p_depth", 0):
+            self._current.p2p_calls.append((kind, stream, worker, work))
+        else:
+            self._enqueue(stream, worker, kind, work)
+
+    @staticmethod
+    def _mover(kind: str, group: collectives.Group):
+        """What a ``kind`` call runs on its stream: ``move(rank, peer, address, count, dtype)``."""
+        return group.send if kind == "send" else group.recv
+
     def _enqueue_collective(self, request: collectives.Request, comm: int, stream: int) -> None:
         communicator = self._comm(request.kind, comm)
         worker = self._stream(request.kind, stream)
@@ -245,7 +301,7 @@ class CpuRuntime(DeviceRuntime):
         _check_nbytes(request.count, "count")
         self._enqueue(stream, worker, request.kind, lambda: communicator.group.run(communicator.rank, request))
 
-    def _enqueue(self, stream: int, worker, call: str, work) -> None:
+    def _enqueue(self, stream: int, worker, call: str, work, wait: bool = True) -> None:
         """Queue ``work`` on the stream; inside this thread's ``torch_stream(stream)`` block, also wait
         for it, because the torch math that follows on this thread reads its result at once. Inside
         this thread's capture of a device graph on the stream (``graphs.py``), record it instead."""
@@ -254,7 +310,7 @@ class CpuRuntime(DeviceRuntime):
             recording.append(work)
             return
         worker.enqueue(call, work)
-        if stream in getattr(self._current, "torch_streams", ()):
+        if wait and stream in getattr(self._current, "torch_streams", ()):
             worker.synchronize()
 
     # ---- torch bridge --------------------------------------------------------------------

@@ -59,6 +59,15 @@ const char *{ccl}GetErrorString({ccl}Result_t result);
                              int root, uintptr_t comm, uintptr_t stream);
 """
 
+#: Point-to-point calls (contract 1.3's send/recv), bound only when the library exports all four:
+#: NCCL 2.7+ [V]; MCCL's are NCCL's with the prefix swapped [U] (see each vendor's spec.py).
+CCL_POINT_TO_POINT_CDEF = """
+{ccl}Result_t {ccl}Send(uintptr_t sendbuff, size_t count, int datatype, int peer, uintptr_t comm, uintptr_t stream);
+{ccl}Result_t {ccl}Recv(uintptr_t recvbuff, size_t count, int datatype, int peer, uintptr_t comm, uintptr_t stream);
+{ccl}Result_t {ccl}GroupStart(void);
+{ccl}Result_t {ccl}GroupEnd(void);
+"""
+
 #: Exported only by anydev's emulated runtimes (conformance/emulated/), never by a vendor library.
 EMULATED_MARKER_CDEF = """
 const char *anydevEmulatedRuntime(void);
@@ -67,4 +76,4 @@ const char *anydevEmulatedRuntime(void);
 
 def render(rt: str, ccl: str) -> str:
     """The cdef text for runtime prefix ``rt`` and collective prefix ``ccl``."""
-    return (RUNTIME_CDEF + CCL_CDEF + EMULATED_MARKER_CDEF).format(rt=rt, ccl=ccl)
+    return (RUNTIME_CDEF + CCL_CDEF + CCL_POINT_TO_POINT_CDEF + EMULATED_MARKER_CDEF).format(rt=rt, ccl=ccl)

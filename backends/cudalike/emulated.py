@@ -105,6 +105,14 @@ class EmulatedRuntime(CudaLikeRuntime):
         super().broadcast(send, recv, count, dtype, root, comm, stream)
         self._finish_if_inside_torch_stream(stream)
 
+    def send(self, send, count, dtype, peer, comm, stream) -> None:
+        super().send(send, count, dtype, peer, comm, stream)
+        self._finish_if_inside_torch_stream(stream)
+
+    def recv(self, recv, count, dtype, peer, comm, stream) -> None:
+        super().recv(recv, count, dtype, peer, comm, stream)
+        self._finish_if_inside_torch_stream(stream)
+
     # ---- optional ------------------------------------------------------------------------
     def runtime_info(self) -> RuntimeInfo:
         info = super().runtime_info()

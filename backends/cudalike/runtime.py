@@ -12,7 +12,7 @@ from typing import Sequence
 import cffi
 
 from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentError, NotSupportedError
-from anydev.plugin_api.runtime import DeviceRuntime
+from anydev.plugin_api.runtime import POINT_TO_POINT_CALLS, DeviceRuntime
 from anydev.plugin_api.types import DTYPE_SIZES, MemoryInfo, RuntimeInfo
 from anydev.plugin_api.version import CONTRACT_VERSION
 
@@ -158,6 +158,9 @@ class CudaLikeRuntime(DeviceRuntime):
         self._ccl_all_reduce = fn("AllReduce")
         self._ccl_all_gather = fn("AllGather")
         self._ccl_broadcast = fn("Broadcast")
+        point_to_point = [bind_optional(loaded, self.ccl + suffix) for suffix in ("Send", "Recv", "GroupStart", "GroupEnd")]
+        #: (send, recv, group_start, group_end), or None when the library lacks any of them.
+        self._ccl_point_to_point = tuple(point_to_point) if all(f is not None for f in point_to_point) else None
 
     def _make_checker(self) -> Checker:
         ffi = self.ffi
@@ -350,6 +353,46 @@ class CudaLikeRuntime(DeviceRuntime):
         if code:
             raise self.check.ccl_error(f"{self.ccl}Broadcast", code)
 
+    # ---- point-to-point (contract 1.3) ----------------------------------------------------
+    def supports(self, call: str) -> bool:
+        """As :meth:`DeviceRuntime.supports`; the point-to-point calls only when the collective
+        library exports them (``{ccl}Send``, ``{ccl}Recv``, ``{ccl}GroupStart``, ``{ccl}GroupEnd``)."""
+        if call in POINT_TO_POINT_CALLS and getattr(self, "_ccl_point_to_point", None) is None:
+            return False
+        return super().supports(call)
+
+    def send(self, send, count, dtype, peer, comm, stream) -> None:
+        code = self._point_to_point("Send", 0)(send, count, self._dtype(dtype), peer, comm, stream)
+        if code:
+            raise self.check.ccl_error(f"{self.ccl}Send(to rank {peer})", code)
+
+    def recv(self, recv, count, dtype, peer, comm, stream) -> None:
+        code = self._point_to_point("Recv", 1)(recv, count, self._dtype(dtype), peer, comm, stream)
+        if code:
+            raise self.check.ccl_error(f"{self.ccl}Recv(from rank {peer})", code)
+
+    def group_start(self) -> None:
+        self.check.ccl(f"{self.ccl}GroupStart", self._point_to_point("GroupStart", 2)())
+
+    def group_end(self) -> None:
+        self.check.ccl(f"{self.ccl}GroupEnd", self._point_to_point("GroupEnd", 3)())
+
+    def _point_to_point(self, suffix: str, index: int):
+        if self._ccl_point_to_point is None:
+            raise NotSupportedError(
+                f"{self.name}: {self.ccl_library.path} does not export {self.ccl}Send, {self.ccl}Recv, "
+                f"{self.ccl}GroupStart and {self.ccl}GroupEnd; point-to-point send/recv (contract 1.3) is unavailable"
+            )
+        return self._ccl_point_to_point[index]
+
+    @property
+    def send_recv_note(self) -> str:
+        """How point-to-point calls are made here, for runtime_info and start-up logs."""
+        if self._ccl_point_to_point is None:
+            return f"send/recv: unavailable ({self.ccl}Send/{self.ccl}Recv not exported)"
+        where = "" if self.spec.send_recv_verified or self.emulation else f", unverified on {self.spec.hardware_name}"
+        return f"send/recv: {self.ccl}Send/{self.ccl}Recv{where}"
+
     def _dtype(self, dtype: str) -> int:
         try:
             return self._dtypes[dtype]
@@ -404,6 +447,7 @@ class CudaLikeRuntime(DeviceRuntime):
 
     def runtime_info(self) -> RuntimeInfo:
         notes = [f"emulated runtime: {self.emulation}"] if self.emulation else []
+        notes.append(self.send_recv_note)
         if self.not_ready_code is None:
             notes.append(f"not-ready code unresolved among {self.spec.runtime.not_ready_candidates}: "
                          "event_query raises while work runs")

@@ -76,6 +76,11 @@ class VendorSpec:
     #: The shared Triton kernels (contract 1.2) have been checked on this vendor's hardware by the
     #: conformance suite's kernels group; False: offered when its Triton is importable, labelled unverified.
     triton_kernels_verified: bool = False
+    #: Point-to-point send/recv (contract 1.3: ``{ccl}Send``, ``{ccl}Recv``, ``{ccl}GroupStart``,
+    #: ``{ccl}GroupEnd`` with NCCL's prototypes, offered when the library exports all four) has been
+    #: checked on this vendor's hardware by the conformance suite's send_recv group; False: labelled
+    #: unverified (``runtime_info().notes``, ``anydev list-backends``).
+    send_recv_verified: bool = False
     runtime: RuntimeConstants = field(default_factory=RuntimeConstants)
     collectives: CollectiveConstants = field(default_factory=CollectiveConstants)
 

@@ -28,4 +28,7 @@ SPEC = VendorSpec(
     hardware_name="Moore Threads GPU",
     visible_devices_env="MUSA_VISIBLE_DEVICES",
     torch_bridge=MusaBridge(),
+    # mcclSend/mcclRecv/mcclGroupStart/mcclGroupEnd: NCCL's prototypes with the prefix swapped [U];
+    # bound when libmccl exports them, labelled unverified until the send_recv group runs on the card.
+    send_recv_verified=False,
 )

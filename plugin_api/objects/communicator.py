@@ -1,9 +1,10 @@
 """Communicator: one rank of a collective group, bound to one device."""
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, NotSupportedError
 from ..types import DTYPE_SIZES, dtype_name
 from .closable import Closable
 from .memory import DeviceBuffer
@@ -56,6 +57,49 @@ class Communicator(Closable):
         send_ptr, n, dt = self._span(send, count, dtype)
         recv_ptr, _, _ = self._span(send if recv is None else recv, n, dt)
         self.runtime.broadcast(send_ptr, recv_ptr, n, dt, root, self.handle, self._stream(stream, send, recv))
+
+    # ---- point-to-point (optional, contract 1.3; ``backend.supports("send")`` tells) ----------
+    def send(self, tensor, peer: int, *, stream: Stream, count=None, dtype=None) -> None:
+        """Send ``tensor`` (or ``count`` elements of ``dtype`` of a DeviceBuffer) to rank ``peer``,
+        in ``stream`` order. The peer receives it with :meth:`recv` of the same count and dtype;
+        messages between two ranks arrive in the order sent. A send may wait for its recv: to send
+        and receive at the same time, put both in one :meth:`group` (see ``DeviceRuntime.send``)."""
+        ptr, n, dt = self._span(tensor, count, dtype)
+        self._check_peer(peer, "send")
+        self.runtime.send(ptr, n, dt, peer, self.handle, self._stream(stream, tensor))
+
+    def recv(self, tensor, peer: int, *, stream: Stream, count=None, dtype=None) -> None:
+        """Receive into ``tensor`` the next message from rank ``peer``, in ``stream`` order."""
+        ptr, n, dt = self._span(tensor, count, dtype)
+        self._check_peer(peer, "recv")
+        self.runtime.recv(ptr, n, dt, peer, self.handle, self._stream(stream, tensor))
+
+    @contextlib.contextmanager
+    def group(self):
+        """The sends and recvs called inside progress together (``group_start``/``group_end``):
+        a rank may send to and receive from its peers in one group without deadlock."""
+        self._check_open()
+        self._check_point_to_point("group")
+        self.runtime.group_start()
+        try:
+            yield
+        finally:
+            self.runtime.group_end()
+
+    def _check_peer(self, peer, call: str) -> None:
+        self._check_point_to_point(call)
+        if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.nranks or peer == self.rank:
+            raise InvalidArgumentError(
+                f"{call} on {self._what}: peer {peer!r} must be another rank of the group (0..{self.nranks - 1}, "
+                f"not {self.rank})"
+            )
+
+    def _check_point_to_point(self, call: str) -> None:
+        if not self.runtime.supports("send"):
+            raise NotSupportedError(
+                f"backend '{self.runtime.name}' has no point-to-point {call} (send/recv, optional since "
+                "contract 1.3); pipeline parallelism needs it"
+            )
 
     def _stream(self, stream: Stream, *memory) -> int:
         """``stream``'s handle, after checks; the stream holds torch tensors in ``memory`` until the
