@@ -14,9 +14,11 @@ Engines: "anydev graphs" (decode graphs, captured at start-up; step N+1 built an
 device runs step N), "anydev graphs-sync" (the same without the overlap: each step's tokens read back
 before the next is built, to show what the overlap gains), "anydev eager" (--enforce-eager),
 "transformers eager" (its dynamic cache, sdpa) and "transformers compiled" (HF's documented fast path:
-``generate(..., cache_implementation="static")`` with ``model.forward = torch.compile(model.forward,
-mode="reduce-overhead", fullgraph=True)``). Every engine runs each case once untimed first (graph
-captures, compilation, autotuning stay out of the timed run).
+``generate(..., cache_implementation="static")``, which compiles the forward itself with its
+``CompileConfig``: fullgraph, mode "reduce-overhead", i.e. CUDA graphs; the run fails if it did not).
+Every engine runs each case once untimed first (graph captures, compilation, autotuning stay out of
+the timed run). A transformers mode that fails is reported and makes the exit status 1; the other
+rows are still printed and written.
 
 "kernels/step" is measured with torch.profiler: the device kernels of a generate of --new-tokens
 tokens minus those of a generate of 1 token, over the decode steps between (so prefill cancels out; the
@@ -111,8 +113,13 @@ def run(args) -> int:
             for kind, batch, context in cases:
                 rows.append(anydev_case(engine, f"anydev {mode}", kind, prompts[context][:batch], args))
                 print(_row(rows[-1]), flush=True)
+    failed = {}
     for hf_mode in hf_modes:
-        rows += hf_cases(checkpoint, prompts, cases, args, hf_mode, torch_device, dtype)
+        try:
+            rows += hf_cases(checkpoint, prompts, cases, args, hf_mode, torch_device, dtype)
+        except Exception as exc:   # reported below and in the JSON; the exit status says it
+            failed[f"transformers {hf_mode}"] = f"{type(exc).__name__}: {exc}"
+            print(f"transformers {hf_mode} FAILED: {failed[f'transformers {hf_mode}']}", file=sys.stderr)
     print()
     print(_header())
     for row in sorted(rows, key=lambda r: (r["case"] == "prefill", r["context"], r["batch"], r["engine"])):
@@ -124,11 +131,14 @@ def run(args) -> int:
         report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
                       device=args.device, device_name=_device_name(torch_device), tp=args.tp,
                       dtype=str(dtype).removeprefix("torch."), new_tokens=args.new_tokens, layers=args.layers,
-                      shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios)
+                      shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios,
+                      failed=failed)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
         print(f"wrote {args.out}")
-    return 0
+    for name, error in failed.items():
+        print(f"{name} failed: {error}")
+    return 1 if failed else 0
 
 
 # ---- anydev -------------------------------------------------------------------------------------
@@ -167,13 +177,13 @@ def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -
         model = transformers.LlamaForCausalLM(hf_config).to(dtype).eval()
     model.load_state_dict({name: checkpoint.load(name) for name in checkpoint.tensor_names()})
     extra = {}
-    if mode == "compiled":
-        model.generation_config.disable_compile = True     # ours below, not a second automatic one
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    if mode == "compiled":   # generate compiles the forward itself for a static cache (its CompileConfig)
+        model.generation_config.disable_compile = False
         extra = dict(cache_implementation="static")
     name = f"transformers {mode}"
+    compile_config = getattr(model.generation_config, "compile_config", None)
     print(f"{name}: {transformers.__version__}, {str(dtype).removeprefix('torch.')}"
-          + (", static cache, torch.compile(mode='reduce-overhead', fullgraph=True)" if extra else ", dynamic cache"))
+          + (f", static cache, compiled by generate ({compile_config})" if extra else ", dynamic cache"))
 
     def generate(ids: torch.Tensor, new_tokens: int) -> float:
         start = time.perf_counter()
@@ -195,6 +205,9 @@ def hf_cases(checkpoint, prompts, cases, args, mode: str, torch_device, dtype) -
             else:
                 generate(ids, args.new_tokens)                        # warm-up (compilation): both shapes
                 generate(ids, 1)
+                if extra and not hasattr(model, "_compiled_call"):
+                    raise RuntimeError("transformers' generate did not compile the forward (no _compiled_call): "
+                                       "this row would not be the compiled configuration")
                 prefill = generate(ids, 1)
                 full = generate(ids, args.new_tokens)
                 decode = max(full - prefill, 1e-9)
