@@ -66,23 +66,58 @@ class LlamaRank:
     def forward(self, batch: StepBatch) -> torch.Tensor:
         """Logits [B, vocab] of each sequence's last token (the model's dtype), the whole vocabulary
         on every rank."""
-        k, eps = self.kernels, self.config.rms_norm_eps
-        x = F.embedding(batch.embedding_ids(), self.embed)                        # [T, hidden]
-        residual = None
-        for w, kv in zip(self.layers, self.kv_pages):
-            if residual is None:
-                residual, x = x, k.rms_norm(x, w["attn_norm"], eps)
-            else:
-                k.fused_add_rms_norm(x, residual, w["attn_norm"], eps)
-            x = self._attention(w, x, kv, batch)
-            k.fused_add_rms_norm(x, residual, w["mlp_norm"], eps)
-            x = self._mlp(w, x)
+        return self.head(*self.run_layers(self.embed_tokens(batch), None, batch), batch)
+
+    def embed_tokens(self, batch: StepBatch) -> torch.Tensor:
+        """The step's token embeddings [T, hidden]."""
+        return F.embedding(batch.embedding_ids(), self.embed)
+
+    def run_layers(self, x: torch.Tensor, residual: torch.Tensor | None, batch: StepBatch):
+        """The layers: (hidden, residual) in, (hidden, residual) out, each [T, hidden]; the last
+        layer's hidden states are not yet added into the residual. ``residual`` None: the first
+        layer starts it."""
+        for i in range(len(self.layers)):
+            residual, x = self._attn_norm(i, x, residual)
+            x = self._after_attention(i, self.attend(i, self._qkv(i, x, batch), batch), residual)
+        return x, residual
+
+    def head(self, x: torch.Tensor, residual: torch.Tensor, batch: StepBatch) -> torch.Tensor:
+        """Logits [B, vocab] of each sequence's last token: the final norm and the lm_head."""
         if not batch.is_decode:                                             # the last token of each sequence
             x, residual = x.index_select(0, batch.last_index), residual.index_select(0, batch.last_index)
-        k.fused_add_rms_norm(x, residual, self.norm, eps)
-        return self._logits(x)
+        self.kernels.fused_add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)
+        return self.logits(x)
 
-    def _attention(self, w, x, kv, batch: StepBatch) -> torch.Tensor:
+    # ---- the same step as pieces between the attentions (captured one by one: see ..graphs) ----
+    def first_piece(self, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embedding and layer 0 up to its attention: (its q [T, heads, head_dim], the residual)."""
+        residual, x = self._attn_norm(0, self.embed_tokens(batch), None)
+        return self._qkv(0, x, batch), residual
+
+    def middle_piece(self, i: int, attn: torch.Tensor, residual: torch.Tensor, batch: StepBatch) -> torch.Tensor:
+        """Layer i-1 from its attention output ``attn`` [T, heads * head_dim] on, then layer i up to
+        its attention: layer i's q. ``residual`` is updated in place."""
+        x = self._after_attention(i - 1, attn, residual)
+        return self._qkv(i, self._attn_norm(i, x, residual)[1], batch)
+
+    def last_piece(self, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """The last layer from its attention output on, then the final norm of every token: [T, hidden]
+        (:meth:`head` normalises the last tokens only; per row it is the same math)."""
+        x = self._after_attention(len(self.layers) - 1, attn, residual)
+        self.kernels.fused_add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)
+        return x
+
+    def _attn_norm(self, i: int, x: torch.Tensor, residual: torch.Tensor | None):
+        """(residual, layer i's input norm): the residual starts at the first layer, later ones add into it."""
+        w, eps = self.layers[i], self.config.rms_norm_eps
+        if residual is None:
+            return x, self.kernels.rms_norm(x, w["attn_norm"], eps)
+        self.kernels.fused_add_rms_norm(x, residual, w["attn_norm"], eps)
+        return residual, x
+
+    def _qkv(self, i: int, x: torch.Tensor, batch: StepBatch) -> torch.Tensor:
+        """Layer i's q, k and v of ``x``, rotated; k and v written into the pages. Returns q."""
+        w, (k_pages, v_pages) = self.layers[i], self.kv_pages[i]
         T = x.shape[0]
         d, heads, kv_heads = self.shard.head_dim, self.shard.num_heads, self.shard.num_kv_heads
         if w["qkv"] is None:
@@ -94,15 +129,28 @@ class LlamaRank:
             q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
         k = self.kernels
         k.rotary_embedding(batch.positions, q, key, self.cos_sin_cache)
-        k.write_kv(key, value, kv[0], kv[1], batch.slot_mapping)
+        k.write_kv(key, value, k_pages, v_pages, batch.slot_mapping)
+        return q
+
+    def attend(self, i: int, q: torch.Tensor, batch: StepBatch) -> torch.Tensor:
+        """Layer i's paged attention of ``q`` over the step's sequences: [T, heads * head_dim]."""
+        k, (k_pages, v_pages) = self.kernels, self.kv_pages[i]
         if batch.is_decode:
-            out = k.paged_decode_attention(q, kv[0], kv[1], batch.block_tables, batch.seq_lens, self.scale,
+            out = k.paged_decode_attention(q, k_pages, v_pages, batch.block_tables, batch.seq_lens, self.scale,
                                            self.sliding_window)
         else:
-            out = k.paged_prefill_attention(q, kv[0], kv[1], batch.cu_seqlens_q, batch.seq_lens, batch.block_tables,
-                                            self.scale, self.sliding_window)
-        out = self._reduced(F.linear(out.reshape(T, heads * d), w["o"]))
-        return out if w["o_bias"] is None else out + w["o_bias"]
+            out = k.paged_prefill_attention(q, k_pages, v_pages, batch.cu_seqlens_q, batch.seq_lens,
+                                            batch.block_tables, self.scale, self.sliding_window)
+        return out.reshape(q.shape[0], -1)
+
+    def _after_attention(self, i: int, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Layer i from its attention output on: o_proj (all-reduced), the MLP norm, the MLP."""
+        w = self.layers[i]
+        x = self._reduced(F.linear(attn, w["o"]))
+        if w["o_bias"] is not None:
+            x = x + w["o_bias"]
+        self.kernels.fused_add_rms_norm(x, residual, w["mlp_norm"], self.config.rms_norm_eps)
+        return self._mlp(w, x)
 
     def _mlp(self, w, x) -> torch.Tensor:
         """down(silu(gate(x)) * up(x)); on a TP rank a partial sum, all-reduced here."""
@@ -117,7 +165,7 @@ class LlamaRank:
             self.all_reduce(partial)
         return partial
 
-    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
         """[B, vocab]: this rank's vocabulary slice, all-gathered when the lm_head is split."""
         local = F.linear(x, self.lm_head)                                   # [B, vocab / tp]
         if not self.shard.vocab_part:
