@@ -122,4 +122,6 @@ def demo_checkpoint(seed: int = 0) -> Checkpoint:
     """The embedded demo model: small, llama-shaped, weights generated in code from ``seed``."""
     from .demo_model import build_demo_model
     config, tokenizer, store = build_demo_model(seed)
-    return Checkpoint(config, tokenizer, store, "embedded demo")
+    checkpoint = Checkpoint(config, tokenizer, store, "embedded demo")
+    checkpoint.demo_seed = seed   # how another rank process rebuilds the same model
+    return checkpoint

@@ -23,6 +23,7 @@ import torch
 
 from anydev.plugin_api import load_backend
 
+from . import executor as executors
 from .block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
 from .config import SUPPORTED_ARCHITECTURES
@@ -75,6 +76,10 @@ class EngineConfig:
     #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
     #: (off: each step's tokens are read back before the next step is planned).
     async_steps: bool = True
+    #: Where the ranks run (:mod:`.executor`): "threads" (one process), "mp" (one process per rank on
+    #: this machine, started here) or "torchrun" (one process per rank started by torchrun; build the
+    #: engine on RANK 0, the other ranks run ``anydev.core.rank_process.follow``).
+    executor: str = "threads"
 
 
 def default_read_threads(tp: int) -> int:
@@ -133,6 +138,7 @@ class InferEngine:
         self.timeline: list[PhaseRecord] = []
         self.workers: list[RankWorker] = []
         self.communicators = []
+        self._procs = None
         self.last_stats = GenerationStats()
         self._closed = False
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
@@ -146,6 +152,8 @@ class InferEngine:
             self._start(progress)
         except BaseException:
             self._closed = True
+            if getattr(self, "_procs", None) is not None:   # failed before its ranks were released
+                self._procs.close()
             if self._owns_checkpoint:
                 self.checkpoint.close()
             raise
@@ -156,16 +164,19 @@ class InferEngine:
         validate_config(config, model, self._hooks)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
+        self._procs = executors.start_ranks(config) if config.executor != "threads" else None
+        local_ranks = list(range(config.tp)) if self._procs is None else [0]
+        device_index = {r: r for r in local_ranks} if self._procs is None else {0: self._procs.local_rank}
         count = self.backend.device_count()
-        if config.tp > count:
+        if max(device_index.values()) >= count:
             raise EngineConfigError(
                 f"tp={config.tp} needs {config.tp} devices, but backend '{self.backend.name}' has {count}"
+                if self._procs is None else f"rank 0 uses device {device_index[0]} (LOCAL_RANK), but backend "
+                f"'{self.backend.name}' has {count} device(s) on this machine"
             )
         self.dtype = _resolve_dtype(config, self.backend)
-        devices = [self.backend.device(rank) for rank in range(config.tp)]
         self.kernels = select_kernels(self.backend, config.kernels)
         self.kernels_description = self.kernels.describe()
-        self.communicators = self.backend.create_communicators(devices)
         hooks = self._hooks
         self.uses_graphs = config.use_graphs and (hooks.graph_factory is not None
                                                   or self.backend.supports("torch_graph"))
@@ -181,19 +192,22 @@ class InferEngine:
         budget = config.max_num_batched_tokens or 2048
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
-        read_threads = config.weight_read_threads or default_read_threads(config.tp)
-        setups = [
-            RankSetup(rank, devices[rank], self.communicators[rank], self.checkpoint,
-                      rank_shard(model, config.tp, rank), self.dtype, kv, _host_zero(config, hooks),
-                      progress, self.kernels, self.max_model_len, hooks.fail_at, graph_factory,
-                      staging_bytes=config.weight_staging_bytes, read_threads=read_threads,
-                      max_step_rows=config.max_num_seqs, max_step_tokens=max(budget, config.max_num_seqs),
-                      max_blocks=blocks_per_seq)
-            for rank in range(config.tp)
-        ]
+        plan = executors.RankPlan(config, "", self.dtype, kv, _host_zero(config, hooks), progress, self.max_model_len,
+                                  hooks.fail_at, self.uses_graphs, config.weight_read_threads or default_read_threads(config.tp),
+                                  max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
+        devices = [self.backend.device(device_index[r]) for r in local_ranks]
+        if self._procs is None:
+            self.communicators = self.backend.create_communicators(devices)
+        else:
+            self.communicators = [self._procs.start(plan, self.checkpoint, devices[0])]
+        setups = [plan.rank_setup(rank, devices[i], self.communicators[i], self.checkpoint, self.kernels, graph_factory)
+                  for i, rank in enumerate(local_ranks)]
         start = time.perf_counter()
         try:
-            if config.init_mode == "parallel":
+            if self._procs is not None:        # the other ranks are processes: every one inits at once
+                self.workers = self._procs.workers(RankWorker(setups[0], self._timeline, self._cancel), self._timeline)
+                self._wait_for_init([w.submit(w.init) for w in self.workers])
+            elif config.init_mode == "parallel":
                 for s in setups:                                                # every worker first...
                     self._new_worker(s)
                 self._wait_for_init([w.submit(w.init) for w in self.workers])  # ...then wait for all
@@ -262,7 +276,9 @@ class InferEngine:
                 comm.close()
             except Exception as exc:
                 problems.append(exc)
-        self.workers, self.communicators = [], []
+        if getattr(self, "_procs", None) is not None:
+            problems += self._procs.close()
+        self.workers, self.communicators, self._procs = [], [], None
         if problems and error is not None:
             for p in problems:
                 error.add_note(f"while releasing: {type(p).__name__}: {p}")
@@ -609,6 +625,9 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
     if not isinstance(config.async_steps, bool):
         raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
+    executors.validate_executor(config)
+    if config.executor != "threads" and hooks.graph_factory is not None:
+        raise EngineConfigError("the graph_factory test hook works with executor='threads' only")
     if config.kernels not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {config.kernels!r}")
     if hooks.fail_at is not None:

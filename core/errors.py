@@ -27,6 +27,9 @@ class EngineInitError(AnydevError):
         self.cause = cause
         super().__init__(f"rank {rank} failed during '{phase}': {type(cause).__name__}: {cause}")
 
+    def __reduce__(self):   # crosses processes (the process executors)
+        return EngineInitError, (self.rank, self.phase, self.cause)
+
 
 #: Exit code after Ctrl-C, as shells report a process ended by SIGINT (128 + 2).
 INTERRUPTED_EXIT = 130

@@ -14,10 +14,13 @@ order of sends, which is the contract's matching rule.
 """
 from __future__ import annotations
 
+import os
 import secrets
+import socket
 import threading
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 
@@ -170,53 +173,100 @@ _COMPUTE = {"all_reduce": _all_reduce, "all_gather": _all_gather, "broadcast": _
 
 
 # ---- groups formed from a unique id (comm_unique_id / comm_init_rank) ------------------------
-class _Rendezvous:
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.group: Group | None = None
-        self.joined: set[int] = set()
-
-
-_rendezvous_lock = threading.Lock()
-_rendezvous: dict[bytes, _Rendezvous] = {}
+# An id names a c10d TCPStore that the process which made it serves: ``anydev-cpu:TOKEN@HOST:PORT``.
+# Every rank that joins writes its process into the store; when all ranks are threads of one process
+# they share an in-process :class:`Group`, otherwise each process gets a :class:`.gloo.GlooGroup`.
 _ID_PREFIX = b"anydev-cpu:"
+HOST_ENV = "ANYDEV_CPU_COMM_HOST"
+_lock = threading.Lock()
+_servers: dict[str, object] = {}            # token -> the TCPStore this process serves for its ids
+_local: dict[str, tuple[Group, set]] = {}   # token -> the in-process group and the ranks that joined
 
 
-def new_unique_id() -> bytes:
-    """A fresh id, registered in this process so that ``join`` can find it."""
-    unique_id = _ID_PREFIX + secrets.token_bytes(16)
-    with _rendezvous_lock:
-        _rendezvous[unique_id] = _Rendezvous()
-    return unique_id
+def new_unique_id(timeout_s: float) -> bytes:
+    """A fresh id; this process serves its store (on a free port of ``$ANYDEV_CPU_COMM_HOST``, default
+    this host's name) until the communicators made from it are destroyed."""
+    import torch.distributed as dist
+
+    host = os.environ.get(HOST_ENV) or _default_host()
+    store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    token = secrets.token_hex(16)
+    with _lock:
+        _servers[token] = store
+    return _ID_PREFIX + f"{token}@{host}:{store.port}".encode()
 
 
-def join(unique_id: bytes, nranks: int, rank: int, timeout_s: float) -> Group:
-    """Join the group of ``unique_id`` as ``rank``; block until all ``nranks`` ranks have joined."""
-    with _rendezvous_lock:
-        meeting = _rendezvous.get(bytes(unique_id))
-    if meeting is None:
-        raise InvalidArgumentError(
-            f"unique id {bytes(unique_id)[:32]!r} is unknown: get one from comm_unique_id() in this process "
-            "(the cpu backend's collectives join threads of one process, not separate processes), "
-            "and use it for one group only"
-        )
-    with meeting.cond:
-        if meeting.group is None:
-            meeting.group = Group(nranks, timeout_s)
-        if meeting.group.nranks != nranks:
-            raise InvalidArgumentError(f"rank {rank} joins with nranks={nranks}, but the group has {meeting.group.nranks} ranks")
-        if rank in meeting.joined:
-            raise InvalidArgumentError(f"rank {rank} has already joined this group")
-        meeting.joined.add(rank)
-        meeting.cond.notify_all()
-        if not meeting.cond.wait_for(lambda: len(meeting.joined) == nranks, timeout_s):
-            meeting.joined.discard(rank)
-            missing = sorted(set(range(nranks)) - meeting.joined - {rank})
-            raise CollectiveTimeoutError(
-                f"cpu comm_init_rank: rank {rank} of {nranks} waited {timeout_s:g} s; rank(s) {missing} never joined "
-                "(the timeout is ANYDEV_CPU_COLLECTIVE_TIMEOUT)"
-            )
-        group = meeting.group
-    with _rendezvous_lock:
-        _rendezvous.pop(bytes(unique_id), None)
+def join(unique_id: bytes, nranks: int, rank: int, timeout_s: float):
+    """Join the group of ``unique_id`` as ``rank``; block until all ``nranks`` ranks have joined.
+    Returns a :class:`Group` (all ranks in this process) or a :class:`.gloo.GlooGroup`."""
+    import torch.distributed as dist
+
+    token, host, port = _parse(unique_id)
+    with _lock:
+        server = _servers.get(token)
+    try:   # a client of its own: a store connection serves one blocking call at a time
+        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+    except Exception as exc:  # torch's DistNetworkError and kin: said as a typed error
+        raise CollectiveTimeoutError(
+            f"cpu comm_init_rank: rank {rank} cannot reach the group's store at {host}:{port} ({exc}); the process "
+            f"that made the unique id must be alive and {host} reachable (set {HOST_ENV} on it to an address "
+            "the other ranks can reach)") from None
+    group_store = dist.PrefixStore(f"{token}/", store)
+    if group_store.add(f"joins/{rank}", 1) != 1:
+        raise InvalidArgumentError(f"rank {rank} has already joined this group")
+    me = f"{socket.gethostname()}/{os.getpid()}"
+    group_store.set(f"member/{rank}", f"{me} {nranks}")
+    keys = [f"member/{r}" for r in range(nranks)]
+    try:
+        group_store.wait(keys, timedelta(seconds=timeout_s))
+    except Exception:  # the store's timeout error
+        missing = [r for r in range(nranks) if not group_store.check([keys[r]])]
+        raise CollectiveTimeoutError(
+            f"cpu comm_init_rank: rank {rank} of {nranks} waited {timeout_s:g} s; rank(s) {missing} never joined "
+            "(the timeout is ANYDEV_CPU_COLLECTIVE_TIMEOUT)") from None
+    members = [group_store.get(key).decode().split(" ") for key in keys]
+    if any(int(n) != nranks for _, n in members):
+        raise InvalidArgumentError(f"the ranks of this group joined with different nranks: {[int(n) for _, n in members]}")
+    if all(process == me for process, _ in members):
+        group = _join_local(token, nranks, rank, timeout_s)
+    else:
+        from .gloo import GlooGroup
+
+        group = GlooGroup(dist.PrefixStore("gloo/", group_store), nranks, rank, timeout_s)
+    group.keepalive = (store, server)   # the store (served here when this process made the id) lives with the group
+    with _lock:
+        _servers.pop(token, None)
     return group
+
+
+def _join_local(token: str, nranks: int, rank: int, timeout_s: float) -> Group:
+    with _lock:
+        group, joined = _local.setdefault(token, (Group(nranks, timeout_s), set()))
+        joined.add(rank)
+        if len(joined) == nranks:
+            del _local[token]
+    return group
+
+
+def _parse(unique_id: bytes) -> tuple[str, str, int]:
+    text = bytes(unique_id)
+    try:
+        token, address = text[len(_ID_PREFIX):].decode().split("@", 1)
+        host, port = address.rsplit(":", 1)
+        if not text.startswith(_ID_PREFIX):
+            raise ValueError
+        return token, host, int(port)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"unique id {text[:48]!r} is unknown: get one from the cpu backend's comm_unique_id() and send it to "
+            "every rank of the group") from None
+
+
+def _default_host() -> str:
+    """This host's name when it resolves (what gloo binds to as well), else the loopback address."""
+    name = socket.gethostname()
+    try:
+        socket.getaddrinfo(name, None)
+        return name
+    except OSError:
+        return "127.0.0.1"

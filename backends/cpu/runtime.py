@@ -31,7 +31,7 @@ _DEVICE_SIDES = {  # which ends of a copy are device memory: (dst, src)
 
 @dataclass(frozen=True)
 class _Communicator:
-    group: collectives.Group
+    group: object   # collectives.Group (threads of this process) or gloo.GlooGroup (processes)
     rank: int
     device: int
 
@@ -207,10 +207,11 @@ class CpuRuntime(DeviceRuntime):
 
     def comm_unique_id(self) -> bytes:
         self._check_open()
-        return collectives.new_unique_id()
+        return collectives.new_unique_id(self.collective_timeout_s)
 
     def comm_init_rank(self, unique_id: bytes, nranks: int, rank: int) -> int:
-        """Joins a group of threads of this process; blocks until all ranks have joined (or times out)."""
+        """Joins the group: threads of this process, or processes through gloo (see ``collectives``);
+        blocks until all ranks have joined (or times out)."""
         device = self._current_device()
         if not isinstance(nranks, int) or nranks < 1:
             raise InvalidArgumentError(f"nranks must be a positive int, got {nranks!r}")
@@ -220,8 +221,10 @@ class CpuRuntime(DeviceRuntime):
         return self._add_comm(_Communicator(group, rank, device))
 
     def comm_destroy(self, comm: int) -> None:
-        self._comm("comm_destroy", comm)
+        communicator = self._comm("comm_destroy", comm)
         self._comms.pop(comm, None)
+        if hasattr(communicator.group, "close"):   # a process group: one communicator per process
+            communicator.group.close()
 
     def all_reduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         if op not in self.reduce_ops:
@@ -367,7 +370,7 @@ class CpuRuntime(DeviceRuntime):
         return RuntimeInfo(
             runtime_version=f"anydev cpu {__version__}",
             driver_version="none (host memory)",
-            collective_library="in-process threads",
+            collective_library="in-process threads; gloo (torch.distributed) across processes",
             collective_version=f"anydev cpu {__version__}",
             library_paths=[self._libc_name],
             notes=f"{self.config.num_devices} virtual devices of {self.config.device_memory} bytes each",

@@ -1,0 +1,316 @@
+"""Process-per-rank plumbing over torch.distributed: the launch, the c10d store, the control group.
+
+A group of rank processes is started by torchrun (or any launcher that sets its variables: ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) or by anydev itself
+(``executor="mp"``, :mod:`.executor`). Rank 0 drives: it runs the scheduler and sends every other rank
+what to run. Everything but the activations goes through torch.distributed:
+
+* the **c10d TCPStore** at ``MASTER_ADDR:MASTER_PORT``: replies to rank 0, failure reports,
+  heartbeats;
+* a **gloo process group** (:class:`ControlGroup`): rank 0's commands, each one pickled message
+  broadcast as a uint8 tensor (a step's packed :class:`~.models.batch.StepBatch` travels as its raw
+  bytes).
+
+The activations' all_reduce/all_gather run on the backend's own communicator, made from a unique id
+that rank 0 sends in its first message. :class:`Watchdog` makes a rank that dies, hangs or fails
+visible to the others within seconds.
+"""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Callable, Mapping
+
+import torch
+
+from anydev.plugin_api.errors import AnydevError
+
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+#: Seconds to reach the store and form the control group (a rank that starts later than this fails).
+CONNECT_TIMEOUT_ENV = "ANYDEV_DIST_CONNECT_TIMEOUT"
+#: Seconds without a heartbeat after which a rank counts as gone (hung, or its machine lost).
+HEARTBEAT_TIMEOUT_ENV = "ANYDEV_DIST_HEARTBEAT_TIMEOUT"
+HEARTBEAT_INTERVAL_S = 0.5
+
+
+class LaunchError(AnydevError):
+    """A rank process was launched wrongly: a torchrun variable missing or malformed, a world size
+    that does not match the engine's ranks, or a store that cannot be reached. The message says how
+    to launch instead."""
+
+
+class RankFailedError(AnydevError):
+    """A rank of a process group died, hung or raised; every rank of the group stops. ``rank`` names it."""
+
+    def __init__(self, rank: int, reason: str):
+        self.rank = rank
+        self.reason = reason
+        super().__init__(f"rank {rank} failed: {reason}")
+
+    def __reduce__(self):
+        return RankFailedError, (self.rank, self.reason)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where this process stands in its group of rank processes."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    agent_store: bool = False    # torchrun's agent serves the store; every rank is a client
+    run_id: str = "anydev"
+
+    @property
+    def store_address(self) -> str:
+        return f"{self.master_addr}:{self.master_port}"
+
+
+def launch_from_env(environ: Mapping[str, str] = os.environ) -> Launch | None:
+    """This process's :class:`Launch` from torchrun's variables; None when none is set (one process
+    runs every rank). A partial or malformed set is a :class:`LaunchError`."""
+    present = [name for name in LAUNCH_VARIABLES if environ.get(name)]
+    if not present:
+        return None
+    missing = [name for name in LAUNCH_VARIABLES if not environ.get(name)]
+    if missing:
+        raise LaunchError(
+            f"{', '.join(present)} set but {', '.join(missing)} not: launch every rank with torchrun (it sets "
+            f"{', '.join(LAUNCH_VARIABLES)}), set all five, or unset them all to run every rank in this process")
+    values = {}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
+        try:
+            values[name] = int(environ[name])
+        except ValueError:
+            raise LaunchError(f"{name}={environ[name]!r} is not a whole number; torchrun sets it, or set it yourself") from None
+    world, rank, local, port = values["WORLD_SIZE"], values["RANK"], values["LOCAL_RANK"], values["MASTER_PORT"]
+    if world < 1 or not 0 <= rank < world or local < 0 or not 0 < port < 65536:
+        raise LaunchError(f"RANK={rank}, WORLD_SIZE={world}, LOCAL_RANK={local}, MASTER_PORT={port} do not fit "
+                          "together: 0 <= RANK < WORLD_SIZE, LOCAL_RANK >= 0, MASTER_PORT in 1..65535")
+    run_id = f"{environ.get('TORCHELASTIC_RUN_ID', 'anydev')}/{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return Launch(rank, world, local, environ["MASTER_ADDR"], port,
+                  agent_store=environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True", run_id=run_id)
+
+
+def check_world_size(launch: Launch, tp: int, pp: int = 1) -> None:
+    """A :class:`LaunchError` unless the group has one process per rank of ``tp`` x ``pp``."""
+    needed = tp * pp
+    if launch.world_size != needed:
+        layout = f"--tp {tp}" + (f" x --pp {pp}" if pp > 1 else "")
+        raise LaunchError(
+            f"WORLD_SIZE={launch.world_size}, but {layout} runs on {needed} rank process(es): launch {needed} in all "
+            f"(torchrun --nnodes N --nproc-per-node M with N x M = {needed}), or set --tp to {launch.world_size}")
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise LaunchError(f"{name}={text!r} must be a positive number of seconds")
+    return value
+
+
+def connect_store(launch: Launch, timeout_s: float, serve: bool = False):
+    """A client of the c10d store at MASTER_ADDR:MASTER_PORT (the server itself on rank 0 when
+    ``serve``), prefixed with this run's keys. Unreachable: a :class:`LaunchError` saying what to check."""
+    import torch.distributed as dist
+
+    try:
+        store = dist.TCPStore(launch.master_addr, launch.master_port, is_master=serve, wait_for_workers=False,
+                              timeout=timedelta(seconds=timeout_s))
+    except Exception as exc:  # torch's DistNetworkError / DistStoreError / RuntimeError: one typed error
+        raise LaunchError(
+            f"rank {launch.rank} cannot reach the c10d store at {launch.store_address} within {timeout_s:g} s "
+            f"({_first_line(exc)}): start rank 0 (or torchrun's node of the rendezvous endpoint), check "
+            f"MASTER_ADDR/MASTER_PORT and that this port is open between the machines ({CONNECT_TIMEOUT_ENV} "
+            "sets the wait)") from None
+    return dist.PrefixStore(f"anydev/{launch.run_id}/", store)
+
+
+class ControlLost(AnydevError):
+    """The control group broke: a peer process (usually rank 0) is gone."""
+
+
+class ControlGroup:
+    """Rank 0's messages to every rank (a gloo broadcast), replies and failure reports (the store).
+
+    Messages are pickled; tensors inside travel as their raw bytes, torch generators not at all (only
+    rank 0 samples)."""
+
+    def __init__(self, launch: Launch, store, timeout_s: float):
+        import torch.distributed as dist
+
+        self.launch = launch
+        self.rank, self.world_size = launch.rank, launch.world_size
+        self.store = store
+        try:
+            self._pg = dist.ProcessGroupGloo(dist.PrefixStore("control/", store), self.rank, self.world_size,
+                                             timedelta(seconds=timeout_s))
+        except Exception as exc:
+            raise LaunchError(f"rank {self.rank} could not form the gloo control group of {self.world_size} ranks "
+                              f"through {launch.store_address} within {timeout_s:g} s ({_first_line(exc)}); "
+                              "every rank must start, and reach the others (GLOO_SOCKET_IFNAME picks the "
+                              "network interface)") from None
+
+    # ---- rank 0 -> everyone ---------------------------------------------------------------------
+    def send(self, message) -> None:
+        """Rank 0: broadcast ``message`` to every rank."""
+        payload = torch.frombuffer(bytearray(_dumps(message)), dtype=torch.uint8)
+        self._broadcast(torch.tensor([payload.numel()], dtype=torch.int64))
+        self._broadcast(payload)
+
+    def receive(self):
+        """Ranks other than 0: the next message of rank 0 (blocks)."""
+        size = torch.zeros(1, dtype=torch.int64)
+        self._broadcast(size)
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._broadcast(payload)
+        return pickle.loads(payload.numpy().tobytes())
+
+    def _broadcast(self, tensor: torch.Tensor) -> None:
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = 0
+        # Commands may be far apart (an idle server): no timeout of their own; the watchdog's
+        # heartbeats and gloo's closed sockets tell a dead peer from a quiet one.
+        opts.timeout = timedelta(days=7)
+        try:
+            self._pg.broadcast([tensor], opts).wait()
+        except RuntimeError as exc:
+            raise ControlLost(f"the control group of {self.world_size} ranks broke ({_first_line(exc)})") from exc
+
+    # ---- everyone -> rank 0 ---------------------------------------------------------------------
+    def reply(self, seq: int, value) -> None:
+        self.store.set(f"reply/{seq}/{self.rank}", _dumps(value))
+
+    def report_failure(self, reason: str) -> None:
+        """Tell every rank that this one failed (read by their watchdogs)."""
+        self.store.set(f"failed/{self.rank}", reason.encode())
+        self.store.add("failures", 1)
+
+    def close(self) -> None:
+        self._pg = None
+
+
+def wait_reply(store, seq: int, rank: int, failed: threading.Event):
+    """Rank 0: rank ``rank``'s reply to message ``seq``; returns None early when ``failed`` is set."""
+    key = f"reply/{seq}/{rank}"
+    while not failed.is_set():
+        try:
+            store.wait([key], timedelta(seconds=0.5))
+        except Exception:  # the store's timeout: look at ``failed`` again
+            continue
+        value = pickle.loads(store.get(key))
+        store.delete_key(key)
+        return value
+    return None
+
+
+def failure_reports(store, world_size: int) -> dict[int, str]:
+    """The failures ranks reported so far, by rank."""
+    if store.add("failures", 0) == 0:
+        return {}
+    return {r: store.get(f"failed/{r}").decode() for r in range(world_size) if store.check([f"failed/{r}"])}
+
+
+class Watchdog:
+    """A thread that beats this rank's heart in the store and watches ``ranks``' hearts and failure
+    reports; ``on_failure(rank, reason)`` is called once, for the first problem seen."""
+
+    def __init__(self, launch: Launch, store_factory: Callable, ranks: list[int],
+                 on_failure: Callable[[int, str], None], timeout_s: float | None = None):
+        self.launch = launch
+        self._store = store_factory()   # its own connection: the main thread's may block in a wait
+        self._ranks = ranks
+        self._on_failure = on_failure
+        self._timeout_s = timeout_s or seconds_from_env(HEARTBEAT_TIMEOUT_ENV, 30.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"anydev-watchdog{launch.rank}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        seen = {r: (-1, time.monotonic()) for r in self._ranks}
+        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self._store.add(f"heartbeat/{self.launch.rank}", 1)
+                reports = failure_reports(self._store, self.launch.world_size)
+                beats = {r: self._store.add(f"heartbeat/{r}", 0) for r in self._ranks}
+            except Exception as exc:  # the store is gone: its host (rank 0 or torchrun's agent) is
+                if not self._stop.is_set():
+                    self._fail(0, f"the c10d store at {self.launch.store_address} is gone ({_first_line(exc)}); "
+                                  "rank 0's process (or its machine) ended")
+                return
+            others = {r: text for r, text in reports.items() if r != self.launch.rank}
+            if others:
+                rank = min(others)
+                self._fail(rank, others[rank])
+                return
+            now = time.monotonic()
+            for r, count in beats.items():
+                last, since = seen[r]
+                if count != last:
+                    seen[r] = (count, now)
+                elif now - since > self._timeout_s:
+                    self._fail(r, f"no heartbeat for {self._timeout_s:g} s (the process hung or was stopped, or its "
+                                  f"machine is unreachable; {HEARTBEAT_TIMEOUT_ENV} sets the wait)")
+                    return
+
+    def _fail(self, rank: int, reason: str) -> None:
+        if not self._stop.is_set():
+            self._on_failure(rank, reason)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+class _Pickler(pickle.Pickler):
+    """Generators stay home (only rank 0 samples); tensors travel as plain bytes."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch.Generator):
+            return _none, ()
+        if isinstance(obj, torch.Tensor):
+            host = obj.detach().cpu().contiguous()
+            return _tensor, (host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b"",
+                             host.dtype, tuple(host.shape))
+        return NotImplemented
+
+
+def _dumps(value) -> bytes:
+    buffer = io.BytesIO()
+    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
+    return buffer.getvalue()
+
+
+def _none():
+    return None
+
+
+def _tensor(data: bytes, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).view(shape)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def print_error(text: str) -> None:
+    print(f"error: {text}", file=sys.stderr, flush=True)

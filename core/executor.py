@@ -1,0 +1,523 @@
+"""Executors: where the ranks of an engine run.
+
+* ``threads`` (the default): every rank a :class:`~.rank_worker.RankWorker` thread of this process.
+* ``mp``: one process per rank on this machine; this process is rank 0 and starts the others
+  (``python -m anydev.core.rank_process``) with torchrun's variables set, as torchrun would.
+* ``torchrun``: one process per rank started by torchrun (or any launcher setting its variables), on
+  any number of machines; the process of ``RANK=0`` builds the engine, the others run
+  :func:`anydev.core.rank_process.follow`.
+
+In both process executors rank 0 drives (:class:`ProcessRanks`): the engine sees a
+:class:`LocalRank` (its own RankWorker, whose every command is first broadcast to the others) and one
+:class:`RemoteRank` per other process, whose futures resolve with that rank's reply, or, for the
+steps (no reply: the hot path), when rank 0's own step ends. A rank that dies, hangs or fails fails
+every pending future with :class:`~.dist.RankFailedError` naming it.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from collections import defaultdict, deque
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
+
+from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
+                   check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
+from .errors import EngineConfigError, EngineInitError
+from .models.sharding import rank_shard
+from .rank_worker import KVRequest, RankSetup
+from .timeline import PhaseRecord
+
+EXECUTORS = ("threads", "mp", "torchrun")
+#: Commands the engine gives every rank; any other goes to the one rank it is submitted to.
+EVERY_RANK = frozenset({"init", "capture_graphs", "forward", "release"})
+#: Commands of the step loop: no reply (their futures end with rank 0's own); every other command
+#: (init, graph capture, release, reads) waits for each rank's reply.
+NO_REPLY = frozenset({"forward"})
+#: After a failure, rank 0 still runs these on its own rank (to free its memory).
+CLEANUP = frozenset({"release"})
+#: How long rank 0 gathers reports after a first failure, so that the rank that failed first is named
+#: rather than one that failed because of it.
+GRACE_S = 1.0
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What every rank needs to build its :class:`RankSetup`: sent by rank 0 to the other processes."""
+
+    config: object              # EngineConfig
+    checkpoint: str             # a path, or "demo:SEED" for the embedded demo model
+    dtype: object
+    kv: KVRequest
+    serial_zero: bool
+    progress: bool
+    max_model_len: int
+    fail_at: tuple | None
+    uses_graphs: bool
+    read_threads: int
+    max_step_tokens: int = 1    # the most tokens a step feeds (graph padding included)
+    max_blocks: int = 1         # block-table width
+    unique_id: bytes = b""
+
+    def rank_setup(self, rank: int, device, comm, checkpoint, kernels, graph_factory) -> RankSetup:
+        c = self.config
+        return RankSetup(rank, device, comm, checkpoint, rank_shard(checkpoint.config, c.tp, rank), self.dtype, self.kv,
+                         self.serial_zero, self.progress, kernels, self.max_model_len, self.fail_at, graph_factory,
+                         staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
+                         max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks)
+
+
+def checkpoint_source(checkpoint) -> str:
+    """How another process opens the same checkpoint: its path, or the demo's seed."""
+    seed = getattr(checkpoint, "demo_seed", None)
+    if seed is not None:
+        return f"demo:{seed}"
+    if checkpoint.source and os.path.exists(checkpoint.source):
+        return os.path.abspath(checkpoint.source)
+    raise EngineConfigError(f"the process executors open the checkpoint in every rank process, but {checkpoint.source!r} "
+                            "is no path; pass a model directory or .gguf path (or the embedded demo)")
+
+
+def open_source(source: str):
+    from .checkpoint import demo_checkpoint, open_checkpoint
+
+    return demo_checkpoint(int(source[5:])) if source.startswith("demo:") else open_checkpoint(source)
+
+
+def start_ranks(config) -> "ProcessRanks":
+    """Rank 0's side of a process executor (``config.executor`` is ``mp`` or ``torchrun``)."""
+    pp = getattr(config, "pp", 1)
+    if config.executor == "mp":
+        return ProcessRanks.spawn(config.tp * pp)
+    launch = launch_from_env()
+    if launch is None:
+        raise LaunchError("executor='torchrun' needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
+                          "MASTER_ADDR, MASTER_PORT): launch with torchrun, or use executor='mp' on one machine")
+    if launch.rank != 0:
+        raise LaunchError(f"this process is rank {launch.rank}: only rank 0 builds the engine; the other ranks run "
+                          "anydev.core.rank_process.follow() (test_infer.py and `anydev serve` do so themselves)")
+    check_world_size(launch, config.tp, pp)
+    return ProcessRanks.launched(launch)
+
+
+class ProcessRanks:
+    """Rank 0's handle on the other rank processes of one engine."""
+
+    _launched: "ProcessRanks | None" = None   # torchrun: one group per process, reused by every engine
+
+    def __init__(self, launch: Launch, store, children: list | None = None, store_server=None):
+        self.launch = launch
+        self.local_rank = launch.local_rank
+        self.world_size = launch.world_size
+        self._store = store
+        self._store_server = store_server
+        self._children = children or []
+        self._lock = threading.RLock()
+        self._seq = 0
+        self._pending: dict[int, list[tuple[str, Future]]] = {r: [] for r in range(1, self.world_size)}
+        self._unresolved: set[Future] = set()   # futures a failure must end
+        self._local: dict[str, deque] = defaultdict(deque)   # rank 0's calls not yet sent to the others
+        self._failed = threading.Event()
+        self.failure: RankFailedError | None = None
+        self._closing = False
+        timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
+        self.control = self._form_group(timeout)
+        self._watchdog = Watchdog(launch, self._new_client, list(range(1, self.world_size)), self._on_failure)
+        if self._children:
+            threading.Thread(target=self._watch_children, name="anydev-children", daemon=True).start()
+
+    # ---- start -------------------------------------------------------------------------------
+    @classmethod
+    def spawn(cls, world_size: int) -> "ProcessRanks":
+        """Start ranks 1..world_size-1 as processes of this machine; this process is rank 0."""
+        import torch.distributed as dist
+
+        timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
+        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                               timeout=__import__("datetime").timedelta(seconds=timeout))
+        run_id = f"mp-{os.getpid()}-{secrets.token_hex(4)}/0"
+        launch = Launch(0, world_size, 0, "127.0.0.1", server.port, run_id=run_id)
+        env = dict(os.environ, WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port),
+                   TORCHELASTIC_RUN_ID=run_id[:-2], TORCHELASTIC_RESTART_COUNT="0", ANYDEV_PARENT_PID=str(os.getpid()))
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        children = []
+        try:
+            for rank in range(1, world_size):
+                children.append(subprocess.Popen([sys.executable, "-m", "anydev.core.rank_process"],
+                                                 env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))))
+            store = connect_store(launch, timeout)
+            return cls(launch, store, children, server)
+        except BaseException:
+            _kill(children)
+            raise
+
+    @classmethod
+    def launched(cls, launch: Launch) -> "ProcessRanks":
+        """This torchrun process's group (formed once; every engine of the process reuses it)."""
+        group = cls._launched
+        if group is not None and group.launch == launch and not group._failed.is_set():
+            return group
+        timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
+        server = None if launch.agent_store else connect_store(launch, timeout, serve=True)
+        store = connect_store(launch, timeout)
+        cls._launched = group = cls(launch, store, store_server=server)
+        import atexit
+
+        atexit.register(group.end)
+        return group
+
+    def _new_client(self):
+        return connect_store(self.launch, seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0))
+
+    def _form_group(self, timeout: float) -> ControlGroup:
+        """The control group, formed on a helper thread so that a child dying at start-up ends the wait."""
+        formed: dict = {}
+
+        def form():
+            try:
+                formed["group"] = ControlGroup(self.launch, self._store, timeout)
+            except BaseException as exc:  # handed to the waiting thread below
+                formed["error"] = exc
+
+        thread = threading.Thread(target=form, name="anydev-control-group", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout + 5
+        while thread.is_alive():
+            thread.join(0.2)
+            dead = [(r, c.returncode) for r, c in enumerate(self._children, 1) if c.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                _kill(self._children)
+                raise LaunchError(f"rank {dead[0][0]} exited with code {dead[0][1]} before joining the group of "
+                                  f"{self.world_size} rank processes" if dead else
+                                  f"the {self.world_size} rank processes did not all join within {timeout:g} s "
+                                  f"({CONNECT_TIMEOUT_ENV} sets the wait)")
+        if "error" in formed:
+            _kill(self._children)
+            raise formed["error"]
+        return formed["group"]
+
+    # ---- commands ------------------------------------------------------------------------------
+    def start(self, plan: RankPlan, checkpoint, device):
+        """Send every rank the plan (checkpoint and communicator unique id added); return rank 0's
+        communicator once every rank has built its rank and joined it."""
+        from anydev.plugin_api import Communicator
+
+        unique_id = device.runtime.comm_unique_id()
+        plan = replace(plan, checkpoint=checkpoint_source(checkpoint), unique_id=unique_id)
+        remote = self.setup(plan)
+        joined = Future()
+
+        def join():
+            try:
+                joined.set_result(Communicator.from_unique_id(device, unique_id, plan.config.tp, 0))
+            except BaseException as exc:  # handed to the waiting thread
+                joined.set_exception(exc)
+
+        threading.Thread(target=join, name="anydev-comm-join", daemon=True).start()
+        wait([joined, *remote], return_when=FIRST_EXCEPTION)
+        for rank, future in enumerate(remote, 1):
+            if future.done() and future.exception() is not None:
+                exc = future.exception()
+                raise exc if isinstance(exc, (EngineInitError, RankFailedError)) else EngineInitError(rank, "device setup", exc)
+        if joined.exception() is not None:
+            raise EngineInitError(0, "device setup", joined.exception())
+        return joined.result()
+
+    def setup(self, plan: RankPlan) -> list[Future]:
+        """Send every rank the plan; each builds its rank and joins the communicator (futures: done)."""
+        self._check()
+        futures = self._broadcast(("setup", plan), "setup")
+        return [f for _, f in futures]
+
+    def workers(self, local_worker, timeline) -> list:
+        return [LocalRank(local_worker, self)] + [RemoteRank(r, self, timeline) for r in range(1, self.world_size)]
+
+    def local_call(self, name: str, local: Future) -> Future:
+        """Rank 0 runs ``name`` on its own rank (``local``): the future the engine gets. It fails
+        with :class:`RankFailedError` when a rank fails meanwhile; for a command of every rank without
+        reply, its end also ends the other ranks' futures (see :meth:`remote_future`)."""
+        outer = Future()
+        with self._lock:
+            self._unresolved.add(outer)
+            if name in EVERY_RANK and name in NO_REPLY:
+                self._local[name].append(local)
+        local.add_done_callback(lambda done: self._local_done(outer, done))
+        return outer
+
+    def _local_done(self, outer: Future, local: Future) -> None:
+        error = local.exception()
+        if error is not None and self._failed.wait(2 * GRACE_S):
+            failure = self._wait_verdict()   # rank 0's own error is most likely caused by the failed rank
+            failure.add_note(f"rank 0 meanwhile: {type(error).__name__}: {error}")
+            error = failure
+        with self._lock:
+            self._unresolved.discard(outer)
+            if not outer.done():
+                if error is not None:
+                    outer.set_exception(error)
+                else:
+                    outer.set_result(local.result())
+
+    def remote_future(self, rank: int, name: str, args: tuple) -> Future:
+        """The future of ``name(*args)`` on rank ``rank``. A command of every rank (:data:`EVERY_RANK`)
+        is sent to all of them at its first remote submit (with that rank's arguments: only rank 0's
+        differ); the later ranks take their future of that message. Other commands go to one rank."""
+        self._check()
+        with self._lock:
+            for i, (pending, future) in enumerate(self._pending[rank]):
+                if pending == name:
+                    del self._pending[rank][i]
+                    return future
+        target = None if name in EVERY_RANK else rank
+        made = self._broadcast(("call", name, args, None), name, target, claimer=rank)
+        return dict(made)[rank]
+
+    def _broadcast(self, message: tuple, name: str, target: int | None = None,
+                   claimer: int | None = None) -> list[tuple[int, Future]]:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            wants_reply = name not in NO_REPLY
+            try:
+                self.control.send((seq, wants_reply, target) + message)
+                sent_error = None
+            except Exception as exc:
+                sent_error = exc
+            if sent_error is None:
+                made = self._futures(seq, name, wants_reply, target, claimer)
+        if sent_error is not None:
+            self._on_failure(-1, f"sending '{name}' to the other ranks failed: {sent_error}")
+            raise self._wait_verdict() from sent_error
+        return made
+
+    def _futures(self, seq: int, name: str, wants_reply: bool, target: int | None,
+                 claimer: int | None) -> list[tuple[int, Future]]:
+        """Under the lock: a future per rank the message went to."""
+        made = []
+        for rank in ([target] if target is not None else range(1, self.world_size)):
+            future = Future()
+            made.append((rank, future))
+            if wants_reply:
+                threading.Thread(target=self._collect, args=(seq, rank, future), daemon=True,
+                                 name=f"anydev-reply{rank}").start()
+            else:
+                self._unresolved.add(future)
+            if target is None and rank != claimer and name in EVERY_RANK:
+                self._pending[rank].append((name, future))
+        if not wants_reply:   # they end with rank 0's own call of the same command
+            local = self._local[name].popleft() if self._local[name] else None
+            futures = [f for _, f in made]
+            if local is None:
+                self._steps_done(futures)
+            else:
+                local.add_done_callback(lambda _: self._steps_done(futures, lock=True))
+        return made
+
+    def _steps_done(self, futures: list[Future], lock: bool = False) -> None:
+        if lock:
+            with self._lock:
+                self._steps_done(futures)
+            return
+        for future in futures:
+            self._unresolved.discard(future)
+            if not future.done():
+                future.set_result(None)
+
+    def _collect(self, seq: int, rank: int, future: Future) -> None:
+        client = self._new_client()
+        reply = wait_reply(client, seq, rank, self._failed)
+        if reply is None:
+            future.set_exception(self._wait_verdict())
+            return
+        ok, value = reply
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    # ---- failures ------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._failed.is_set():
+            raise self._wait_verdict()
+
+    def _on_failure(self, rank: int, reason: str) -> None:
+        """The first sign of a failed rank: gather what else was reported for a moment, name the rank
+        that failed first, and fail every pending future."""
+        with self._lock:
+            if self._failed.is_set() or self._closing:
+                return
+            self._failed.set()
+        threading.Thread(target=self._judge, args=(rank, reason), daemon=True, name="anydev-judge").start()
+
+    def _judge(self, rank: int, reason: str) -> None:
+        time.sleep(GRACE_S)
+        deaths = {r: f"its process (pid {c.pid}) exited with code {c.returncode}"
+                     + (f" ({signal.Signals(-c.returncode).name})" if c.returncode < 0 else "")
+                  for r, c in enumerate(self._children, 1) if c.poll() is not None}
+        try:
+            reports = failure_reports(self._new_client(), self.world_size)
+        except Exception:
+            reports = {}
+        if deaths:
+            first = min(deaths)
+            reason = deaths[first] + (f"; it reported: {reports[first]}" if first in reports else "")
+        elif reports:
+            first = min(reports)
+            reason = reports[first]
+        else:
+            first = rank
+        error = RankFailedError(first, reason + "; every rank of the group stopped")
+        self.failure = error
+        with self._lock:
+            pending, self._unresolved = self._unresolved, set()
+            for future in pending:
+                if not future.done():
+                    future.set_exception(error)
+        _kill(self._children)
+
+    def _wait_verdict(self, timeout: float = GRACE_S + 5) -> RankFailedError:
+        deadline = time.monotonic() + timeout
+        while self.failure is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.failure or RankFailedError(-1, "a rank process failed")
+
+    def _watch_children(self) -> None:
+        while not self._closing:
+            for rank, child in enumerate(self._children, 1):
+                if child.poll() is not None and not self._closing:
+                    self._on_failure(rank, f"its process exited with code {child.returncode}")
+                    return
+            time.sleep(0.1)
+
+    # ---- end -----------------------------------------------------------------------------------
+    def close(self) -> list[BaseException]:
+        """End this engine's ranks (they free everything); an mp group's processes end too."""
+        problems = []
+        if not self._failed.is_set():
+            try:
+                for _, future in self._broadcast(("close",), "close"):
+                    future.result(timeout=60)
+            except Exception as exc:
+                problems.append(exc)
+        if self._children:
+            self.end()
+        return problems
+
+    def end(self) -> None:
+        """Tell every rank process to exit (mp: wait for them, then kill what is left)."""
+        if self._closing:
+            return
+        if not self._failed.is_set():
+            try:
+                with self._lock:
+                    self._seq += 1
+                    self.control.send((self._seq, False, None, "exit"))
+            except Exception:  # a rank already gone: the kill below, or its own watchdog, ends it
+                pass
+        self._closing = True
+        self._watchdog.stop()
+        deadline = time.monotonic() + 10
+        for child in self._children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        _kill(self._children)
+        self.control.close()
+        if ProcessRanks._launched is self:
+            ProcessRanks._launched = None
+
+
+class LocalRank:
+    """Rank 0's own RankWorker, as the engine sees it: its futures fail when another rank does."""
+
+    def __init__(self, worker, ranks: ProcessRanks):
+        self._worker = worker
+        self._ranks = ranks
+
+    def __getattr__(self, name):
+        return getattr(self._worker, name)
+
+    def submit(self, fn, *args) -> Future:
+        name = fn.__name__
+        if self._ranks.failure is not None and name not in CLEANUP:   # after a failure: only free rank 0
+            return _failed(self._ranks.failure)
+        return self._ranks.local_call(name, self._worker.submit(fn, *args))
+
+
+class _RemoteMethod:
+    def __init__(self, name: str):
+        self.__name__ = name
+
+
+class RemoteRank:
+    """Another rank's process, as the engine sees it (what the engine reads of a RankWorker)."""
+
+    def __init__(self, rank: int, ranks: ProcessRanks, timeline):
+        self.rank = rank
+        self.kv = None
+        self.kv_zero_device_ms = None
+        self._ranks = ranks
+        self._timeline = timeline
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _RemoteMethod(name)
+
+    def submit(self, method, *args) -> Future:
+        future = self._ranks.remote_future(self.rank, method.__name__, args)
+        outer = Future()
+        future.add_done_callback(lambda done: self._unpack(done, outer))
+        return outer
+
+    def _unpack(self, done: Future, outer: Future) -> None:
+        if done.exception() is not None:
+            outer.set_exception(done.exception())
+            return
+        value = done.result()
+        if isinstance(value, dict) and "state" in value:
+            self._apply(value["state"])
+            value = value["value"]
+        outer.set_result(value)
+
+    def _apply(self, state: dict) -> None:
+        if state.get("kv_layout") is not None:
+            self.kv = SimpleNamespace(layout=state["kv_layout"])
+        self.kv_zero_device_ms = state.get("kv_zero_device_ms", self.kv_zero_device_ms)
+        offset = time.time() - time.perf_counter()   # records travel in wall-clock seconds
+        with self._timeline._lock:
+            self._timeline.records.extend(PhaseRecord(self.rank, phase, start - offset, end - offset)
+                                          for phase, start, end in state.get("timeline", ()))
+
+    def shutdown(self) -> None:
+        """The process ends at the engine's close (``ProcessRanks.close``)."""
+
+
+def _kill(children: list) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+    for child in children:
+        try:
+            child.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def validate_executor(config) -> None:
+    if config.executor not in EXECUTORS:
+        raise EngineConfigError(f"executor must be one of {EXECUTORS}, got {config.executor!r}")
+    if config.executor != "threads" and config.init_mode != "parallel":
+        raise EngineConfigError(f"init_mode {config.init_mode!r} runs ranks one after another in one process; "
+                                f"executor {config.executor!r} starts every rank process at once: use init_mode='parallel'")
+
+
+def with_executor(config, executor: str):
+    return replace(config, executor=executor)
