@@ -521,3 +521,27 @@ def validate_executor(config) -> None:
 
 def with_executor(config, executor: str):
     return replace(config, executor=executor)
+
+
+def command_executor(requested: str | None, tp: int, pp: int = 1) -> str:
+    """The executor of a command-line run (test_infer.py, ``anydev serve``): ``requested``, or
+    "torchrun" when torchrun's variables are set, else "threads". On a torchrun rank other than 0
+    this runs the rank until rank 0 ends the group and ends the process (it never returns)."""
+    launch = launch_from_env()
+    executor = requested or ("torchrun" if launch is not None else "threads")
+    if executor not in EXECUTORS:
+        raise EngineConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "torchrun":
+        if launch is None:
+            raise LaunchError("--executor torchrun needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
+                              "MASTER_ADDR, MASTER_PORT): start this command with torchrun, or use --executor mp")
+        check_world_size(launch, tp, pp)
+        if launch.rank != 0:
+            from .rank_process import follow_and_exit
+
+            follow_and_exit(launch)
+    elif launch is not None:
+        raise LaunchError(f"this process was started as rank {launch.rank} of {launch.world_size} (torchrun's variables "
+                          f"are set), but --executor {executor} runs every rank from one process: drop --executor "
+                          "(torchrun is the default then), or start the command without torchrun")
+    return executor

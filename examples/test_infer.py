@@ -4,6 +4,8 @@
     python examples/test_infer.py --device nvidia --tp 2  # the demo on two GPUs, checked against cpu
     python examples/test_infer.py --device nvidia --enforce-eager   # decode without device graphs
     python examples/test_infer.py --device nvidia --model /models/Llama-3.2-1B-Instruct --prompt "Hi"
+    python examples/test_infer.py --device nvidia --tp 2 --executor mp   # one process per rank
+    torchrun --nproc-per-node 2 examples/test_infer.py --device nvidia --tp 2   # docs/multi-node.md
 
 Flags follow InfiniLM's test_infer.py. Without --model the embedded demo model runs, and its greedy
 tokens are checked against the cpu reference backend (float32, one rank) and, when transformers is
@@ -53,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
     p.add_argument("--enforce-eager", action="store_true",
                    help="decode eagerly, without device graphs (they are used where the backend has them)")
+    p.add_argument("--executor", default=None, choices=("threads", "mp", "torchrun"),
+                   help="where the ranks run: threads of this process, mp (a process per rank, started here) or "
+                        "torchrun (this process is one rank; the default when torchrun started it); default threads")
     p.add_argument("--kernels", default="native", choices=("native", "reference"),
                    help="native: the backend's kernels where it has them (default); reference: the torch references")
     return p.parse_args(argv)
@@ -64,8 +69,10 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.executor import command_executor
     from anydev.plugin_api import load_backend
 
+    executor = command_executor(args.executor, args.tp)   # a torchrun rank other than 0 serves rank 0 from here on
     args.device = load_backend(args.device).name   # an unknown or unavailable device fails first
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
@@ -76,7 +83,7 @@ def run(args) -> int:
     config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
                           max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager,
-                          kernels=args.kernels)
+                          kernels=args.kernels, executor=executor)
     validate_config(config, checkpoint.config)   # the settings and the prompt are checked before any weights load
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
@@ -84,7 +91,7 @@ def run(args) -> int:
     max_new_tokens = _new_tokens_that_fit(checkpoint, args, use_template)
     sampling = _with(sampling, max_new_tokens=max_new_tokens)
     with InferEngine(checkpoint, config, progress=True) as engine:
-        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp} rank(s), dtype {str(engine.dtype).removeprefix('torch.')}, "
+        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp} rank(s) ({executor}), dtype {str(engine.dtype).removeprefix('torch.')}, "
               f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
               f"decode graphs {'on' if engine.uses_graphs else 'off'}"
               + (f" ({len(engine.graph_buckets)} captured at start-up in {engine.capture_seconds:.3f} s)"
