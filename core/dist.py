@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import socket
 import sys
 import threading
 import time
@@ -129,6 +130,8 @@ def connect_store(launch: Launch, timeout_s: float, serve: bool = False):
     import torch.distributed as dist
 
     try:
+        if not serve:   # said here, in one line, rather than by c10d's retry log
+            _wait_reachable(launch.master_addr, launch.master_port, timeout_s)
         store = dist.TCPStore(launch.master_addr, launch.master_port, is_master=serve, wait_for_workers=False,
                               timeout=timedelta(seconds=timeout_s))
     except Exception as exc:  # torch's DistNetworkError / DistStoreError / RuntimeError: one typed error
@@ -138,6 +141,18 @@ def connect_store(launch: Launch, timeout_s: float, serve: bool = False):
             f"MASTER_ADDR/MASTER_PORT and that this port is open between the machines ({CONNECT_TIMEOUT_ENV} "
             "sets the wait)") from None
     return dist.PrefixStore(f"anydev/{launch.run_id}/", store)
+
+
+def _wait_reachable(host: str, port: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=min(1.0, timeout_s)).close()
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise ConnectionError(f"nothing answers there: {exc}") from None
+            time.sleep(0.2)
 
 
 class ControlLost(AnydevError):

@@ -472,7 +472,15 @@ class RemoteRank:
         return _RemoteMethod(name)
 
     def submit(self, method, *args) -> Future:
-        future = self._ranks.remote_future(self.rank, method.__name__, args)
+        name = method.__name__
+        if name in CLEANUP and self._ranks._failed.is_set():
+            done = Future()   # the process is gone or about to be: nothing of it to free from here
+            done.set_result([])
+            return done
+        try:
+            future = self._ranks.remote_future(self.rank, name, args)
+        except Exception as exc:
+            return _failed(exc)
         outer = Future()
         future.add_done_callback(lambda done: self._unpack(done, outer))
         return outer
@@ -498,6 +506,12 @@ class RemoteRank:
 
     def shutdown(self) -> None:
         """The process ends at the engine's close (``ProcessRanks.close``)."""
+
+
+def _failed(error: BaseException) -> Future:
+    future = Future()
+    future.set_exception(error)
+    return future
 
 
 def _kill(children: list) -> None:

@@ -1,0 +1,146 @@
+"""Process-per-rank execution on the cpu backend: executor="mp", two torchrun "nodes" on 127.0.0.1,
+a rank killed mid-generation, and bad launches. Every child process runs under a timeout."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from anydev.core import EngineConfig, EngineInitError, InferEngine, SamplingParams
+from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.dist import LaunchError, RankFailedError, launch_from_env
+from anydev.core.test_hooks import TestHooks
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_INFER = ROOT / "examples" / "test_infer.py"
+PROMPTS = ["Hello, world!", "the model of the device is"]
+NEW_TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def tp1_tokens():
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1)) as engine:
+        return [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))]
+
+
+def rank_processes() -> list[int]:
+    """Pids of this process's children that run a rank (``anydev.core.rank_process``), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), None)
+        state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
+        if parent == str(os.getpid()) and b"anydev.core.rank_process" in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
+        children = [c.pid for c in engine._procs._children]
+        assert len(children) == 1 and children[0] != os.getpid()
+        assert rank_processes() == children
+        tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))]
+        phases = {(r.rank, r.phase) for r in engine.timeline}
+    assert tokens == tp1_tokens
+    assert {rank for rank, _ in phases} == {0, 1} and (1, "weights") in phases
+    assert rank_processes() == []   # the rank process ended with the engine
+
+
+def test_a_failing_rank_process_names_itself_and_leaves_no_process():
+    with pytest.raises(EngineInitError, match=r"rank 1 failed during 'weights'.*injected fault"):
+        InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"), _hooks=TestHooks(fail_at=(1, "weights")))
+    assert rank_processes() == []
+
+
+def test_killing_a_rank_mid_generation_stops_the_run_naming_it():
+    engine = InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"))
+    try:
+        seq = engine.add_request([5, 9, 33, 70, 12], SamplingParams(max_new_tokens=200, ignore_eos=True))
+        for _ in range(3):
+            engine.step()
+        assert len(seq.output) == 3
+        child = engine._procs._children[0]
+        os.kill(child.pid, signal.SIGKILL)
+        with pytest.raises(RankFailedError) as failure:
+            for _ in range(200):   # bounded: the failure ends it long before the request does
+                engine.step()
+        assert failure.value.rank == 1
+        assert "rank 1 failed" in str(failure.value) and "SIGKILL" in str(failure.value)
+    finally:
+        engine.close()
+    assert rank_processes() == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_torchrun_nodes_give_the_tokens_of_one_process(tmp_path):
+    prompt = "Hello, world!"
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1)) as engine:
+        [expected] = engine.generate([prompt], SamplingParams(max_new_tokens=NEW_TOKENS))
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--node-rank", str(node), "--max-restarts", "0",
+         str(TEST_INFER), "--tp", "2", "--prompt", prompt, "--max-new-tokens", str(NEW_TOKENS)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path) for node in (0, 1)]
+    try:
+        logs = [node.communicate(timeout=240)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(logs)
+    [driver] = [log for log in logs if "--- output 0" in log]   # the node that got rank 0 prints
+    assert "x 2 rank(s) (torchrun)" in driver
+    assert f"--- output 0 ({len(expected.token_ids)} tokens, {expected.finish_reason}) ---\n{expected.text}\n" in driver
+    assert "tokens match the cpu reference: yes" in driver
+
+
+# ---- bad launches: one typed line each ----------------------------------------------------------
+def test_a_partial_torchrun_environment_is_a_launch_error():
+    with pytest.raises(LaunchError, match="RANK, WORLD_SIZE set but LOCAL_RANK, MASTER_ADDR, MASTER_PORT not"):
+        launch_from_env({"RANK": "0", "WORLD_SIZE": "2"})
+    assert launch_from_env({}) is None
+
+
+def run_test_infer(env_update: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", **env_update)
+    return subprocess.run([sys.executable, str(TEST_INFER), *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_a_world_size_that_is_not_tp_is_one_line():
+    done = run_test_infer(dict(RANK="0", WORLD_SIZE="3", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                               MASTER_PORT=str(free_port())), "--tp", "2")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: WORLD_SIZE=3, but --tp 2 runs on 2 rank process(es): launch 2 in all (torchrun --nnodes N "
+        "--nproc-per-node M with N x M = 2), or set --tp to 3"]
+
+
+def test_an_unreachable_master_is_one_line():
+    port = free_port()   # nobody listens there
+    done = run_test_infer(dict(RANK="1", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                               ANYDEV_DIST_CONNECT_TIMEOUT="2"), "--tp", "2")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: rank 1 cannot reach the c10d store at 127.0.0.1:{port}"), done.stderr
