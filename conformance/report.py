@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 #: The check groups, in the order the matrix shows them (a test module ``test_<group>.py`` each).
-GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "graphs", "parallel_init", "inference", "kernels")
+GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "graphs", "parallel_init", "inference", "kernels", "processes")
 
 # user_properties keys the suite sets on each check.
 BACKEND_KEY = "anydev_backend"

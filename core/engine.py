@@ -164,7 +164,7 @@ class InferEngine:
         validate_config(config, model, self._hooks)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
-        self._procs = executors.start_ranks(config) if config.executor != "threads" else None
+        self._procs = executors.start_ranks(config, self.backend) if config.executor != "threads" else None
         local_ranks = list(range(config.tp)) if self._procs is None else [0]
         device_index = {r: r for r in local_ranks} if self._procs is None else {0: self._procs.local_rank}
         count = self.backend.device_count()
@@ -276,8 +276,9 @@ class InferEngine:
                 comm.close()
             except Exception as exc:
                 problems.append(exc)
-        if getattr(self, "_procs", None) is not None:
+        if self._procs is not None:
             problems += self._procs.close()
+            error = error or self._procs.failure   # a failed rank's consequences: already raised, not again
         self.workers, self.communicators, self._procs = [], [], None
         if problems and error is not None:
             for p in problems:

@@ -90,8 +90,12 @@ def open_source(source: str):
     return demo_checkpoint(int(source[5:])) if source.startswith("demo:") else open_checkpoint(source)
 
 
-def start_ranks(config) -> "ProcessRanks":
+def start_ranks(config, backend) -> "ProcessRanks":
     """Rank 0's side of a process executor (``config.executor`` is ``mp`` or ``torchrun``)."""
+    if not backend.runtime.cross_process_collectives:
+        raise EngineConfigError(f"backend '{backend.name}' ({backend.runtime.hardware_label}) joins communicators of "
+                                f"one process only; executor {config.executor!r} runs a process per rank: use "
+                                "executor='threads'")
     pp = getattr(config, "pp", 1)
     if config.executor == "mp":
         return ProcessRanks.spawn(config.tp * pp)

@@ -105,6 +105,11 @@ class DeviceRuntime(abc.ABC):
     reduce_ops: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
     #: Where this runtime runs, for reports: a hardware name, or ``"emulated runtime"``.
     hardware_label: str = "hardware"
+    #: Whether ``comm_init_rank`` joins ranks that live in other processes, on this machine or others
+    #: (NCCL's and MCCL's do). False for runtimes whose groups are threads of one process (emulated
+    #: runtimes, host-only examples): the conformance suite's ``processes`` group then skips, and the
+    #: engine's process executors (``executor="mp"``/``"torchrun"``) refuse the backend.
+    cross_process_collectives: bool = True
     #: How the kernels from :meth:`kernels` are made, for start-up logs (``"Triton"``,
     #: ``"Triton, unverified on this hardware"``).
     kernels_note: str = ""

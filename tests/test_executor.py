@@ -69,9 +69,9 @@ def test_killing_a_rank_mid_generation_stops_the_run_naming_it():
     engine = InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"))
     try:
         seq = engine.add_request([5, 9, 33, 70, 12], SamplingParams(max_new_tokens=200, ignore_eos=True))
-        for _ in range(3):
+        for _ in range(4):
             engine.step()
-        assert len(seq.output) == 3
+        assert len(seq.output) >= 2   # generation is under way (steps overlap: tokens lag a step)
         child = engine._procs._children[0]
         os.kill(child.pid, signal.SIGKILL)
         with pytest.raises(RankFailedError) as failure:

@@ -40,6 +40,7 @@ class GlooGroup:
         self.rank = rank
         self.timeout_s = timeout_s
         self._pg = dist.ProcessGroupGloo(store, rank, nranks, timedelta(seconds=timeout_s))
+        self._sends: list = []   # (work, data) of sends not known to be delivered
 
     def run(self, rank: int, request) -> None:
         """Run ``request`` (a :class:`.collectives.Request`) as this process's rank, on the stream worker."""
@@ -75,7 +76,38 @@ class GlooGroup:
         self._pg.broadcast([data], opts).wait()
         _elements(request.recv, request.count, request.dtype).copy_(data)
 
+    # ---- point-to-point (contract 1.3): same calls as the thread group's mailboxes ----------------
+    def send(self, rank: int, peer: int, address: int, count: int, dtype: str) -> None:
+        """Post a copy of the data to ``peer`` (never waits for its recv; gloo keeps the order)."""
+        data = _elements(address, count, dtype).clone()
+        self._reap()
+        self._sends.append((self._p2p("send", peer, lambda: self._pg.send([data], peer, 0)), data))
+
+    def recv(self, rank: int, peer: int, address: int, count: int, dtype: str) -> None:
+        """Wait for ``peer``'s next message and copy it to ``address``."""
+        data = torch.empty(count, dtype=TORCH_DTYPES[dtype])
+        self._p2p("recv", peer, lambda: self._pg.recv([data], peer, 0).wait())
+        _elements(address, count, dtype).copy_(data)
+
+    def _p2p(self, kind: str, peer: int, call):
+        try:
+            return call()
+        except RuntimeError as exc:
+            raise CollectiveError(
+                f"cpu {kind} across processes: rank {self.rank} of {self.nranks} lost rank {peer} ({_first_line(exc)}); "
+                "the peer process died or stopped (the timeout is ANYDEV_CPU_COLLECTIVE_TIMEOUT)") from exc
+
+    def _reap(self) -> None:
+        """Forget the sends that completed (their data may go)."""
+        self._sends = [(work, data) for work, data in self._sends if not work.is_completed()]
+
     def close(self) -> None:
+        for work, _ in self._sends:   # let sends in flight finish before the group goes
+            try:
+                work.wait()
+            except RuntimeError:  # the peer is gone: nothing left to deliver
+                pass
+        self._sends = []
         self._pg = None
 
 

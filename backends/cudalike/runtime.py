@@ -104,6 +104,8 @@ class CudaLikeRuntime(DeviceRuntime):
         self.ccl_library = load_library(self.ffi, spec.ccl_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
         self._bind_collectives(self.ccl_library)
         self.hardware_label = "emulated runtime" if self.emulation else self._hardware_label()
+        if self.emulation:   # the emulated MCCL/NCCL keeps its groups in this process's memory
+            self.cross_process_collectives = False
 
         constants = spec.runtime
         self._memcpy_kinds = constants.memcpy_kinds

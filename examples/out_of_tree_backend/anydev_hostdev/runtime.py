@@ -67,6 +67,7 @@ class HostDevRuntime(DeviceRuntime):
     contract_version = CONTRACT_VERSION
     torch_device_type = "cpu"
     hardware_label = "host CPU (hostdev example backend)"
+    cross_process_collectives = False   # its groups are threads of one process
 
     def __init__(self):
         self.num_devices = _env_number(DEVICES_ENV, 4)

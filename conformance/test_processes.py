@@ -1,0 +1,59 @@
+"""Collectives across processes: the contract's multi-process path (``comm_unique_id`` in one
+process, ``comm_init_rank`` in every process of the group), as torchrun-launched engines use it.
+
+Two rank processes (``anydev.conformance.process_rank``) on devices 0 and 1 exchange the unique id
+through a c10d store, then run all_reduce, all_gather, broadcast and (where offered, contract 1.3)
+send/recv in a ring; this process checks what each got. Backends whose groups are threads of one
+process (``cross_process_collectives = False``) skip, saying so.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+import torch
+
+from anydev.conformance.process_rank import COUNT, rank_input
+from anydev.conformance.support import require_devices
+
+NRANKS = 2
+TIMEOUT_S = 120
+
+
+def test_collectives_across_processes(backend):
+    import torch.distributed as dist
+
+    if not backend.runtime.cross_process_collectives:
+        pytest.skip(f"'{backend.name}' ({backend.runtime.hardware_label}) joins communicators of one process only "
+                    "(cross_process_collectives = False)")
+    require_devices(backend, NRANKS)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=TIMEOUT_S))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, "-m", "anydev.conformance.process_rank", backend.name, str(rank),
+                               str(NRANKS), str(store.port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for rank in range(NRANKS)]
+    try:
+        logs = [rank.communicate(timeout=TIMEOUT_S)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    for r, (rank, log) in enumerate(zip(ranks, logs)):
+        assert rank.returncode == 0, f"rank process {r} exited with {rank.returncode}:\n{log[-3000:]}"
+    results = [pickle.loads(store.get(f"results/{r}")) for r in range(NRANKS)]
+    inputs = [rank_input(r) for r in range(NRANKS)]
+    expected = {
+        "all_reduce": sum(inputs).tolist(),
+        "all_gather": torch.cat(inputs).tolist(),
+        "broadcast": inputs[NRANKS - 1].tolist(),
+    }
+    for r, got in enumerate(results):
+        for call, want in expected.items():
+            assert got[call] == want, f"{call} across {NRANKS} processes: rank {r} got a wrong result"
+        if backend.supports("send"):
+            assert got["send_recv"] == inputs[(r - 1) % NRANKS].tolist(), \
+                f"send/recv across {NRANKS} processes: rank {r} did not get rank {(r - 1) % NRANKS}'s message"
+    assert len(expected["all_reduce"]) == COUNT
