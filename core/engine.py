@@ -28,6 +28,7 @@ from .block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
 from .config import SUPPORTED_ARCHITECTURES
 from .graphs import batch_bucket, batch_buckets
+from .piecewise import token_bucket, token_buckets
 from .kernel_choice import KERNEL_MODES, select_kernels
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
@@ -73,6 +74,10 @@ class EngineConfig:
     weight_staging_bytes: int = 128 << 20
     #: Threads per rank reading the checkpoint (default: the host's cores shared by the ranks, at most 8).
     weight_read_threads: int | None = None
+    #: With decode graphs on, also capture the steps that are not pure decodes (prompt chunks, mixed
+    #: steps) as piecewise graphs around the attentions, per token bucket up to this many tokens
+    #: (0: such steps run eagerly).
+    piecewise_max_tokens: int = 2048
     #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
     #: (off: each step's tokens are read back before the next step is planned).
     async_steps: bool = True
@@ -217,8 +222,11 @@ class InferEngine:
                     self._wait_for_init([worker.submit(worker.init)])
             self.init_seconds = time.perf_counter() - start
             self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
+            pieces = min(config.piecewise_max_tokens, budget) if self.uses_graphs else 0
+            self.token_buckets = token_buckets(pieces) if pieces else []
             if self.uses_graphs:   # every rank at once: the collectives inside the captures line up
-                self._wait_for_init([w.submit(w.capture_graphs, self.graph_buckets) for w in self.workers])
+                self._wait_for_init([w.submit(w.capture_graphs, self.graph_buckets, self.token_buckets)
+                                     for w in self.workers])
             self.capture_seconds = time.perf_counter() - start - self.init_seconds
         except BaseException as exc:
             self._release_all(exc)
@@ -456,9 +464,13 @@ class InferEngine:
             return build_step(seqs, num_new, block_size=block_size, num_prev=num_prev)
         decode = all(n == 1 for n in num_new) if num_new is not None else \
             all(s.num_tokens - s.num_cached == 1 for s in seqs)
-        rows = batch_bucket(len(seqs), self.config.max_num_seqs) if decode else None
-        return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, pad_to=rows,
-                          num_prev=num_prev)
+        if decode:
+            rows = batch_bucket(len(seqs), self.config.max_num_seqs)
+            return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, pad_to=rows,
+                              num_prev=num_prev)
+        tokens = sum(num_new) if num_new is not None else sum(s.num_tokens - s.num_cached for s in seqs)
+        return build_step(seqs, num_new, self.max_blocks_per_seq, block_size=block_size, num_prev=num_prev,
+                          pad_tokens_to=token_bucket(tokens, self.token_buckets))
 
     def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
@@ -624,6 +636,9 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         )
     if config.dtype is not None and config.dtype not in DTYPES:
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
+    if not isinstance(config.piecewise_max_tokens, int) or isinstance(config.piecewise_max_tokens, bool) \
+            or config.piecewise_max_tokens < 0:
+        raise EngineConfigError(f"piecewise_max_tokens must be an integer >= 0, got {config.piecewise_max_tokens!r}")
     if not isinstance(config.async_steps, bool):
         raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
     executors.validate_executor(config)

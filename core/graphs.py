@@ -78,6 +78,11 @@ class DecodeGraphs:
         self._pool_owner = None
 
     @property
+    def pool_owner(self):
+        """The graph whose memory pool every graph of this rank shares (None before a capture)."""
+        return self._pool_owner
+
+    @property
     def buckets(self) -> list[int]:
         """The captured batch sizes, in capture order (largest first)."""
         return list(self._graphs)

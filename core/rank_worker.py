@@ -17,6 +17,7 @@ from anydev.plugin_api import Communicator, Device
 
 from .errors import EngineConfigError, EngineInitError
 from .graphs import DecodeGraphs
+from .piecewise import PiecewiseGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from .models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
@@ -81,6 +82,7 @@ class RankWorker:
         self.kv: PagedKVCache | None = None
         self.model: LlamaRank | None = None
         self.graphs: DecodeGraphs | None = None
+        self.pieces: PiecewiseGraphs | None = None
         self.io: StepIO | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
@@ -186,13 +188,21 @@ class RankWorker:
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                self._all_reduce if tp else None, self._all_gather if tp else None)
 
-    def capture_graphs(self, buckets: list[int]) -> None:
-        """Capture the decode graphs of every batch bucket (all ranks call this together)."""
+    def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
+        """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
+        bucket (all ranks call this together; every graph shares one memory pool)."""
         factory = self.setup.graph_factory
+
+        def new_graph(replay_eagerly):
+            return factory(self.stream, replay_eagerly)
+
         with self.stream.torch_stream():
-            self.graphs = DecodeGraphs(self.rank, lambda replay_eagerly: factory(self.stream, replay_eagerly),
-                                       self.model.forward, self.io, self.setup.max_blocks)
+            self.graphs = DecodeGraphs(self.rank, new_graph, self.model.forward, self.io, self.setup.max_blocks)
             self.graphs.capture_all(buckets)
+            if token_buckets:
+                self.pieces = PiecewiseGraphs(self.rank, new_graph, self.model, self.io, self.setup.max_blocks,
+                                              share_pool_with=self.graphs.pool_owner)
+                self.pieces.capture_all(token_buckets)
         self.stream.synchronize()
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
@@ -208,7 +218,8 @@ class RankWorker:
                 generators: list[torch.Generator | None], share_tokens: bool = False,
                 read: TokenTicket | None = None) -> tuple[TokenTicket | None, list[int] | None]:
         """Launch one step without waiting for it: its inputs into the rank's buffer (one copy), the
-        forward (a graph replay for a decode step padded to a graph bucket), and on rank 0 the
+        forward (a graph replay for a decode step padded to a graph bucket, the piecewise graphs for
+        another step padded to a token bucket, else eager), and on rank 0 the
         sampling of the real rows on the device, each row with its own parameters and generator.
         The sampled tokens are kept where the next step takes them; with ``share_tokens`` (the next
         step is built before they are read back, at tp > 1) rank 0 shares them with every rank.
@@ -218,6 +229,8 @@ class RankWorker:
             step = self.io.put(batch)
             if batch.real_rows is not None:
                 logits = self.graphs.run(step)[:batch.real_rows]
+            elif batch.real_tokens is not None:
+                logits = self.pieces.run(step)
             else:
                 logits = self.model.forward(step)
             tokens = sample_rows(logits, sampling, generators) if self.rank == 0 else None
@@ -252,7 +265,7 @@ class RankWorker:
         self.model = None
         errors = []
         events = getattr(self, "_zero_events", None) or ()
-        for obj in (self.graphs, *events, self.io, self.kv, self.weights, self.stream):
+        for obj in (self.pieces, self.graphs, *events, self.io, self.kv, self.weights, self.stream):
             if obj is None:
                 continue
             try:
@@ -260,7 +273,7 @@ class RankWorker:
             except Exception as exc:  # collected and reported by the engine
                 errors.append(exc)
         self._zero_events = None
-        self.graphs = self.io = self.kv = self.weights = self.stream = None
+        self.pieces = self.graphs = self.io = self.kv = self.weights = self.stream = None
         return errors
 
     def shutdown(self) -> None:

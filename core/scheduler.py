@@ -163,14 +163,17 @@ class Scheduler:
 
 
 def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None, *,
-               block_size: int, pad_to: int | None = None, num_prev: int = 0) -> StepBatch:
+               block_size: int, pad_to: int | None = None, num_prev: int = 0,
+               pad_tokens_to: int | None = None) -> StepBatch:
     """The packed step (see :class:`StepBatch`) in which sequence i feeds ``num_new[i]`` tokens from
     its ``num_cached`` on (a prompt chunk, or its one decode token); by default every uncached token.
     Block tables are ``max_blocks`` wide (default: the widest in the step). ``pad_to`` pads a decode
     step to that many rows (padding rows write no KV and attend nothing: see :func:`pad_decode`).
     ``num_prev`` is the previous step's rows kept on the device: a sequence whose last token is still
     pending there (``num_pending``, at ``pending_row``) takes it from them (``token_src``); with 0
-    no sequence may have a pending token. Vectorised: the Python work per sequence is reading its lists, none per token."""
+    no sequence may have a pending token. ``pad_tokens_to`` pads the tokens of a step that is not a
+    pure decode to that many (padding tokens: id 0 at position 0, no slot, in no sequence), for the
+    piecewise graphs of that token bucket. Vectorised: the Python work per sequence is reading its lists, none per token."""
     B = len(seqs)
     if B == 0:
         raise ValueError("build_step needs at least one sequence")
@@ -205,6 +208,17 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
             raise ValueError(f"sequence {seqs[int(np.argmax(feeds))].index}: its last token is still on the device "
                              f"(a row of the previous step), but the step keeps {num_prev} rows of it")
         token_src[cu[1:][feeds] - 1] = pending[feeds]
+    own_src = token_src
+    real_tokens = None
+    if pad_tokens_to is not None:
+        if pad_to is not None or pad_tokens_to < T:
+            raise ValueError(f"a step of {T} tokens cannot be padded to {pad_tokens_to} tokens"
+                             + (" (and rows)" if pad_to is not None else ""))
+        pad, real_tokens = pad_tokens_to - T, T
+        input_ids, positions = np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64)))
+        slots = np.concatenate((slots, np.full(pad, -1, np.int64)))
+        token_src = np.arange(num_prev, num_prev + pad_tokens_to)
+        token_src[:T] = own_src
     if pad_to is not None and rows > B:   # padding rows: token 0 at position 0, no slot, no context
         token_src = np.concatenate((token_src, np.arange(num_prev + T, num_prev + rows)))
         pad = rows - B
@@ -216,6 +230,7 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
                                 last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables,
                                 token_src=token_src),
                            max_q_len=int(q_lens.max()), num_prev=num_prev)
+    batch.real_tokens = real_tokens
     if pad_to is not None:
         batch.real_rows = B
     return batch

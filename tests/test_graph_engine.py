@@ -58,6 +58,7 @@ def fresh_graph_log():
 
 def config(tp=1, graphs=True, **changes):
     changes.setdefault("max_num_seqs", 4)
+    changes.setdefault("piecewise_max_tokens", 0)   # decode graphs only (tests/test_piecewise_graphs.py: the rest)
     return EngineConfig(tp=tp, max_model_len=48, block_size=BLOCK, use_graphs=graphs, **changes)
 
 

@@ -26,13 +26,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: (name, dtype, shape in terms of T, B, M); the int64 fields first, so every field stays aligned.
+#: (name, dtype, shape in terms of T, B, M); the int64 fields first, so every field stays aligned, and
+#: the per-token fields first, so where they lie depends on T only (piecewise graphs read them).
 _LAYOUT = (
     ("input_ids", np.int64, lambda T, B, M: (T,)),
     ("positions", np.int64, lambda T, B, M: (T,)),
     ("slot_mapping", np.int64, lambda T, B, M: (T,)),
-    ("last_index", np.int64, lambda T, B, M: (B,)),
     ("token_src", np.int64, lambda T, B, M: (T,)),
+    ("last_index", np.int64, lambda T, B, M: (B,)),
     ("cu_seqlens_q", np.int32, lambda T, B, M: (B + 1,)),
     ("seq_lens", np.int32, lambda T, B, M: (B,)),
     ("block_tables", np.int32, lambda T, B, M: (B, M)),
@@ -63,7 +64,9 @@ class StepBatch:
 
     ``max_q_len`` (host int) is the most tokens one sequence feeds: 1 makes it a pure decode step.
     ``real_rows`` is set on a decode step padded to a graph's batch size: only its first
-    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`). ``num_prev`` is the P of the
+    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`). ``real_tokens`` is set on a
+    step padded to a token bucket of the piecewise graphs: only its first ``real_tokens`` tokens
+    belong to sequences (the others write no KV). ``num_prev`` is the P of the
     module docstring; ``token_pool`` is ``[previous tokens | input_ids]`` once the step sits in a
     device buffer after them (:meth:`placed`), else None (and ``token_src`` is unused).
     """
@@ -76,6 +79,7 @@ class StepBatch:
     real_rows: int | None = None
     num_prev: int = 0
     token_pool: torch.Tensor | None = None
+    real_tokens: int | None = None
 
     @classmethod
     def pack(cls, fields: dict[str, np.ndarray], max_q_len: int, num_prev: int = 0) -> "StepBatch":
@@ -101,7 +105,7 @@ class StepBatch:
     def view_of(self, packed: torch.Tensor) -> "StepBatch":
         """The same step shape over other bytes (a device copy, a graph's static buffer)."""
         return StepBatch(packed[:self.packed.numel()], self.T, self.B, self.M, self.max_q_len, self.real_rows,
-                         self.num_prev)
+                         self.num_prev, real_tokens=self.real_tokens)
 
     def placed(self, buffer: torch.Tensor) -> "StepBatch":
         """The same step shape in a uint8 ``buffer`` that starts with the ``num_prev`` int64 slots of
@@ -119,8 +123,10 @@ class StepBatch:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens of real sequences (padding rows of a graph step left out)."""
-        return self.T if self.real_rows is None else self.real_rows
+        """Tokens of real sequences (padding rows or tokens of a graph step left out)."""
+        if self.real_rows is not None:
+            return self.real_rows
+        return self.T if self.real_tokens is None else self.real_tokens
 
     @property
     def is_decode(self) -> bool:

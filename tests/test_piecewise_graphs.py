@@ -1,0 +1,104 @@
+"""Piecewise graphs (core/piecewise.py): steps that are not pure decodes replay L + 1 captured pieces
+with the attentions run eagerly between them; the tokens equal those of the eager engine, on the cpu
+backend's real recording graphs (ANYDEV_CPU_GRAPHS) and at TP=2."""
+from __future__ import annotations
+
+import pytest
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.piecewise import token_bucket, token_buckets
+from anydev.core.scheduler import Sequence, build_step
+
+PROMPTS = [[5, 6, 7, 8, 9], list(range(1, 13)), list(range(20, 40)), list(range(40, 66)), list(range(70, 79))]
+GREEDY = SamplingParams(max_new_tokens=12)
+
+
+@pytest.fixture
+def cpu_with_graphs(monkeypatch):
+    """The cpu backend with its recording device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""
+    from anydev.backends.cpu.runtime import CpuGraphRuntime
+    from anydev.plugin_api import Backend
+    from anydev.plugin_api.discovery import get_registry
+
+    backend = Backend(CpuGraphRuntime())
+    monkeypatch.setitem(get_registry()._loaded, "cpu", backend)
+    yield backend
+    backend.close()
+
+
+def config(**changes):
+    return EngineConfig(**{"max_num_seqs": 4, "max_model_len": 64, "block_size": 4, "max_num_batched_tokens": 24,
+                           **changes})
+
+
+def generate(engine_config, runs=None):
+    """Tokens per prompt; ``runs`` (a list) gets (tokens, real tokens or None) of each step that is not
+    a pure decode (rank 0); real tokens is None for a step run eagerly."""
+    with InferEngine(demo_checkpoint(), engine_config) as engine:
+        worker = engine.workers[0]
+        if runs is not None:
+            forward = worker.forward
+
+            def recording(batch, *args):
+                if not batch.is_decode:
+                    runs.append((batch.T, batch.real_tokens))
+                return forward(batch, *args)
+
+            worker.forward = recording
+        tokens = [o.token_ids for o in engine.generate_ids(PROMPTS, GREEDY)]
+        captures = [w.pieces.captures if w.pieces else 0 for w in engine.workers]
+        assert engine.block_manager.num_used == 0
+    return tokens, captures
+
+
+@pytest.fixture(scope="module")
+def eager_tokens():
+    return generate(config(use_graphs=False))[0]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_mixed_and_prefill_steps_through_piecewise_graphs_give_the_eager_tokens(cpu_with_graphs, tp, eager_tokens):
+    runs = []
+    tokens, captures = generate(config(tp=tp), runs)
+    layers = demo_checkpoint().config.num_hidden_layers
+    assert captures == [len(token_buckets(24)) * (layers + 1)] * tp     # every bucket, L + 1 pieces, at start-up
+    assert runs and all(real is not None and real <= padded for padded, real in runs)
+    assert any(real < padded for padded, real in runs)                   # padding tokens ran too
+    assert tokens == eager_tokens
+
+
+def test_without_piecewise_graphs_the_same_steps_run_eagerly(cpu_with_graphs, eager_tokens):
+    runs = []
+    tokens, captures = generate(config(piecewise_max_tokens=0), runs)
+    assert captures == [0] and runs and all(real is None for _, real in runs)
+    assert tokens == eager_tokens
+
+
+def test_a_step_longer_than_every_bucket_runs_eagerly(cpu_with_graphs, eager_tokens):
+    runs = []
+    tokens, _ = generate(config(piecewise_max_tokens=8), runs)          # buckets [8]: chunks of up to 24 tokens
+    assert any(real is None and padded > 8 for padded, real in runs)
+    assert all(padded == 8 for padded, real in runs if real is not None)
+    assert tokens == eager_tokens
+
+
+def test_token_buckets():
+    assert token_buckets(24) == [16, 24]
+    assert token_buckets(2048) == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert token_buckets(8) == [8]
+    assert token_bucket(17, [16, 24]) == 24 and token_bucket(25, [16, 24]) is None
+
+
+def test_padding_tokens_write_no_kv_and_belong_to_no_sequence():
+    seqs = [Sequence(0, [3, 4, 5], 4), Sequence(1, [6, 7], 4)]
+    for i, seq in enumerate(seqs):
+        seq.assign_blocks([i], 4)
+    batch = build_step(seqs, block_size=4, pad_tokens_to=8, num_prev=2)
+    assert (batch.T, batch.real_tokens, batch.num_tokens) == (8, 5, 5)
+    assert batch.slot_mapping.tolist()[5:] == [-1, -1, -1]
+    assert batch.input_ids.tolist() == [3, 4, 5, 6, 7, 0, 0, 0]
+    assert batch.cu_seqlens_q.tolist() == [0, 3, 5] and batch.last_index.tolist() == [2, 4]
+    assert batch.token_src.tolist() == list(range(2, 10))
+    with pytest.raises(ValueError, match="cannot be padded"):
+        build_step(seqs, block_size=4, pad_tokens_to=4)
