@@ -3,14 +3,16 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
 #   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
-# Steps: conformance kernels overhead infer init decode decode4k prefill profile serve.
+# Steps: conformance kernels overhead infer init decode decode4k prefill profile serve pp.
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
 # kernels.{json,txt} (kernel_bench: each Triton kernel beside its torch reference and the fastest torch path),
 # overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
 # decode.{json,txt} (1B llama, batch 1 and 32, context 256, beside transformers eager and compiled),
 # decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
 # profile.txt (the kernels of one decode step, by device time), serve_bench.{json,txt} (anydev serve under
-# load with its ablations; needs fastapi, uvicorn and prometheus-client), steps.txt (each step's exit status).
+# load with its ablations; needs fastapi, uvicorn and prometheus-client), pp.txt + pp-conformance.json
+# (pipeline parallelism: test_infer at --pp 2 and --tp 1, each against the cpu reference's tokens, and the
+# conformance send_recv group on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
 set -uo pipefail
@@ -26,7 +28,7 @@ run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(e
 source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
 KV_GIB=${KV_GIB:-40}
-STEPS=${STEPS:-conformance kernels overhead infer init decode decode4k prefill profile serve}
+STEPS=${STEPS:-conformance kernels overhead infer init decode decode4k prefill profile serve pp}
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 
 { date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version,memory.total --format=csv;
@@ -73,6 +75,22 @@ if want serve; then
             --out "$OUT/serve_bench.json" > "$OUT/serve_bench.txt" 2>&1
     else
         echo "1 serve_bench: fastapi, uvicorn and prometheus-client are not installed" >> "$OUT/steps.txt"
+    fi
+fi
+# issue 12: pipeline parallelism over NCCL send/recv (eager), tokens checked against the cpu reference
+if want pp; then
+    if (( NGPU >= 2 )); then
+        {
+          run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/pp-conformance.json" -- -k send_recv
+          run python3 examples/test_infer.py --device nvidia --tp 1 --batch-size 4 --max-new-tokens 64
+          run python3 examples/test_infer.py --device nvidia --pp 2 --batch-size 4 --max-new-tokens 64
+          (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --batch-size 4 --max-new-tokens 64
+          [ -d /tmp/llama-1b ] || python3 benchmarks/make_random_model.py /tmp/llama-1b > /dev/null
+          run python3 examples/test_infer.py --device nvidia --model /tmp/llama-1b --pp 2 --batch-size 4 \
+              --max-new-tokens 64 --prompt 'Hello'
+        } > "$OUT/pp.txt" 2>&1
+    else
+        echo "1 pp: pipeline parallelism needs 2 GPUs, this machine has $NGPU" >> "$OUT/steps.txt"
     fi
 fi
 tail -n 5 "$OUT"/*.txt

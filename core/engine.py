@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 import torch
 
@@ -30,6 +30,7 @@ from .config import SUPPORTED_ARCHITECTURES
 from .graphs import batch_bucket, batch_buckets
 from .piecewise import token_bucket, token_buckets
 from .kernel_choice import KERNEL_MODES, select_kernels
+from .models.pipeline import PipelineConfigError, check_devices, check_pp
 from .models.sharding import check_tp, rank_shard
 from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
 from .sampling import SamplingParams
@@ -49,6 +50,10 @@ INIT_MODES = ("parallel", "serial", "sequential")
 class EngineConfig:
     device: str | None = None         # backend name; default: $ANYDEV_DEVICE, else cpu
     tp: int = 1
+    #: Pipeline stages (layers split in ``pp`` contiguous stages, TP inside each; tp x pp ranks).
+    #: At pp > 1 steps run eagerly and synchronously (no decode graphs, no overlapped steps); decode
+    #: batches of 2 rows or more are split into min(pp, rows) micro-batches so that the stages overlap.
+    pp: int = 1
     dtype: str | None = None          # default: bfloat16 on accelerators, float32 on cpu
     block_size: int = 16
     num_blocks: int | None = None     # default: what fits in free memory x memory_fraction, capped
@@ -170,8 +175,11 @@ class InferEngine:
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
         self._procs = executors.start_ranks(config, self.backend) if config.executor != "threads" else None
-        local_ranks = list(range(config.tp)) if self._procs is None else [0]
+        world = config.tp * config.pp
+        local_ranks = list(range(world)) if self._procs is None else [0]
         device_index = {r: r for r in local_ranks} if self._procs is None else {0: self._procs.local_rank}
+        if self._procs is None and config.pp > 1:
+            check_devices(self.backend, config.tp, config.pp)
         count = self.backend.device_count()
         if max(device_index.values()) >= count:
             raise EngineConfigError(
@@ -182,9 +190,12 @@ class InferEngine:
         self.dtype = _resolve_dtype(config, self.backend)
         self.kernels = select_kernels(self.backend, config.kernels)
         self.kernels_description = self.kernels.describe()
+        #: Steps read their tokens back before the next is planned at pp > 1 (the first stage embeds
+        #: tokens the host gives it).
+        self.async_steps = config.async_steps and config.pp == 1
         hooks = self._hooks
-        self.uses_graphs = config.use_graphs and (hooks.graph_factory is not None
-                                                  or self.backend.supports("torch_graph"))
+        self.uses_graphs = config.use_graphs and config.pp == 1 and (hooks.graph_factory is not None
+                                                                     or self.backend.supports("torch_graph"))
         graph_factory = (hooks.graph_factory or _device_graph) if self.uses_graphs else None
 
         #: Block-table width: the blocks of one sequence of the longest context (graphs are captured
@@ -198,14 +209,22 @@ class InferEngine:
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
         plan = executors.RankPlan(config, "", self.dtype, kv, _host_zero(config, hooks), progress, self.max_model_len,
-                                  hooks.fail_at, self.uses_graphs, config.weight_read_threads or default_read_threads(config.tp),
+                                  hooks.fail_at, self.uses_graphs, config.weight_read_threads or default_read_threads(world),
                                   max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
         devices = [self.backend.device(device_index[r]) for r in local_ranks]
+        pipe_comms = [None] * len(local_ranks)
         if self._procs is None:
-            self.communicators = self.backend.create_communicators(devices)
+            # One TP communicator per stage (rank stage*tp + j is its rank j); at pp > 1, one more over
+            # every rank, for send/recv between stages.
+            self.communicators = [comm for first in range(0, world, config.tp)
+                                  for comm in self.backend.create_communicators(devices[first:first + config.tp])]
+            if config.pp > 1:
+                pipe_comms = self.backend.create_communicators(devices)
+                self.communicators += pipe_comms
         else:
             self.communicators = [self._procs.start(plan, self.checkpoint, devices[0])]
-        setups = [plan.rank_setup(rank, devices[i], self.communicators[i], self.checkpoint, self.kernels, graph_factory)
+        setups = [replace(plan.rank_setup(rank, devices[i], self.communicators[i], self.checkpoint, self.kernels,
+                                          graph_factory), pipe_comm=pipe_comms[i])
                   for i, rank in enumerate(local_ranks)]
         start = time.perf_counter()
         try:
@@ -241,6 +260,8 @@ class InferEngine:
         self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
         self._stats = GenerationStats()      # every step since start-up
         self._next_id = 0
+        #: The rank that samples (tp rank 0 of the last stage): its tokens are the step's.
+        self.sampler = self.workers[(config.pp - 1) * config.tp]
         self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
         self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
 
@@ -371,7 +392,7 @@ class InferEngine:
                     if self.scheduler.has_work:
                         raise SchedulerError("requests wait but none could be scheduled (a scheduler bug)")
                     return []
-                worker = self.workers[0]
+                worker = self.sampler
                 return self._take_tokens(previous, worker.submit(worker.read_tokens, previous.ticket).result())
             start = time.perf_counter()
             batch = self.build_step(plan.seqs, plan.num_new)
@@ -382,10 +403,10 @@ class InferEngine:
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
                                      plan.num_tokens, decode, start, built)
-            if self.config.async_steps:
+            if self.async_steps:
                 self._inflight = launched
             else:
-                worker = self.workers[0]
+                worker = self.sampler
                 got += self._take_tokens(launched, worker.submit(worker.read_tokens, ticket).result())
             return got
 
@@ -502,10 +523,10 @@ class InferEngine:
         return eos
 
     def _generator(self, seed: int | None) -> torch.Generator | None:
-        """The sampling generator, on rank 0's device where the sampling runs (None: torch's default)."""
+        """The sampling generator, on the sampler's device where the sampling runs (None: torch's default)."""
         if seed is None:
             return None
-        return torch.Generator(device=self.workers[0].device.torch_device).manual_seed(seed)
+        return torch.Generator(device=self.sampler.device.torch_device).manual_seed(seed)
 
     def _run_step(self, batch, plan: ScheduledStep, read=None):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
@@ -514,14 +535,28 @@ class InferEngine:
         wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
         params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
         generators = [seq.generator for seq in plan.seqs]
-        share = self.config.async_steps and len(self.workers) > 1
-        futures = [w.submit(w.forward, batch, params, generators, share, read if w.rank == 0 else None)
+        if self.config.pp > 1:
+            return self._run_pipeline_step(plan, params, generators), None
+        share = self.async_steps and len(self.workers) > 1
+        futures = [w.submit(w.forward, batch, params, generators, share, read if w is self.sampler else None)
                    for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future in done and future.exception() is not None:
                 raise future.exception()
         return futures[0].result()
+
+    def _run_pipeline_step(self, plan: ScheduledStep, params, generators):
+        """Launch one step on every stage (pp > 1), split into micro-batches; the sampler's ticket."""
+        bounds = micro_batch_bounds(len(plan.seqs), plan.is_decode, self.config.pp)
+        batches = [self.build_step(plan.seqs[a:b], plan.num_new[a:b]) for a, b in bounds]
+        futures = [w.submit(w.forward_stage, batches, [params[a:b] for a, b in bounds],
+                            [generators[a:b] for a, b in bounds]) for w in self.workers]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future in done and future.exception() is not None:
+                raise future.exception()
+        return futures[self.workers.index(self.sampler)].result()
 
     # ---- inspection and teardown ---------------------------------------------------------------
     def kv_cache_to_host(self, rank: int) -> torch.Tensor:
@@ -582,6 +617,14 @@ class _Launched:
     built: float
 
 
+def micro_batch_bounds(rows: int, decode: bool, pp: int) -> list[tuple[int, int]]:
+    """The row ranges of a step's micro-batches: a decode step of 2 rows or more splits in
+    min(pp, rows) near-equal parts (so the stages overlap); other steps are one micro-batch."""
+    parts = min(pp, rows) if decode and rows >= 2 else 1
+    cuts = [rows * i // parts for i in range(parts + 1)]
+    return list(zip(cuts, cuts[1:]))
+
+
 def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
     """Whether ranks zero their KV cache from host zeros (the old way) instead of one device memset."""
     if hooks.kv_zero is None:
@@ -605,6 +648,10 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
             f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     check_tp(model, config.tp)
+    check_pp(model, config.pp)
+    if config.pp > 1 and getattr(config, "executor", "threads") != "threads":
+        raise PipelineConfigError(f"pp={config.pp} runs on the threads executor only for now; executor "
+                                  f"{config.executor!r} with pipeline stages is not implemented: use executor='threads'")
     if config.init_mode not in INIT_MODES:
         raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
     for name in ("block_size", "max_num_seqs"):
@@ -672,7 +719,7 @@ def _resolve_dtype(config: EngineConfig, backend) -> torch.dtype:
     else:
         dtype = torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16
     name = str(dtype).removeprefix("torch.")
-    if config.tp > 1 and name not in backend.runtime.collective_dtypes:
+    if (config.tp > 1 or config.pp > 1) and name not in backend.runtime.collective_dtypes:
         raise EngineConfigError(
             f"backend '{backend.name}' cannot all-reduce {name}; choose a dtype among "
             f"{', '.join(backend.runtime.collective_dtypes)}"

@@ -30,6 +30,7 @@ from types import SimpleNamespace
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
                    check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
 from .errors import EngineConfigError, EngineInitError
+from .models.pipeline import stages
 from .models.sharding import rank_shard
 from .rank_worker import KVRequest, RankSetup
 from .timeline import PhaseRecord
@@ -66,11 +67,14 @@ class RankPlan:
     unique_id: bytes = b""
 
     def rank_setup(self, rank: int, device, comm, checkpoint, kernels, graph_factory) -> RankSetup:
+        """Rank ``rank`` (= stage * tp + tp rank) of ``tp * pp``; its pipeline ``pipe_comm`` is the caller's."""
         c = self.config
-        return RankSetup(rank, device, comm, checkpoint, rank_shard(checkpoint.config, c.tp, rank), self.dtype, self.kv,
+        tp_rank, stage = rank % c.tp, stages(checkpoint.config.num_hidden_layers, c.pp)[rank // c.tp]
+        return RankSetup(rank, device, comm, checkpoint, rank_shard(checkpoint.config, c.tp, tp_rank), self.dtype, self.kv,
                          self.serial_zero, self.progress, kernels, self.max_model_len, self.fail_at, graph_factory,
                          staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
-                         max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks)
+                         max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
+                         stage=stage)
 
 
 def checkpoint_source(checkpoint) -> str:

@@ -23,6 +23,7 @@ from .models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
 from .models.fusion import fused_views
 from .models.llama import LlamaRank
+from .models.pipeline import Stage
 from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
 from .sampling import SamplingParams, sample_rows
@@ -68,6 +69,8 @@ class RankSetup:
     max_step_rows: int = 1                  # the most sequences a step has (max_num_seqs)
     max_step_tokens: int = 1                # the most tokens a step feeds (graph padding included)
     max_blocks: int = 1                     # block-table width: blocks of one sequence of the longest context
+    stage: Stage | None = None              # the pipeline stage of this rank (None: every layer, pp=1)
+    pipe_comm: Communicator | None = None   # every rank of every stage, for send/recv between stages (pp > 1)
 
 
 class RankWorker:
@@ -86,6 +89,9 @@ class RankWorker:
         self.io: StepIO | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
+        self.stage = setup.stage or Stage(0, 1, 0, setup.checkpoint.config.num_hidden_layers)
+        #: This rank samples the step's tokens: tp rank 0 of the last stage.
+        self.samples = self.stage.is_last and setup.shard.rank == 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
 
     def submit(self, fn, *args) -> Future:
@@ -135,7 +141,7 @@ class RankWorker:
 
     def _load_weights(self) -> None:
         s = self.setup
-        self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype)
+        self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage)
         with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
                   position=self.rank, leave=True, disable=not s.progress) as bar:
             self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,
@@ -143,7 +149,7 @@ class RankWorker:
 
     def _kv_layout(self) -> KVLayout:
         s, config = self.setup, self.setup.checkpoint.config
-        layout = KVLayout(config.num_hidden_layers, 1, s.kv.block_size, s.shard.num_kv_heads,
+        layout = KVLayout(len(self.stage.layers), 1, s.kv.block_size, s.shard.num_kv_heads,
                           config.head_dim, s.dtype)
         free = self.device.memory_info().free
         if s.kv.num_blocks is not None:
@@ -181,12 +187,12 @@ class RankWorker:
             inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
             rotary = cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
         tp = s.shard.tp > 1
-        kv_layers = [self.kv.layer(i) for i in range(config.num_hidden_layers)]
-        weights = {**self.weights.tensors, **fused_views(self.weights, config.num_hidden_layers)}
+        kv_layers = [self.kv.layer(i) for i in range(len(self.stage.layers))]
+        weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers)}
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
         self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
-                               self._all_reduce if tp else None, self._all_gather if tp else None)
+                               self._all_reduce if tp else None, self._all_gather if tp else None, self.stage)
 
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
@@ -233,11 +239,40 @@ class RankWorker:
                 logits = self.pieces.run(step)
             else:
                 logits = self.model.forward(step)
-            tokens = sample_rows(logits, sampling, generators) if self.rank == 0 else None
+            tokens = sample_rows(logits, sampling, generators) if self.samples else None
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
-            ticket = self.io.publish(tokens, read_back=self.rank == 0) if tokens is not None else None
+            ticket = self.io.publish(tokens, read_back=self.samples) if tokens is not None else None
         return ticket, (self.io.read(read) if read is not None else None)
+
+    def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
+                      generators: list[list[torch.Generator | None]]) -> TokenTicket | None:
+        """One step of this rank's pipeline stage (pp > 1), eagerly, micro-batch after micro-batch:
+        receive the hidden states and residual from the previous stage (or embed, on the first),
+        run the stage's layers, send them on to the next stage (or, on the last, norm, lm_head and,
+        on its tp rank 0, sample). Every transfer is on the rank's stream, so while this stage runs
+        micro-batch i+1 the next one runs micro-batch i. Returns the sampler's ticket (None elsewhere)."""
+        stage, comm, tp = self.stage, self.setup.pipe_comm, self.setup.shard.tp
+        hidden = self.setup.checkpoint.config.hidden_size
+        tokens = []
+        with self.stream.torch_stream():
+            for batch, params, gens in zip(micro_batches, sampling, generators):
+                step = self.io.put(batch)
+                if stage.is_first:
+                    x, residual = self.model.embed_tokens(step), None
+                else:
+                    received = torch.empty((2, batch.num_tokens, hidden), dtype=self.setup.dtype,
+                                           device=self.device.torch_device)
+                    comm.recv(received, self.rank - tp, stream=self.stream)
+                    x, residual = received[0], received[1]
+                x, residual = self.model.run_layers(x, residual, step)
+                if not stage.is_last:
+                    comm.send(torch.stack((x, residual)), self.rank + tp, stream=self.stream)
+                    continue
+                logits = self.model.head(x, residual, step)
+                if self.samples:
+                    tokens.append(sample_rows(logits, params, gens))
+            return self.io.publish(torch.cat(tokens), read_back=True) if self.samples else None
 
     def read_tokens(self, ticket: TokenTicket) -> list[int]:
         """The sampled tokens of a launched step (waits for that step only)."""

@@ -20,6 +20,7 @@ import torch
 from anydev.plugin_api import Device, Stream
 
 from .config import expected_tensor_names
+from .models.pipeline import Stage
 from .models.sharding import RankShard, full_shape, local_shape, slice_of
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
@@ -52,7 +53,8 @@ class LoadStats:
 class RankWeights:
     """The weight shard of one rank: ``tensors`` maps HF names to device tensors (views of one buffer)."""
 
-    def __init__(self, device: Device, config, shard: RankShard, dtype: torch.dtype):
+    def __init__(self, device: Device, config, shard: RankShard, dtype: torch.dtype, stage: Stage | None = None):
+        """``stage``: load only that pipeline stage's tensors (see :mod:`.models.pipeline`); None: all."""
         itemsize = torch.empty((), dtype=dtype).element_size()
         self.device = device
         self.dtype = dtype
@@ -62,6 +64,8 @@ class RankWeights:
         self.offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
         total = 0
         for name in expected_tensor_names(config):
+            if stage is not None and not stage.holds(name, config.tie_word_embeddings):
+                continue
             shape = local_shape(name, config, shard)
             self.offsets[name] = (total, shape)
             total += -(-math.prod(shape) * itemsize // _ALIGN) * _ALIGN

@@ -38,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="anydev backend: cpu, nvidia, moore, metax, ... (default: $ANYDEV_DEVICE, else cpu)")
     p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages (default 1); --tp T --pp K runs on T x K devices (PP runs eagerly)")
     p.add_argument("--enable-paged-attn", action="store_true", help="accepted for InfiniLM compatibility; paging is always on")
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
     p.add_argument("--batch-size", type=int, default=1, help="how many copies of the prompt to run at once")
@@ -72,7 +74,7 @@ def run(args) -> int:
     from anydev.core.executor import command_executor
     from anydev.plugin_api import load_backend
 
-    executor = command_executor(args.executor, args.tp)   # a torchrun rank other than 0 serves rank 0 from here on
+    executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     args.device = load_backend(args.device).name   # an unknown or unavailable device fails first
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
@@ -80,7 +82,7 @@ def run(args) -> int:
     sampling.validate()
     if args.batch_size < 1:
         raise_config(f"--batch-size must be >= 1, got {args.batch_size}")
-    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+    config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
                           max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager,
                           kernels=args.kernels, executor=executor)
@@ -91,7 +93,8 @@ def run(args) -> int:
     max_new_tokens = _new_tokens_that_fit(checkpoint, args, use_template)
     sampling = _with(sampling, max_new_tokens=max_new_tokens)
     with InferEngine(checkpoint, config, progress=True) as engine:
-        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp} rank(s) ({executor}), dtype {str(engine.dtype).removeprefix('torch.')}, "
+        layout = f", tp {args.tp} x pp {args.pp}, eager" if args.pp > 1 else ""
+        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp * args.pp} rank(s) ({executor}{layout}), dtype {str(engine.dtype).removeprefix('torch.')}, "
               f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
               f"decode graphs {'on' if engine.uses_graphs else 'off'}"
               + (f" ({len(engine.graph_buckets)} captured at start-up in {engine.capture_seconds:.3f} s)"
@@ -120,15 +123,16 @@ def run(args) -> int:
             tokens = [o.token_ids for o in outputs]
             checked_graphs = engine.uses_graphs
     match = True
-    if args.device == "cpu" and args.tp == 1:
+    if args.device == "cpu" and args.tp == 1 and args.pp == 1:
         print("cpu reference: this run is the reference (cpu backend, one rank)")
     else:
         with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=1, dtype="float32",
                                                          max_num_seqs=args.batch_size)) as reference:
             expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
         match = tokens == expected
+        stages = f" pp={args.pp}" if args.pp > 1 else ""
         print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
-              f"(greedy, float32: {args.device} tp={args.tp} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
+              f"(greedy, float32: {args.device} tp={args.tp}{stages} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
         _print_first_differences(tokens, expected, "cpu")
     match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], max_new_tokens) and match
     return 0 if match else 1

@@ -25,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
     p.add_argument("--served-model-name", help="the model id clients send (default: the model folder's name)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); tp x pp ranks")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
     model_name = args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
-    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+    config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens,
                           enable_prefix_caching=not args.no_prefix_caching,

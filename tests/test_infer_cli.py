@@ -45,6 +45,13 @@ def test_demo_with_tensor_parallel_ranks_matches_the_cpu_reference(capsys):
     assert "tokens match HF transformers: yes" in out
 
 
+def test_demo_with_pipeline_stages_matches_the_cpu_reference(capsys):
+    assert load_cli().main(["--tp", "2", "--pp", "2", "--batch-size", "3", "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "x 4 rank(s) (threads, tp 2 x pp 2, eager)" in out
+    assert "tokens match the cpu reference: yes (greedy, float32: cpu tp=2 pp=2 vs cpu tp=1)" in out
+
+
 def test_moore_on_a_machine_without_it_is_one_line_naming_libmusart():
     result = run_script("--device", "moore")
     assert result.returncode == 2
@@ -55,6 +62,7 @@ def test_moore_on_a_machine_without_it_is_one_line_naming_libmusart():
 
 @pytest.mark.parametrize("args, message", [
     (["--tp", "3"], "does not divide the model's 4 attention heads"),
+    (["--pp", "5"], "pp=5 needs at least 5 layers"),
     (["--device", "warp"], "unknown backend 'warp'"),
     (["--model", "/no/such/model"], "model path does not exist"),
     (["--top-p", "0"], "top_p must be in (0, 1]"),

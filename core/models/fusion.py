@@ -12,14 +12,14 @@ FUSIONS = {
 }
 
 
-def fused_views(weights, num_layers: int) -> dict[str, torch.Tensor]:
+def fused_views(weights, layers) -> dict[str, torch.Tensor]:
     """Views of ``weights`` (a :class:`~anydev.core.weights.RankWeights`) over each fusable group:
     ``model.layers.{i}.<fused name>`` -> [sum of rows, cols]. A group whose parts are missing or not
     back to back in the buffer (alignment padding between them) is left out; the model then runs the
     parts one by one."""
     itemsize = torch.empty((), dtype=weights.dtype).element_size()
     views = {}
-    for i in range(num_layers):
+    for i in (range(layers) if isinstance(layers, int) else layers):   # a layer count, or the layer indices
         for fused, parts in FUSIONS.items():
             spans = [weights.offsets.get(f"model.layers.{i}.{part}") for part in parts]
             if None in spans or len({shape[1:] for _, shape in spans}) != 1:

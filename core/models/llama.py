@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .batch import StepBatch
+from .pipeline import Stage
 from .sharding import RankShard
 
 
@@ -28,7 +29,8 @@ class LlamaRank:
     def __init__(self, config, shard: RankShard, weights: dict[str, torch.Tensor], kv_layers: list[torch.Tensor],
                  cos_sin_cache: torch.Tensor, kernels, block_size: int,
                  all_reduce: Callable[[torch.Tensor], None] | None,
-                 all_gather: Callable[[torch.Tensor, torch.Tensor], None] | None = None):
+                 all_gather: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+                 stage: Stage | None = None):
         self.config = config
         self.shard = shard
         self.kernels = kernels
@@ -40,10 +42,12 @@ class LlamaRank:
         d, kv_heads = config.head_dim, shard.num_kv_heads
         self.kv_pages = [(kv[0].view(-1, block_size, kv_heads, d), kv[1].view(-1, block_size, kv_heads, d))
                          for kv in kv_layers]
-        self.embed = weights["model.embed_tokens.weight"]
-        self.norm = weights["model.norm.weight"]
-        self.lm_head = lm_head_slice(weights, config, shard)
-        self.layers = [self._layer_weights(weights, i) for i in range(config.num_hidden_layers)]
+        #: The pipeline stage (:mod:`.pipeline`) whose layers this rank runs; None: all of them.
+        self.stage = stage or Stage(0, 1, 0, config.num_hidden_layers)
+        self.embed = weights["model.embed_tokens.weight"] if self.stage.is_first else None
+        self.norm = weights["model.norm.weight"] if self.stage.is_last else None
+        self.lm_head = lm_head_slice(weights, config, shard) if self.stage.is_last else None
+        self.layers = [self._layer_weights(weights, i) for i in self.stage.layers]
 
     @staticmethod
     def _layer_weights(weights, i: int) -> dict[str, torch.Tensor | None]:
