@@ -41,6 +41,20 @@ def test_test_infer_tp2_on_the_emulated_runtime_equals_the_cpu_reference(vendor,
     assert "not real hardware" in result.stderr  # the wrapper says what it is running on
 
 
+def test_test_infer_pp2_on_the_emulated_mccl_send_recv_equals_the_cpu_reference(build_dir):
+    """Pipeline stages through the emulated MCCL's mcclSend/mcclRecv (the plugin's cffi bindings)."""
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES["moore"]}
+    env["OMP_NUM_THREADS"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance.emulated", "moore", "--dir", str(build_dir), "--",
+         sys.executable, str(TEST_INFER), "--device", "moore", "--pp", "2", "--batch-size", "3", "--max-new-tokens", "12"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    assert "device: moore (emulated runtime) x 2 rank(s) (threads, tp 1 x pp 2, eager)" in result.stdout, result.stdout
+    assert "tokens match the cpu reference: yes (greedy, float32: moore tp=1 pp=2 vs cpu tp=1)" in result.stdout
+
+
 def test_without_a_command_it_prints_the_exports(build_dir, capsys):
     assert emulated_main(["moore,metax", "--dir", str(build_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()

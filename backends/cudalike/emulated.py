@@ -10,8 +10,9 @@ says it is emulated wherever it reports itself: ``hardware_label`` ("emulated ru
 ``runtime_info().notes`` (and so ``anydev list-backends``), the conformance report and test_infer.
 
 Ordering (as the cpu backend): torch CPU math runs synchronously on the calling thread, so
-``torch_stream`` synchronizes the stream on entry, and inside the block every memset, copy, event wait
-or collective this thread enqueues on that stream has finished before the call returns (the next torch
+``torch_stream`` synchronizes the stream on entry, and inside the block every memset, copy, event wait,
+collective or send/recv (at its group's end, inside a group) this thread enqueues on that stream has
+finished before the call returns (the next torch
 line may read its result). There are no device graphs: ``torch_graph`` keeps the contract's default
 (``NotSupportedError``), so engines decode eagerly.
 """
@@ -107,11 +108,30 @@ class EmulatedRuntime(CudaLikeRuntime):
 
     def send(self, send, count, dtype, peer, comm, stream) -> None:
         super().send(send, count, dtype, peer, comm, stream)
-        self._finish_if_inside_torch_stream(stream)
+        self._finish_point_to_point(stream)
 
     def recv(self, recv, count, dtype, peer, comm, stream) -> None:
         super().recv(recv, count, dtype, peer, comm, stream)
-        self._finish_if_inside_torch_stream(stream)
+        self._finish_point_to_point(stream)
+
+    def group_start(self) -> None:
+        super().group_start()
+        self._inside.group_depth = getattr(self._inside, "group_depth", 0) + 1
+
+    def group_end(self) -> None:
+        super().group_end()
+        self._inside.group_depth -= 1
+        if self._inside.group_depth == 0:   # the group's calls were enqueued just now
+            streams, self._inside.group_streams = getattr(self._inside, "group_streams", []), []
+            for stream in dict.fromkeys(streams):
+                self._finish_if_inside_torch_stream(stream)
+
+    def _finish_point_to_point(self, stream: int) -> None:
+        """Inside a group the call is enqueued at group_end: finish its stream then."""
+        if getattr(self._inside, "group_depth", 0):
+            self._inside.__dict__.setdefault("group_streams", []).append(stream)
+        else:
+            self._finish_if_inside_torch_stream(stream)
 
     # ---- optional ------------------------------------------------------------------------
     def runtime_info(self) -> RuntimeInfo:

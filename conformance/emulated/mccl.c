@@ -10,6 +10,12 @@
  * (default 30) breaks the group: the stream reports ErrorLaunchTimeout, later collectives fail fast,
  * and nothing hangs. Reductions accumulate in double (floats) or 64-bit integers; float16 and
  * bfloat16 are converted in software.
+ *
+ * Send and Recv (contract 1.3's point-to-point calls): a send, when its stream reaches it, copies its
+ * data into the group's mailbox (a FIFO list) and never waits; a recv waits on its stream (up to the
+ * same timeout) for the oldest message from its peer and copies it out, so messages of a pair arrive
+ * in order. GroupStart/GroupEnd collect the calling thread's sends and recvs and enqueue them at the
+ * outermost GroupEnd, every send before any recv, so no call of a group waits for another.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -140,6 +146,13 @@ typedef struct {
     void *recv;
 } slot_t;
 
+typedef struct message {
+    struct message *next;
+    int src, dst, type;
+    size_t count;
+    unsigned char data[];
+} message_t;
+
 typedef struct group {
     pthread_mutex_t lock;
     pthread_cond_t changed;
@@ -149,6 +162,7 @@ typedef struct group {
     uint64_t barrier_generation;
     int broken;       /* a barrier timed out: the group is unusable */
     slot_t *slots;    /* per rank, the collective it is running */
+    message_t *mail;  /* sent and not yet received, oldest first (guarded by lock) */
     /* joining through CommInitRank (guarded by g_join_lock) */
     unsigned char id[ID_BYTES];
     unsigned char *has_joined; /* per rank */
@@ -177,6 +191,7 @@ static group_t *group_new(int nranks) {
 }
 
 static void group_free(group_t *g) {
+    for (message_t *m = g->mail, *next; m; m = next) { next = m->next; free(m); }
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->changed);
     free(g->slots);
@@ -313,6 +328,121 @@ cclResult_t CCL(AllGather)(uintptr_t send, uintptr_t recv, size_t count, int typ
 
 cclResult_t CCL(Broadcast)(uintptr_t send, uintptr_t recv, size_t count, int type, int root, uintptr_t comm, uintptr_t stream) {
     return enqueue_collective(BROADCAST, send, recv, count, type, OP_SUM, root, comm, stream);
+}
+
+/* ---- point-to-point ---------------------------------------------------------------------------- */
+typedef struct { comm_t *comm; int is_send, peer, type; size_t count; uintptr_t buf, stream; } p2p_t;
+
+static int run_send(void *arg) {
+    p2p_t *op = arg;
+    group_t *g = op->comm->group;
+    size_t bytes = op->count * TYPE_SIZE[op->type];
+    message_t *m = malloc(sizeof *m + bytes);
+    if (!m) return ERR_MEMORY_ALLOCATION;
+    *m = (message_t){NULL, op->comm->rank, op->peer, op->type, op->count};
+    if (bytes) memcpy(m->data, (const void *)op->buf, bytes);
+    pthread_mutex_lock(&g->lock);
+    message_t **tail = &g->mail;
+    while (*tail) tail = &(*tail)->next;
+    *tail = m;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+static message_t *take_message(group_t *g, int src, int dst) { /* with g->lock held */
+    for (message_t **link = &g->mail; *link; link = &(*link)->next)
+        if ((*link)->src == src && (*link)->dst == dst) {
+            message_t *m = *link;
+            *link = m->next;
+            return m;
+        }
+    return NULL;
+}
+
+static int run_recv(void *arg) {
+    p2p_t *op = arg;
+    group_t *g = op->comm->group;
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    pthread_mutex_lock(&g->lock);
+    message_t *m;
+    while (!(m = take_message(g, op->peer, op->comm->rank)))
+        if (pthread_cond_timedwait(&g->changed, &g->lock, &deadline) == ETIMEDOUT) break;
+    pthread_mutex_unlock(&g->lock);
+    if (!m) return ERR_LAUNCH_TIMEOUT;
+    int err = m->type != op->type || m->count != op->count ? ERR_INVALID_VALUE : 0;
+    if (!err && m->count) memcpy((void *)op->buf, m->data, m->count * TYPE_SIZE[m->type]);
+    free(m);
+    return err;
+}
+
+static void release_p2p(void *arg) {
+    p2p_t *op = arg;
+    group_t *g = op->comm->group;
+    pthread_mutex_lock(&g->lock);
+    op->comm->pending--;
+    pthread_cond_broadcast(&g->changed);
+    pthread_mutex_unlock(&g->lock);
+    free(op);
+}
+
+static cclResult_t enqueue_p2p(p2p_t *op) {
+    return API(AnydevEnqueue)(op->stream, op->is_send ? run_send : run_recv, op, release_p2p)
+        ? CCL_UNHANDLED_RUNTIME_ERROR : CCL_SUCCESS;
+}
+
+static __thread int t_group_depth;   /* GroupStart nesting of the calling thread */
+static __thread p2p_t **t_group_ops; /* its sends and recvs, until the outermost GroupEnd */
+static __thread int t_group_count, t_group_capacity;
+
+static cclResult_t point_to_point(int is_send, uintptr_t buf, size_t count, int type, int peer, uintptr_t handle,
+                                  uintptr_t stream) {
+    comm_t *c = resolve_comm(handle);
+    if (!c || type < 0 || type >= T_COUNT || peer < 0 || peer >= c->group->nranks || peer == c->rank) return CCL_INVALID_ARGUMENT;
+    if (count && !buf) return CCL_INVALID_ARGUMENT;
+    p2p_t *op = malloc(sizeof *op);
+    if (!op) return CCL_SYSTEM_ERROR;
+    *op = (p2p_t){c, is_send, peer, type, count, buf, stream};
+    pthread_mutex_lock(&c->group->lock);
+    c->pending++;
+    pthread_mutex_unlock(&c->group->lock);
+    if (t_group_depth == 0) return enqueue_p2p(op);
+    if (t_group_count == t_group_capacity) {
+        int capacity = t_group_capacity ? 2 * t_group_capacity : 16;
+        p2p_t **grown = realloc(t_group_ops, (size_t)capacity * sizeof *grown);
+        if (!grown) { release_p2p(op); return CCL_SYSTEM_ERROR; }
+        t_group_ops = grown;
+        t_group_capacity = capacity;
+    }
+    t_group_ops[t_group_count++] = op;
+    return CCL_SUCCESS;
+}
+
+cclResult_t CCL(Send)(uintptr_t send, size_t count, int type, int peer, uintptr_t comm, uintptr_t stream) {
+    return point_to_point(1, send, count, type, peer, comm, stream);
+}
+
+cclResult_t CCL(Recv)(uintptr_t recv, size_t count, int type, int peer, uintptr_t comm, uintptr_t stream) {
+    return point_to_point(0, recv, count, type, peer, comm, stream);
+}
+
+cclResult_t CCL(GroupStart)(void) {
+    t_group_depth++;
+    return CCL_SUCCESS;
+}
+
+cclResult_t CCL(GroupEnd)(void) {
+    if (t_group_depth == 0) return CCL_INVALID_USAGE;
+    if (--t_group_depth > 0) return CCL_SUCCESS;
+    cclResult_t result = CCL_SUCCESS;
+    for (int sends = 1; sends >= 0; sends--)  /* every send first: they never wait */
+        for (int i = 0; i < t_group_count; i++)
+            if (t_group_ops[i]->is_send == sends) {
+                cclResult_t r = enqueue_p2p(t_group_ops[i]);
+                if (r && !result) result = r;
+            }
+    t_group_count = 0;
+    return result;
 }
 
 /* ---- communicator setup ---------------------------------------------------------------------- */
