@@ -329,7 +329,7 @@ def offline_saturation(args, prompts, warm_prompts) -> dict:
                 seconds=seconds, requests_per_s=len(prompts) / seconds,
                 output_tokens_per_s=len(prompts) * args.output_len / seconds,
                 decode_tokens_per_s=stats.decode_tokens_per_s, ttft_p50_ms=float("nan"), ttft_p99_ms=float("nan"),
-                itl_p50_ms=stats.decode_step_ms, itl_p99_ms=float("nan"), prefix_hit_rate=0.0)
+                itl_p50_ms=stats.decode_step_ms, itl_p99_ms=float("nan"), itl_max_ms=float("nan"), prefix_hit_rate=0.0)
 
 
 def main(argv=None) -> int:
