@@ -8,7 +8,8 @@ torch path), measured in one run on one device; prints times and ratios.
 Shapes: the 1B Llama of issue 10 (hidden 2048, MLP 8192, 32 query / 8 KV heads of 64, block size 16):
 decode at batch 1 and 32 with contexts 256 and 4096, an 8192-token prefill, and the elementwise kernels
 at 32 and 8192 tokens. Columns: the native kernel, the contract's torch reference (float32 math,
-gathers every page: the meaning, not a fast path), and for attention the fastest torch alternative:
+gathers every page: the meaning, not a fast path), for rotary_write_kv the two native kernels it fuses,
+and for attention the fastest torch alternative:
 decode = gather the pages and run SDPA in the model dtype (the pre-1.2 engine), prefill = SDPA with
 ``is_causal`` on contiguous K/V (flash attention), which cannot read pages. ``ratio`` = other time /
 native time (> 1: the native kernel is faster). ``max|diff|`` is native vs reference, a sanity check.
@@ -83,8 +84,8 @@ def gather_sdpa_decode(q, k_cache, v_cache, tables, lens, scale):
                                           enable_gqa=H != KV)[:, :, 0]
 
 
-def cases(args, dtype, dev):
-    """(kernel, case, a function making the call's arguments, [(other torch path, its call)])."""
+def cases(args, dtype, dev, kernels):
+    """(kernel, case, a function making the call's arguments, [(other path, its call)])."""
     gen = torch.Generator().manual_seed(0)
     H, KV, D, hidden, inter, bs = (8, 2, 64, 256, 512, 16) if args.tiny else (32, 8, 64, 2048, 8192, 16)
     scale = D ** -0.5
@@ -122,6 +123,12 @@ def cases(args, dtype, dev):
         qkv = torch.randn(T, H + 2 * KV, D, generator=gen).to(dtype).to(dev)
         yield ("rotary_embedding", f"{T} tokens, {H}+{KV} heads",
                lambda p=pos, qkv=qkv, c=cache: (p, qkv[:, :H], qkv[:, H:H + KV], c), [])
+        q, k, v = qkv[:, :H], qkv[:, H:H + KV], qkv[:, H + KV:]
+        yield ("rotary_write_kv", f"{T} tokens, {H}+{KV} heads",
+               lambda p=pos, q=q, k=k, v=v, s=slots, kc=kcache, vc=vcache, c=cache: (p, q, k, v, kc, vc, s, c),
+               [("native rotary_embedding + write_kv",
+                 lambda p=pos, q=q, k=k, v=v, s=slots, kc=kcache, vc=vcache, c=cache:
+                 (kernels.rotary_embedding(p, q, k, c), kernels.write_kv(k, v, kc, vc, s)))])
         gu = torch.randn(T, 2 * inter, generator=gen).to(dtype).to(dev)
         yield ("silu_and_mul", f"{T} x {inter}", lambda gu=gu: (gu,), [])
 
@@ -143,7 +150,7 @@ def main(argv=None) -> int:
     header = f"{'kernel':24} {'case':28} {'native us':>10} {'reference us':>13} {'ratio':>7}  {'max|diff|':>9}  others"
     print(header)
     with torch.inference_mode():
-        for name, case, make_args, others in cases(args, dtype, dev):
+        for name, case, make_args, others in cases(args, dtype, dev, kernels):
             if name not in kernels.native:
                 continue
             native_fn, ref_fn = getattr(kernels, name), reference.REFERENCES[name]
@@ -170,7 +177,7 @@ def main(argv=None) -> int:
     return 0
 
 
-INPLACE = {"write_kv", "fused_add_rms_norm", "rotary_embedding"}
+INPLACE = {"write_kv", "fused_add_rms_norm", "rotary_embedding", "rotary_write_kv"}
 
 
 def output_diff(name, got, want, call_args, ref_args) -> float:
@@ -181,6 +188,8 @@ def output_diff(name, got, want, call_args, ref_args) -> float:
         pairs = [(call_args[0], ref_args[0]), (call_args[1], ref_args[1])]
     elif name == "rotary_embedding":
         pairs = [(call_args[1], ref_args[1]), (call_args[2], ref_args[2])]
+    elif name == "rotary_write_kv":
+        pairs = [(call_args[i], ref_args[i]) for i in (1, 2, 4, 5)]
     else:
         pairs = [(got, want)]
     return max((a.float() - b.float()).abs().max().item() for a, b in pairs)

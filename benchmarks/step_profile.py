@@ -4,7 +4,8 @@
     python benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256
     python benchmarks/step_profile.py --tiny --context 16 --steps 2                       # cpu smoke
 
-For each batch size: the kernels per step (the whole profile's device kernels over the steps), then
+For each batch size: the kernels per step (the whole profile's device kernels over the steps), and
+by name (how many launches of each a step makes), then
 torch.profiler's table of the kernels sorted by device time (on the cpu: the aten ops by cpu time).
 The engine runs eagerly here (``--graphs`` replays its decode graphs instead: the same kernels, one
 launch), so every kernel is attributed to its op.
@@ -12,6 +13,7 @@ launch), so every kernel is attributed to its op.
 from __future__ import annotations
 
 import argparse
+import collections
 import sys
 import time
 
@@ -77,6 +79,9 @@ def run(args) -> int:
                        and not e.name.startswith(("Memcpy", "Memset"))] if gpu else []
             print(f"\n== batch {batch}, context {args.context}: {len(kernels) / args.steps:.1f} kernels per decode step"
                   if gpu else f"\n== batch {batch}, context {args.context} (cpu: aten ops by cpu time)")
+            if gpu:   # which kernels make up the count (e.g. the fused rotary_write_kv: one launch a layer)
+                for name, n in collections.Counter(e.name for e in kernels).most_common():
+                    print(f"  {n / args.steps:6.1f} per step  {name[:100]}")
             if gpu:   # how much of a step the device is busy: the rest is host time the device waits for
                 busy_ms = sum(e.device_time_total for e in kernels) / 1000 / args.steps
                 print(f"step wall {wall_ms:.3f} ms (profiled), device kernels {busy_ms:.3f} ms: "

@@ -137,8 +137,11 @@ def test_the_backends_kernel_set_names_contract_kernels_and_fills_the_rest_with_
     for name in reference.KERNEL_NAMES:
         kernel = getattr(kernels, name)
         assert callable(kernel), f"{name} is not callable"
-        if name not in kernels.native:
+        if name not in kernels.native and name not in reference.FUSED:
             assert kernel is reference.REFERENCES[name], f"{name} is neither native nor the reference"
+    for name, parts in reference.FUSED.items():
+        if name not in kernels.native:
+            assert f"{name} as {' + '.join(parts)}" in kernels.describe(), kernels.describe()
     assert kernels.describe().startswith(f"{backend.name} kernels: ")
 
 
@@ -163,7 +166,11 @@ def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtyp
             want = reference.paged_decode_attention(q.float(), cache.k.float(), cache.v.float(), cache.tables,
                                                     cache.seq_lens, scale, window)
             assert got.dtype == dtype, f"output dtype {got.dtype}, expected the query's {dtype}"
-            assert_close(got, want, dtype, f"decode attention ({shape}, seq_lens {seq_lens}, window {window})")
+            where = f"decode attention ({shape}, seq_lens {seq_lens}, window {window})"
+            assert_close(got, want, dtype, where)
+            if len(seq_lens) > len(short):   # the same call again, as a graph replay makes it (no state kept)
+                again = kernel(q, cache.k, cache.v, cache.tables, cache.seq_lens, scale, window)
+                assert_close(again, want, dtype, f"{where}, called a second time")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -273,6 +280,50 @@ def test_rotary_embedding_equals_the_reference(kernels, torch_device, dtype):
         assert_close(q, want_q, dtype, f"{where}: q")
         assert_close(k, want_k, dtype, f"{where}: k")
         assert torch.equal(qkv[:, heads + NUM_KV_HEADS:], v_before), f"{where}: wrote outside q and k"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, dtype):
+    """The fused kernel: q and k rotated in place as the reference does (within the dtype's
+    tolerance), and the real tokens' slots of both caches hold exactly the rotated k and the v the
+    kernel read; padding (slot -1) and every other slot untouched; v and the rest of qkv unchanged."""
+    from anydev.core.models.rope import inverse_frequencies
+
+    kernel = native(kernels, "rotary_write_kv")
+    max_pos = 4 * long_context(torch_device)
+    cases = ((64, 4, 16, None), (128, 8, 32, LLAMA3), (128, 1, 16, None), (64, 1, 32, LLAMA3))
+    for seed, (head_dim, group, block_size, scaling) in enumerate(cases):
+        gen = torch.Generator().manual_seed(seed)
+        cos_sin = reference.cos_sin_cache(inverse_frequencies(head_dim, 500000.0, scaling), max_pos).to(torch_device)
+        T, heads, num_blocks = 11, NUM_KV_HEADS * group, 5
+        positions = torch.randint(0, max_pos, (T,), generator=gen)
+        positions[:2] = torch.tensor([0, max_pos - 1])
+        slots = torch.randperm(num_blocks * block_size, generator=gen)[:T]
+        slots[[1, 6]] = -1                                              # padding tokens
+        qkv = torch.randn(T, heads + 2 * NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        k_cache = torch.randn(num_blocks, block_size, NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        v_cache = torch.randn(k_cache.shape, generator=gen).to(dtype).to(torch_device)
+        positions, slots = positions.to(torch_device), slots.to(torch_device)
+        q, k, v = qkv[:, :heads], qkv[:, heads:heads + NUM_KV_HEADS], qkv[:, heads + NUM_KV_HEADS:]
+        want_q, want_k = q.float().clone(), k.float().clone()
+        want_k_cache, want_v_cache = k_cache.float().clone(), v_cache.float().clone()
+        v_before = v.clone()
+        reference.rotary_write_kv(positions, want_q, want_k, v.float(), want_k_cache, want_v_cache, slots, cos_sin)
+        kernel(positions, q, k, v, k_cache, v_cache, slots, cos_sin)
+        where = (f"rotary_write_kv (head_dim {head_dim}, {heads} query heads, block_size {block_size}, "
+                 f"scaling {scaling and scaling['rope_type']}, slots {slots.tolist()})")
+        assert_close(q, want_q, dtype, f"{where}: q")
+        assert_close(k, want_k, dtype, f"{where}: k")
+        assert torch.equal(v, v_before), f"{where}: changed v (or wrote past k)"
+        real = slots >= 0
+        flat_k, flat_v = k_cache.view(-1, NUM_KV_HEADS, head_dim), v_cache.view(-1, NUM_KV_HEADS, head_dim)
+        assert torch.equal(flat_k[slots[real]], k[real]), f"{where}: the cache's keys are not the rotated k"
+        assert torch.equal(flat_v[slots[real]], v[real]), f"{where}: the cache's values are not v"
+        untouched = torch.ones(flat_k.shape[0], dtype=torch.bool, device=torch_device)
+        untouched[slots[real]] = False
+        for got, want, name in ((flat_k, want_k_cache, "k_cache"), (flat_v, want_v_cache, "v_cache")):
+            want = want.view(-1, NUM_KV_HEADS, head_dim)
+            assert torch.equal(got[untouched].float(), want[untouched]), f"{where}: wrote {name} outside the tokens' slots"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

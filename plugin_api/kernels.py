@@ -18,6 +18,10 @@ Conventions shared by all kernels:
   (:func:`paged_prefill_attention` is the exception: prefill is never captured.)
 * Native kernels are checked against these references by the conformance suite's ``kernels`` group
   (``conformance/test_kernels.py``), which states the tolerances per dtype.
+* A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3) does the work of
+  several kernels in one launch; its reference is exactly those kernels called in order. A backend
+  that does not offer it gets their composition from its own :class:`KernelSet` (its native parts
+  where it has them), so the engine always calls the fused name.
 """
 from __future__ import annotations
 
@@ -28,11 +32,15 @@ import torch.nn.functional as F
 
 from .errors import PluginError
 
-#: Every kernel of contract 1.2, in the order of a decoder layer.
+#: Every kernel of the contract: those of 1.2, then the fused ones (1.3).
 KERNEL_NAMES = (
     "write_kv", "paged_decode_attention", "paged_prefill_attention",
     "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
+    "rotary_write_kv",
 )
+
+#: Fused kernels and the kernels each one stands for, in the order its reference calls them.
+FUSED: Mapping[str, tuple[str, ...]] = {"rotary_write_kv": ("rotary_embedding", "write_kv")}
 
 
 # ---- attention over the paged KV cache -----------------------------------------------------------
@@ -177,6 +185,26 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def rotary_write_kv(positions: torch.Tensor, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                    cos_sin_cache: torch.Tensor) -> None:
+    """:func:`rotary_embedding` then :func:`write_kv` in one kernel (fused, contract 1.3): the new
+    tokens' queries and keys rotated in place, then their keys (rotated) and values written into the
+    pages.
+
+    ``positions`` ``[T]`` int64, ``q`` ``[T, H, D]``, ``key`` and ``value`` ``[T, KV, D]`` (views
+    are allowed, e.g. into a fused qkv projection; the last stride is 1), in the cache's dtype;
+    ``k_cache``/``v_cache`` the layer's pages; ``slot_mapping`` ``[T]`` int64 (negative: padding,
+    nothing written for that token; but its ``q`` and ``key`` rows are still rotated);
+    ``cos_sin_cache`` as in :func:`rotary_embedding`. Writes ``q`` and ``key`` (rotated, as
+    :func:`rotary_embedding` does) and the slots of the real tokens in both caches (exactly the
+    rotated ``key`` and ``value`` rows, as :func:`write_kv` does); reads nothing else of the caches
+    and writes nothing else anywhere (``value`` is only read).
+    """
+    rotary_embedding(positions, q, key, cos_sin_cache)
+    write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+
 def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
     """The ``[max_positions, D]`` float32 table :func:`rotary_embedding` reads: row ``p`` is
     ``cat(cos(p * inv_freq), sin(p * inv_freq))``. ``inv_freq`` ``[D/2]`` float32 from
@@ -194,7 +222,8 @@ REFERENCES: Mapping[str, Callable] = {name: globals()[name] for name in KERNEL_N
 
 class KernelSet:
     """The kernels a backend runs: one attribute per name of :data:`KERNEL_NAMES` (the backend's own
-    where it offers one, the reference otherwise). ``native`` names the backend's own;
+    where it offers one, the reference otherwise; a fused kernel it does not offer is the
+    composition of this set's own parts, see :data:`FUSED`). ``native`` names the backend's own;
     :meth:`describe` says which is which, in one line, for start-up logs."""
 
     def __init__(self, backend: str, native: Mapping[str, Callable] | None = None, note: str = ""):
@@ -202,7 +231,7 @@ class KernelSet:
         unknown = sorted(set(native) - set(KERNEL_NAMES))
         if unknown:
             raise PluginError(
-                f"backend '{backend}' offers unknown kernel(s) {', '.join(unknown)}; contract 1.2 "
+                f"backend '{backend}' offers unknown kernel(s) {', '.join(unknown)}; the contract's "
                 f"kernels are: {', '.join(KERNEL_NAMES)} (anydev.plugin_api.kernels). Rename them, "
                 f"or upgrade anydev if they belong to a newer contract."
             )
@@ -214,6 +243,9 @@ class KernelSet:
         self.native = frozenset(native)
         for name in KERNEL_NAMES:
             setattr(self, name, native.get(name, REFERENCES[name]))
+        for name, parts in FUSED.items():
+            if name not in native:
+                setattr(self, name, _COMPOSE[name](*(getattr(self, part) for part in parts)))
 
     @classmethod
     def reference(cls, backend: str = "reference") -> "KernelSet":
@@ -221,21 +253,37 @@ class KernelSet:
         return cls(backend)
 
     def describe(self) -> str:
-        """E.g. ``nvidia kernels: native (Triton) write_kv, ...; reference rms_norm``."""
+        """E.g. ``nvidia kernels: native (Triton) write_kv, ...; reference rms_norm`` (a fused kernel
+        not offered: ``rotary_write_kv as rotary_embedding + write_kv``)."""
         native = [n for n in KERNEL_NAMES if n in self.native]
-        reference = [n for n in KERNEL_NAMES if n not in self.native]
+        reference = [n for n in KERNEL_NAMES if n not in self.native and n not in FUSED]
+        composed = [f"{n} as {' + '.join(FUSED[n])}" for n in FUSED if n not in self.native]
         parts = []
         if native:
             parts.append(f"native{f' ({self.note})' if self.note else ''} {', '.join(native)}")
         if reference:
             parts.append(f"reference {', '.join(reference)}")
-        return f"{self.backend} kernels: {'; '.join(parts)}"
+        return f"{self.backend} kernels: {'; '.join(parts + composed)}"
 
     def __repr__(self) -> str:
         return f"<KernelSet {self.describe()}>"
 
 
 # ---- helpers -------------------------------------------------------------------------------------
+
+def _rotary_then_write_kv(rotary_embedding: Callable, write_kv: Callable) -> Callable:
+    """``rotary_write_kv`` as the two kernels it fuses (for a backend that does not offer it)."""
+
+    def rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache):
+        rotary_embedding(positions, q, key, cos_sin_cache)
+        write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    return rotary_write_kv
+
+
+#: How each fused kernel is composed of the kernel set's own parts.
+_COMPOSE: Mapping[str, Callable] = {"rotary_write_kv": _rotary_then_write_kv}
+
 
 def _flat(cache: torch.Tensor) -> torch.Tensor:
     """``[num_blocks, block_size, KV, D]`` -> ``[slots, KV, D]`` (a view)."""

@@ -147,6 +147,23 @@ def test_1_2_plugin_with_some_kernels_gets_them_and_the_references_for_the_rest(
     assert "reference write_kv" in kernels.describe()
 
 
+def test_a_fused_kernel_not_offered_is_composed_of_the_backends_own_parts(monkeypatch):
+    """rotary_write_kv (1.3) on a 1.2 plugin that offers rotary_embedding and write_kv: its two kernels,
+    in order, with the fused call's arguments."""
+    module_name = _install_plugin(monkeypatch, "parts12", (1, 2))
+    registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
+    runtime_cls = registry.plugins["parts12"].load
+    calls = []
+    offered = {"rotary_embedding": lambda positions, q, k, cache: calls.append(("rotary", positions, q, k, cache)),
+               "write_kv": lambda key, value, kc, vc, slots: calls.append(("write", key, value, kc, vc, slots))}
+    monkeypatch.setattr(runtime_cls, KERNELS_CALL, lambda self: offered, raising=False)
+    kernels = registry.load("parts12").kernels()
+    assert "rotary_write_kv" not in kernels.native
+    assert kernels.describe().endswith("; rotary_write_kv as rotary_embedding + write_kv")
+    kernels.rotary_write_kv("pos", "q", "k", "v", "kc", "vc", "slots", "cos_sin")
+    assert calls == [("rotary", "pos", "q", "k", "cos_sin"), ("write", "k", "v", "kc", "vc", "slots")]
+
+
 def test_kernels_with_unknown_names_are_refused_naming_the_contract(monkeypatch):
     module_name = _install_plugin(monkeypatch, "typo12", (1, 2))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)

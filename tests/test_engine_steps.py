@@ -96,8 +96,9 @@ def test_a_mixed_step_is_one_packed_step_without_padding():
     assert batch.cu_seqlens_q.tolist() == [0, 1, 8] and batch.seq_lens.tolist() == [12, 7]
 
 
-def counting_kernels():
-    """A backend's kernel set: the references, counting their calls, offered as native."""
+def counting_kernels(offered=KERNEL_NAMES):
+    """A backend's kernel set: the references of ``offered``, counting their calls, offered as native
+    (a fused kernel left out is composed of the counted parts)."""
     calls = {name: 0 for name in KERNEL_NAMES}
 
     def counted(name):
@@ -106,14 +107,15 @@ def counting_kernels():
             return REFERENCES[name](*args, **kwargs)
         return call
 
-    return KernelSet("cpu", {name: counted(name) for name in KERNEL_NAMES}, note="counting"), calls
+    return KernelSet("cpu", {name: counted(name) for name in offered}, note="counting"), calls
 
 
-@pytest.mark.parametrize("mode", ["native", "reference"])
-def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypatch, separate_tokens):
+@pytest.mark.parametrize("mode,fused", [("native", True), ("native", False), ("reference", True)])
+def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, fused, monkeypatch, separate_tokens):
     from anydev.plugin_api import load_backend
 
-    kernels, calls = counting_kernels()
+    offered = KERNEL_NAMES if fused else [n for n in KERNEL_NAMES if n != "rotary_write_kv"]
+    kernels, calls = counting_kernels(offered)
     monkeypatch.setattr(type(load_backend("cpu")), "kernels", lambda self: kernels)
     with InferEngine(demo_checkpoint(), engine_config(kernels=mode)) as engine:
         tokens = [engine.generate_ids([p], GREEDY)[0].token_ids for p in PROMPTS]
@@ -123,7 +125,12 @@ def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypat
     if mode == "native":
         assert description == kernels.describe() and "native (counting) write_kv" in description
         steps = len(PROMPTS) * GREEDY.max_new_tokens
-        assert calls["write_kv"] == calls["rotary_embedding"] == steps * layers
+        if fused:    # one fused call per layer and step, never the parts
+            assert calls["rotary_write_kv"] == steps * layers
+            assert calls["write_kv"] == calls["rotary_embedding"] == 0
+        else:        # the parts, through the kernel set's composition
+            assert "rotary_write_kv as rotary_embedding + write_kv" in description
+            assert calls["write_kv"] == calls["rotary_embedding"] == steps * layers
         decode_steps = len(PROMPTS) * (GREEDY.max_new_tokens - 1)
         assert calls["paged_decode_attention"] == decode_steps * layers
         assert calls["paged_prefill_attention"] == len(PROMPTS) * layers
@@ -132,6 +139,7 @@ def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, monkeypat
         assert calls["fused_add_rms_norm"] == steps * 2 * layers          # the rest, the final one
     else:
         assert description.startswith("cpu kernels: reference write_kv")
+        assert description.endswith("; rotary_write_kv as rotary_embedding + write_kv")
         assert not any(calls.values())
 
 

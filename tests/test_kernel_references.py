@@ -170,3 +170,22 @@ def test_silu_and_mul_multiplies_the_gate_activation_by_up():
 def test_every_kernel_name_has_a_documented_reference():
     for name in K.KERNEL_NAMES:
         assert K.REFERENCES[name].__doc__ and K.REFERENCES[name].__name__ == name
+
+
+def test_rotary_write_kv_is_rotary_then_write_kv():
+    """The fused reference: the cache receives the rotated keys (not the keys as given)."""
+    inv_freq = inverse_frequencies(8, 10000.0, None)
+    cache = K.cos_sin_cache(inv_freq, 16)
+    positions = torch.tensor([3, 9, 0])
+    q, key, value = torch.randn(3, 4, 8), torch.randn(3, 2, 8), torch.randn(3, 2, 8)
+    k_cache, v_cache = _paged(num_blocks=3, block_size=4, kv=2, d=8)
+    slots = torch.tensor([5, -1, 11])
+    key_given = key.clone()
+    want_q, want_key, want_k, want_v = q.clone(), key.clone(), k_cache.clone(), v_cache.clone()
+    K.rotary_embedding(positions, want_q, want_key, cache)
+    K.write_kv(want_key, value, want_k, want_v, slots)
+    K.rotary_write_kv(positions, q, key, value, k_cache, v_cache, slots, cache)
+    assert torch.equal(q, want_q) and torch.equal(key, want_key)
+    assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
+    assert torch.equal(k_cache.view(-1, 2, 8)[5], key[0]) and not torch.equal(key[0], key_given[0])
+

@@ -17,13 +17,13 @@ def triton_importable() -> bool:
 
 
 def kernels() -> Mapping[str, Callable]:
-    """Every kernel of contract 1.2, by name. Imports Triton (raises ImportError without it)."""
+    """Every kernel of the contract (:data:`~anydev.plugin_api.kernels.KERNEL_NAMES`), by name. Imports Triton (raises ImportError without it)."""
     from .activation import silu_and_mul
     from .attention_decode import paged_decode_attention
     from .attention_prefill import paged_prefill_attention
     from .cache import write_kv
     from .norm import fused_add_rms_norm, rms_norm
-    from .rotary import rotary_embedding
+    from .rotary import rotary_embedding, rotary_write_kv
 
     return {
         "write_kv": write_kv,
@@ -33,4 +33,5 @@ def kernels() -> Mapping[str, Callable]:
         "fused_add_rms_norm": fused_add_rms_norm,
         "rotary_embedding": rotary_embedding,
         "silu_and_mul": silu_and_mul,
+        "rotary_write_kv": rotary_write_kv,
     }

@@ -129,3 +129,81 @@ class FusedAddRmsNormKeepsResidual(_OneKernel):
         x.copy_(reference.rms_norm(x + residual, weight, eps))
 
     _kernel = fused_add_rms_norm
+
+
+@mutant("rotary-write-kv-skips-k", checks=CHECKS)
+class RotaryWriteKvSkipsK(_OneKernel):
+    """rotary_write_kv rotates the queries only: the keys stay unrotated, in place and in the cache."""
+
+    @staticmethod
+    def rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache):
+        reference.rotary_embedding(positions, q, key[:, :0], cos_sin_cache)
+        reference.write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+    _kernel = rotary_write_kv
+
+
+@mutant("rotary-write-kv-caches-k-before-rotation", checks=CHECKS)
+class RotaryWriteKvCachesKBeforeRotation(_OneKernel):
+    """rotary_write_kv writes the keys into the cache before rotating them (q and k are right in place)."""
+
+    @staticmethod
+    def rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache):
+        reference.write_kv(key, value, k_cache, v_cache, slot_mapping)
+        reference.rotary_embedding(positions, q, key, cos_sin_cache)
+
+    _kernel = rotary_write_kv
+
+
+@mutant("rotary-write-kv-slot-plus-1", checks=CHECKS)
+class RotaryWriteKvSlotPlusOne(_OneKernel):
+    """rotary_write_kv writes each real token's K/V to slot + 1 (an off-by-one in the slot address)."""
+
+    @staticmethod
+    def rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache):
+        reference.rotary_embedding(positions, q, key, cos_sin_cache)
+        slots = torch.where(slot_mapping >= 0, (slot_mapping + 1) % (k_cache.shape[0] * k_cache.shape[1]), -1)
+        reference.write_kv(key, value, k_cache, v_cache, slots)
+
+    _kernel = rotary_write_kv
+
+
+#: Key positions per partition of the split decode mutant below.
+PARTITION = 256
+
+
+@mutant("decode-attention-merge-drops-a-partition", checks=CHECKS)
+class DecodeAttentionMergeDropsAPartition(_OneKernel):
+    """paged_decode_attention split into partitions of 256 keys merges all but the first one (a
+    sequence longer than one partition loses its first 256 keys)."""
+
+    @staticmethod
+    def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window=None):
+        out = reference.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window)
+        for b, n in enumerate(seq_lens.tolist()):
+            if n > PARTITION:   # keys PARTITION.. only: a window that starts there (clipped by the real one)
+                window = n - PARTITION if sliding_window is None else min(sliding_window, n - PARTITION)
+                out[b] = reference.paged_decode_attention(q[b:b + 1], k_cache, v_cache, block_tables[b:b + 1],
+                                                          seq_lens[b:b + 1], scale, window)[0]
+        return out
+
+    _kernel = paged_decode_attention
+
+
+@mutant("decode-attention-state-not-reset", checks=CHECKS)
+class DecodeAttentionStateNotReset(_OneKernel):
+    """paged_decode_attention keeps per-call state it does not reset (as a split kernel whose merge
+    counters are never set back to zero): right on the first call of a batch shape, uninitialised
+    output on every later one (a graph replay, the next layer)."""
+
+    _seen: set = set()
+
+    @staticmethod
+    def paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window=None):
+        seen = DecodeAttentionStateNotReset._seen
+        if q.shape in seen:
+            return torch.full_like(q, 1e4)                # what was left in the output buffer
+        seen.add(q.shape)
+        return reference.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window)
+
+    _kernel = paged_decode_attention

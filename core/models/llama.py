@@ -3,8 +3,8 @@
 HF transformers' math on the rank's weight shard (see :mod:`.sharding`), over a flat packed step
 (:class:`.batch.StepBatch`), through the kernels of contract 1.2 (``kernels``: the backend's own or
 the references; see :mod:`anydev.core.kernel_choice`). Per layer: fused_add_rms_norm, the fused qkv
-matmul, rotary in place, write_kv, paged attention, o_proj, fused_add_rms_norm, the fused gate_up
-matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
+matmul, rotary in place and write_kv (one fused kernel: rotary_write_kv), paged attention, o_proj,
+fused_add_rms_norm, the fused gate_up matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
 o_proj and down_proj, and the all-gather of the vocabulary-split lm_head's logits.
 """
 from __future__ import annotations
@@ -132,8 +132,8 @@ class LlamaRank:
             qkv = F.linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
             q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
         k = self.kernels
-        k.rotary_embedding(batch.positions, q, key, self.cos_sin_cache)
-        k.write_kv(key, value, k_pages, v_pages, batch.slot_mapping)
+        # one fused kernel where the backend offers it, else rotary_embedding then write_kv
+        k.rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages, batch.slot_mapping, self.cos_sin_cache)
         return q
 
     def attend(self, i: int, q: torch.Tensor, batch: StepBatch) -> torch.Tensor:
