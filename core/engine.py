@@ -222,7 +222,8 @@ class InferEngine:
                 pipe_comms = self.backend.create_communicators(devices)
                 self.communicators += pipe_comms
         else:
-            self.communicators = [self._procs.start(plan, self.checkpoint, devices[0])]
+            comm, pipe_comms[0] = self._procs.start(plan, self.checkpoint, devices[0])
+            self.communicators = [comm] + ([pipe_comms[0]] if pipe_comms[0] is not None else [])
         setups = [replace(plan.rank_setup(rank, devices[i], self.communicators[i], self.checkpoint, self.kernels,
                                           graph_factory), pipe_comm=pipe_comms[i])
                   for i, rank in enumerate(local_ranks)]
@@ -357,6 +358,10 @@ class InferEngine:
         self._check_open()
         sampling = sampling or SamplingParams()
         sampling.validate()
+        if sampling.seed is not None and self._procs is not None and self.config.pp > 1:
+            raise EngineConfigError("a seeded request needs its generator where it is sampled, and at pp > 1 with a "
+                                    "process executor that is another process (the last stage's): not supported yet; "
+                                    "drop the seed, or use executor='threads'")
         with self._lock:
             if index is None:
                 index, self._next_id = self._next_id, self._next_id + 1
@@ -649,9 +654,6 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         )
     check_tp(model, config.tp)
     check_pp(model, config.pp)
-    if config.pp > 1 and getattr(config, "executor", "threads") != "threads":
-        raise PipelineConfigError(f"pp={config.pp} runs on the threads executor only for now; executor "
-                                  f"{config.executor!r} with pipeline stages is not implemented: use executor='threads'")
     if config.init_mode not in INIT_MODES:
         raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
     for name in ("block_size", "max_num_seqs"):

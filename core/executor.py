@@ -37,7 +37,7 @@ from .timeline import PhaseRecord
 
 EXECUTORS = ("threads", "mp", "torchrun")
 #: Commands the engine gives every rank; any other goes to the one rank it is submitted to.
-EVERY_RANK = frozenset({"init", "capture_graphs", "forward", "release"})
+EVERY_RANK = frozenset({"init", "capture_graphs", "forward", "forward_stage", "release"})
 #: Commands of the step loop: no reply (their futures end with rank 0's own); every other command
 #: (init, graph capture, release, reads) waits for each rank's reply.
 NO_REPLY = frozenset({"forward"})
@@ -65,6 +65,27 @@ class RankPlan:
     max_step_tokens: int = 1    # the most tokens a step feeds (graph padding included)
     max_blocks: int = 1         # block-table width
     unique_id: bytes = b""
+    #: At pp > 1: each stage's TP communicator id (``unique_id`` unused) and the id of the
+    #: communicator of every rank, for send/recv between stages.
+    stage_unique_ids: tuple = ()
+    pipe_unique_id: bytes = b""
+
+    def join_communicators(self, device, rank: int):
+        """Rank ``rank``'s (TP communicator, pipeline communicator or None), joined in that order on
+        every rank (each call blocks until every rank of the group has joined)."""
+        from anydev.plugin_api import Communicator
+
+        tp, pp = self.config.tp, self.config.pp
+        stage, tp_rank = divmod(rank, tp)
+        tp_id = self.stage_unique_ids[stage] if pp > 1 else self.unique_id
+        comm = Communicator.from_unique_id(device, tp_id, tp, tp_rank)
+        if pp == 1:
+            return comm, None
+        try:
+            return comm, Communicator.from_unique_id(device, self.pipe_unique_id, tp * pp, rank)
+        except BaseException:
+            comm.close()
+            raise
 
     def rank_setup(self, rank: int, device, comm, checkpoint, kernels, graph_factory) -> RankSetup:
         """Rank ``rank`` (= stage * tp + tp rank) of ``tp * pp``; its pipeline ``pipe_comm`` is the caller's."""
@@ -212,18 +233,21 @@ class ProcessRanks:
 
     # ---- commands ------------------------------------------------------------------------------
     def start(self, plan: RankPlan, checkpoint, device):
-        """Send every rank the plan (checkpoint and communicator unique id added); return rank 0's
-        communicator once every rank has built its rank and joined it."""
-        from anydev.plugin_api import Communicator
-
+        """Send every rank the plan (checkpoint and communicator unique ids added); return rank 0's
+        (TP communicator, pipeline communicator or None) once every rank has built its rank and
+        joined them."""
         unique_id = device.runtime.comm_unique_id()
         plan = replace(plan, checkpoint=checkpoint_source(checkpoint), unique_id=unique_id)
+        if plan.config.pp > 1:
+            plan = replace(plan, stage_unique_ids=(unique_id, *(device.runtime.comm_unique_id()
+                                                               for _ in range(plan.config.pp - 1))),
+                           pipe_unique_id=device.runtime.comm_unique_id())
         remote = self.setup(plan)
         joined = Future()
 
         def join():
             try:
-                joined.set_result(Communicator.from_unique_id(device, unique_id, plan.config.tp, 0))
+                joined.set_result(plan.join_communicators(device, 0))
             except BaseException as exc:  # handed to the waiting thread
                 joined.set_exception(exc)
 

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, ControlLost, Launch, LaunchError, RankFailedError, Watchdog,
                    connect_store, launch_from_env, print_error, seconds_from_env)
@@ -90,7 +91,7 @@ class _Rank:
     """This process's rank of one engine."""
 
     def __init__(self, launch: Launch, plan):
-        from anydev.plugin_api import Communicator, load_backend
+        from anydev.plugin_api import load_backend
 
         from .engine import _device_graph
         from .executor import open_source
@@ -106,9 +107,10 @@ class _Rank:
                 f"on this machine; start at most {count} rank processes per machine (torchrun --nproc-per-node)")
         self.checkpoint = open_source(plan.checkpoint)
         device = backend.device(launch.local_rank)
-        self.comm = Communicator.from_unique_id(device, plan.unique_id, config.tp, launch.rank)
-        setup = plan.rank_setup(launch.rank, device, self.comm, self.checkpoint, select_kernels(backend, config.kernels),
-                                _device_graph if plan.uses_graphs else None)
+        self.comm, self.pipe_comm = plan.join_communicators(device, launch.rank)
+        setup = replace(plan.rank_setup(launch.rank, device, self.comm, self.checkpoint,
+                                        select_kernels(backend, config.kernels), _device_graph if plan.uses_graphs else None),
+                        pipe_comm=self.pipe_comm)
         self.timeline = Timeline()
         self._sent = 0
         self.worker = RankWorker(setup, self.timeline, threading.Event())
@@ -132,6 +134,8 @@ class _Rank:
         """Free what ``release`` did not: the rank's thread, the communicator, the checkpoint."""
         self.worker.shutdown()
         self.comm.close()
+        if self.pipe_comm is not None:
+            self.pipe_comm.close()
         self.checkpoint.close()
 
 

@@ -1,11 +1,12 @@
-"""Pipeline parallelism on the cpu backend's virtual devices (thread executor): PP=2, PP=3 (uneven
-stages) and TP=2 x PP=2 give TP=1's greedy tokens on a batch of prompts whose decode steps are split
-into micro-batches; each stage holds only its layers; bad settings are typed errors."""
+"""Pipeline parallelism on the cpu backend's virtual devices: PP=2, PP=3 (uneven stages) and
+TP=2 x PP=2 give TP=1's greedy tokens on a batch of prompts whose decode steps are split into
+micro-batches, on rank threads and on rank processes (executor="mp"); each stage holds only its
+layers; bad settings are typed errors."""
 from __future__ import annotations
 
 import pytest
 
-from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
 from anydev.core.checkpoint import demo_checkpoint
 from anydev.core.engine import micro_batch_bounds
 from anydev.core.models.pipeline import PipelineConfigError, check_devices, stages
@@ -127,6 +128,15 @@ def test_pp_on_a_backend_without_send_recv_is_a_config_error():
     check_devices(_NoSendBackend(), 2, 1)   # no stages to connect: fine
 
 
-def test_pp_with_a_process_executor_is_a_config_error():
-    with pytest.raises(PipelineConfigError, match="threads executor only"):
-        InferEngine(demo_checkpoint(), EngineConfig(pp=2, executor="mp"))
+@pytest.mark.parametrize("tp,pp", [(1, 2), (2, 2)])
+def test_pp_on_rank_processes_gives_the_tp1_tokens(tp, pp, tp1_tokens):
+    """executor="mp": a process per rank, the stages' send/recv through the cpu backend's gloo groups;
+    the sampler (tp rank 0 of the last stage) is another process than rank 0."""
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, pp=pp, executor="mp")) as engine:
+        assert len(engine._procs._children) == tp * pp - 1
+        tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=20))]
+        assert {r.rank for r in engine.timeline} == set(range(tp * pp))
+        if tp == 1:
+            with pytest.raises(EngineConfigError, match="seeded request.*pp > 1 with a process executor"):
+                engine.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.7, seed=3))
+    assert tokens == tp1_tokens
