@@ -11,8 +11,8 @@
 # decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
 # profile.txt (the kernels of one decode step, by device time), serve_bench.{json,txt} (anydev serve under
 # load with its ablations; needs fastapi, uvicorn and prometheus-client), pp.txt + pp-conformance.json
-# (pipeline parallelism: test_infer at --pp 2 and --tp 1, each against the cpu reference's tokens, and the
-# conformance send_recv group on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
+# (pipeline parallelism: test_infer at --tp 1, --pp 2 (rank threads and rank processes), each against the cpu
+# reference's tokens, and the conformance send_recv group on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
 set -uo pipefail
@@ -85,6 +85,7 @@ if want pp; then
           run python3 examples/test_infer.py --device nvidia --tp 1 --batch-size 4 --max-new-tokens 64
           run python3 examples/test_infer.py --device nvidia --pp 2 --batch-size 4 --max-new-tokens 64
           (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --batch-size 4 --max-new-tokens 64
+          run python3 examples/test_infer.py --device nvidia --pp 2 --executor mp --batch-size 4 --max-new-tokens 64
           [ -d /tmp/llama-1b ] || python3 benchmarks/make_random_model.py /tmp/llama-1b > /dev/null
           run python3 examples/test_infer.py --device nvidia --model /tmp/llama-1b --pp 2 --batch-size 4 \
               --max-new-tokens 64 --prompt 'Hello'
