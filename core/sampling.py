@@ -9,9 +9,13 @@ import torch
 from .errors import EngineConfigError
 
 
+GREEDY_BELOW = 1e-5
+
+
 @dataclass
 class SamplingParams:
-    """How to pick tokens. ``temperature == 0`` is greedy (top-k and top-p are then unused)."""
+    """How to pick tokens. ``temperature == 0`` is greedy (top-k and top-p are then unused), and so
+    is any temperature below ``GREEDY_BELOW`` (as in vLLM): dividing logits by it would overflow."""
 
     max_new_tokens: int = 64
     temperature: float = 0.0
@@ -24,7 +28,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
     def validate(self) -> None:
         """Raise :class:`EngineConfigError` naming the first bad value."""
@@ -67,7 +71,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
     if params.top_p < 1.0:
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative - sorted_logits.softmax(dim=-1) >= params.top_p   # keep the first token always
+        drop = cumulative - sorted_logits.softmax(dim=-1) >= params.top_p
+        drop[..., 0] = False        # the likeliest token always stays (a top_p that rounds to 0 included)
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     probs = logits.softmax(dim=-1)
@@ -108,7 +113,8 @@ def _sample_together(logits: torch.Tensor, params: list[SamplingParams]) -> torc
         top_p = torch.tensor([p.top_p for p in params], device=device)[:, None]
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p                               # keep the first token always
+        drop = probs.cumsum(dim=-1) - probs >= top_p
+        drop[:, 0] = False          # the likeliest token always stays (a top_p that rounds to 0 included)
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     return torch.multinomial(logits.softmax(dim=-1), num_samples=1).squeeze(-1)

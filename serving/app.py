@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,7 +27,7 @@ from anydev.core.tokenizer import ChatTemplateError
 from .engine_loop import EngineLoop, EngineStoppedError, QueueFullError, RequestStream
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
-from .protocol import APIError, ChatRequest, CompletionRequest, finish_reason
+from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
 
 
 @dataclass
@@ -58,57 +59,89 @@ def create_app(engine: InferEngine, model_name: str, limits: ServerLimits | None
     app.state.anydev = state
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
     _add_error_handlers(app, metrics)
-    authorized = Depends(_authorize)
+    _document_errors_as_answered(app, model_name, limits)
+    # With a key, the schema declares the bearer scheme on exactly the routes that check it.
+    authorized = [Depends(_authorize)] if api_key is not None else []
+    denied = {401: _error("missing or wrong API key")} if api_key is not None else {}
+    generating = {200: {"description": "the answer (JSON), or server-sent events with stream=true",
+                        "content": {"text/event-stream": {}}},
+                  400: _error("a bad request: the error names the parameter"), **denied,
+                  413: _error("the body is over --max-body-bytes"),
+                  429: _error("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
+                  503: _error("the server is shutting down or its engine failed")}
 
-    @app.get("/health")
+    @app.get("/health", responses={503: _error("the engine is not running")})
     async def health():
         if not state.loop.healthy:
             raise APIError(503, "the engine is not running" + (f": {state.loop.failure}" if state.loop.failure else ""),
                            type="server_error")
         return {"status": "ok"}
 
-    @app.get("/metrics", dependencies=[Depends(_authorize_metrics)])
+    metrics_key = limits.metrics_need_key and api_key is not None
+
+    @app.get("/metrics", response_class=PlainTextResponse, dependencies=authorized if metrics_key else [],
+             responses=denied if metrics_key else {})
     async def prometheus_metrics():
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/models", dependencies=[authorized])
+    @app.get("/v1/models", dependencies=authorized, responses=denied)
     async def models():
         return {"object": "list", "data": [_model_card(state)]}
 
-    @app.post("/v1/completions", dependencies=[authorized])
+    @app.post("/v1/completions", dependencies=authorized, responses=generating)
     async def completions(body: CompletionRequest, request: Request):
         body.check_unsupported()
         _check_model(state, body.model)
         prompt_ids = _completion_prompt_ids(state, body.prompt)
         return await _serve(state, request, body, prompt_ids, body.max_tokens, chat=False)
 
-    @app.post("/v1/chat/completions", dependencies=[authorized])
+    @app.post("/v1/chat/completions", dependencies=authorized, responses=generating)
     async def chat_completions(body: ChatRequest, request: Request):
         body.check_unsupported()
         _check_model(state, body.model)
         prompt_ids = _chat_prompt_ids(state, body)
+        if body.max_tokens is not None and body.max_completion_tokens is not None:
+            _max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
         return await _serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
 
     return app
 
 
+def _error(description: str) -> dict:
+    return {"model": ErrorBody, "description": description}
+
+
+def _document_errors_as_answered(app: FastAPI, model_name: str, limits: ServerLimits) -> None:
+    """The OpenAPI schema without FastAPI's 422 validation answer (this server answers 400 with the
+    OpenAI error body instead), and with the served model id and the max_tokens limit."""
+    generate = app.openapi
+    vocab_size = app.state.anydev.engine.checkpoint.config.vocab_size
+
+    def openapi() -> dict:
+        schema = generate()
+        describe_limits(schema, model_name, limits.max_tokens, vocab_size)
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return schema
+
+    app.openapi = openapi
+
+
 # ---- access ------------------------------------------------------------------------------------
-def _key_matches(state: ServerState, request: Request) -> bool:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), state.api_key.encode())
+_bearer = HTTPBearer(auto_error=False, description="the server's API key (--api-key or ANYDEV_API_KEY)")
 
 
-async def _authorize(request: Request) -> None:
-    state: ServerState = request.app.state.anydev
-    if state.api_key is not None and not _key_matches(state, request):
+async def _authorize(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """A 401 unless the request carries ``Authorization: Bearer <the key>``; the key is compared in
+    constant time (hmac.compare_digest), and neither it nor what was sent is ever logged."""
+    key: str = request.app.state.anydev.api_key
+    sent = credentials.credentials if credentials is not None else ""
+    if not hmac.compare_digest(sent.encode(), key.encode()):
         raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                        type="authentication_error", code="invalid_api_key")
-
-
-async def _authorize_metrics(request: Request) -> None:
-    if request.app.state.anydev.limits.metrics_need_key:
-        await _authorize(request)
 
 
 # ---- prompts -------------------------------------------------------------------------------------
@@ -338,4 +371,4 @@ def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return answer(APIError(exc.status_code, str(exc.detail), type=kind))
+        return answer(APIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers))   # 405: Allow

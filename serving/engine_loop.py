@@ -109,15 +109,23 @@ class EngineLoop:
                 if self.metrics:
                     self.metrics.finished(stream.seq)
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Abort whatever still runs, stop the thread and wait for it (at most ``timeout`` s)."""
+    def abort_all(self, reason: str = "the server is shutting down") -> int:
+        """Refuse new requests from now on and end every request in flight: its handler gets an
+        :class:`EngineStoppedError` saying ``reason``, its blocks come back. Returns how many it ended."""
         with self._wake:
             self._stopping = True
             streams, self._streams = list(self._streams.values()), {}
             for stream in streams:
                 self.engine.abort(stream.seq)
-                stream.push(Progress(len(stream.seq.output), True, EngineStoppedError("the server is shutting down")))
+                if self.metrics:
+                    self.metrics.finished(stream.seq)
+                stream.push(Progress(len(stream.seq.output), True, EngineStoppedError(reason)))
             self._wake.notify()
+        return len(streams)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Abort whatever still runs, stop the thread and wait for it (at most ``timeout`` s)."""
+        self.abort_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
 

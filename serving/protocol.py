@@ -26,8 +26,49 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def _only(*values) -> dict:
+    """The OpenAPI schema's note that a field is accepted only at these values."""
+    return {"enum": list(values)}
+
+
+def describe_limits(schema: dict, model_name: str, max_tokens: int, vocab_size: int) -> None:
+    """Put the server's own limits into the OpenAPI ``schema`` (in place): the one model id it
+    serves, the largest ``max_tokens``, one prompt per request and the token ids' range, so that
+    what the schema calls valid is what it accepts."""
+    bodies = schema.get("components", {}).get("schemas", {})
+    for option in bodies.get("CompletionRequest", {}).get("properties", {}).get("prompt", {}).get("anyOf", []):
+        items = option.get("items", {})
+        if items.get("type") == "integer":
+            items.update(minimum=0, maximum=vocab_size - 1)
+            option["minItems"] = 1
+        elif items.get("type") == "string":
+            option.update(minItems=1, maxItems=1)
+    for name, fields in (("CompletionRequest", ("max_tokens",)),
+                         ("ChatRequest", ("max_tokens", "max_completion_tokens"))):
+        properties = bodies.get(name, {}).get("properties", {})
+        if "model" in properties:
+            properties["model"]["enum"] = [model_name]
+        for field in fields:
+            for option in properties.get(field, {}).get("anyOf", []):
+                if option.get("type") == "integer":
+                    option["maximum"] = max_tokens
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    """Every error answer's body (the OpenAPI schema documents it for each error status)."""
+
+    error: ErrorDetail
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
     include_usage: bool = False
     continuous_usage_stats: bool = False   # extension (as vLLM): usage on every chunk, one chunk per step
 
@@ -35,7 +76,7 @@ class StreamOptions(BaseModel):
 class _Sampling(BaseModel):
     """The fields both endpoints share."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
     model: str
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -45,10 +86,11 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False                      # extension, for benchmarks
-    n: int = 1
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    # accepted only at their neutral value (check_unsupported); the schema says which
+    n: int = Field(1, json_schema_extra=_only(1))
+    frequency_penalty: float = Field(0.0, json_schema_extra=_only(0))
+    presence_penalty: float = Field(0.0, json_schema_extra=_only(0))
+    logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
     user: str | None = None                       # accepted; unused
 
     def check_unsupported(self) -> None:
@@ -75,10 +117,10 @@ class _Sampling(BaseModel):
 class CompletionRequest(_Sampling):
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(16, ge=1)
-    echo: bool = False
-    logprobs: int | None = None
-    best_of: int | None = None
-    suffix: str | None = None
+    echo: bool = Field(False, json_schema_extra=_only(False))
+    logprobs: int | None = Field(None, json_schema_extra=_only(None))
+    best_of: int | None = Field(None, json_schema_extra=_only(None, 1))
+    suffix: str | None = Field(None, json_schema_extra=_only(None))
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
@@ -95,13 +137,13 @@ class CompletionRequest(_Sampling):
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
     role: Literal["system", "user", "assistant", "developer"]
     content: str | list[TextPart]
     name: str | None = None
@@ -114,11 +156,11 @@ class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    tools: list[dict] | None = None
-    tool_choice: str | dict | None = None
-    response_format: dict | None = None
+    logprobs: bool = Field(False, json_schema_extra=_only(False))
+    top_logprobs: int | None = Field(None, json_schema_extra=_only(None))
+    tools: list[dict] | None = Field(None, json_schema_extra=_only(None))
+    tool_choice: str | dict | None = Field(None, json_schema_extra=_only(None))
+    response_format: dict | None = Field(None, json_schema_extra=_only(None, {"type": "text"}))
 
     def check_unsupported(self) -> None:
         super().check_unsupported()

@@ -4,11 +4,14 @@
     anydev serve --device nvidia --model /models/Llama-3.2-1B --tp 2 --api-key "$KEY"
 
 Ctrl-C or SIGTERM stops accepting connections, lets the requests in flight finish for up to
-``--drain-seconds``, aborts the rest, frees the engine and exits 0.
+``--drain-seconds``, aborts the rest (their clients get an error, not a cut connection), says how many
+KV blocks are still in use (0: nothing leaked), frees the engine and exits 0.
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
+import ipaddress
 import os
 import signal
 import sys
@@ -55,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limits.add_argument("--drain-seconds", type=float, default=10.0,
                         help="at shutdown, how long requests in flight may finish (default 10)")
     limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
+    limits.add_argument("--read-timeout", type=float, default=30.0,
+                        help="seconds a client has to send a whole request, from connecting or from its previous "
+                             "answer (default 30); then 408 and the connection closes (slow or idle clients)")
+    limits.add_argument("--send-timeout", type=float, default=30.0,
+                        help="seconds an answer may wait for a client that reads nothing (default 30); then the "
+                             "connection is dropped and its request aborted")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from anydev.plugin_api import load_backend
 
     from .app import create_app
+    from .connection import guarded_h11_protocol
     from .limits import ServerLimits
 
     for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs"):
@@ -72,13 +82,16 @@ def run(args: argparse.Namespace) -> int:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
-    if not args.request_timeout > 0:
-        raise EngineConfigError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
+    for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive"):
+        if not getattr(args, name) > 0:
+            raise EngineConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
+    if args.drain_seconds < 0:
+        raise EngineConfigError(f"--drain-seconds must be >= 0, got {args.drain_seconds}")
     if args.api_key is not None and not args.api_key.strip():
         raise EngineConfigError("--api-key (ANYDEV_API_KEY) is empty; give a key or leave it unset")
-    if args.host not in ("127.0.0.1", "localhost", "::1") and args.api_key is None:
-        print(f"warning: serving on {args.host} without --api-key: anyone who can reach this port can use the model",
-              file=sys.stderr)
+    warning = exposure_warning(args.host, args.api_key)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
     model_name = args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
@@ -96,14 +109,40 @@ def run(args: argparse.Namespace) -> int:
         app = create_app(engine, model_name, limits, args.api_key)
         print(f"anydev serve: model '{model_name}' on {args.device} x {args.tp}, {engine.num_blocks} KV blocks of "
               f"{args.block_size} tokens, context {engine.max_model_len}", flush=True)
+        state = app.state.anydev
+        protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
+                                        lambda reason: state.metrics.dropped.labels(reason).inc())
+        # h11 (not httptools, even where installed): the read/send timeouts and the 64 KiB limit on a
+        # request head are set on it. Past the drain, uvicorn's own cancelling is only a backstop:
+        # the server aborts the requests itself first, so that their handlers answer an error.
         server = _server_class()(uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", access_log=False,
-            timeout_graceful_shutdown=args.drain_seconds, timeout_keep_alive=args.timeout_keep_alive,
+            app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
+            timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
             h11_max_incomplete_event_size=64 * 1024))
+        server.drain_seconds, server.abort_in_flight = args.drain_seconds, state.loop.abort_all
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
         server.run()
-    print("anydev serve: stopped", flush=True)
+        blocks, scheduler = engine.block_manager, engine.scheduler
+        print(f"anydev serve: stopped with {blocks.num_used} of {blocks.num_blocks} KV blocks in use, "
+              f"{len(scheduler.running)} requests running and {len(scheduler.waiting)} waiting", flush=True)
     return 0
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning for binding ``host`` without a key where more than this machine can reach it
+    (None: a loopback address, or a key is set)."""
+    if api_key is not None or _is_loopback(host):
+        return None
+    return f"warning: serving on {host} without --api-key: anyone who can reach this port can use the model"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False            # a host name: it may resolve to an address others can reach
 
 
 def _server_class():
@@ -111,7 +150,24 @@ def _server_class():
 
     class Server(uvicorn.Server):
         """uvicorn's server without its re-raising of the stop signal after the graceful shutdown, so
-        that ``anydev serve`` then frees the engine and exits 0 (a second Ctrl-C still forces it)."""
+        that ``anydev serve`` then frees the engine and exits 0 (a second Ctrl-C still forces it);
+        ``drain_seconds`` into the shutdown it calls ``abort_in_flight()``."""
+
+        drain_seconds: float = 0.0
+        abort_in_flight = None
+
+        async def shutdown(self, sockets=None):
+            timer = asyncio.get_running_loop().call_later(self.drain_seconds, self._drain_over)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+        def _drain_over(self) -> None:
+            aborted = self.abort_in_flight() if self.abort_in_flight else 0
+            if aborted:
+                print(f"anydev serve: aborted {aborted} requests still running after --drain-seconds "
+                      f"{self.drain_seconds:g}", flush=True)
 
         @contextmanager
         def capture_signals(self):

@@ -2,103 +2,22 @@
 backend, driven by the official ``openai`` client; answers compared with offline greedy generation."""
 from __future__ import annotations
 
+import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-import http.client
-import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.checkpoint import demo_checkpoint
+from serve_support import FIGURES, KEY, MODEL, Server, request
 
-MODEL = "anydev-demo"
-KEY = "test-key-123"
 SYSTEM = ("You are the assistant of the device model. The user asks about the world and you answer with "
           "what is on the device, for the user and the model, in one token at a time.")
-
-
-def request(url: str, method: str = "GET", body: bytes | None = None, headers: dict | None = None,
-            timeout: float = 30) -> tuple[int, dict, str]:
-    """(status, headers, text) of one HTTP request (the standard library's client)."""
-    host, _, path = url.removeprefix("http://").partition("/")
-    conn = http.client.HTTPConnection(host, timeout=timeout)
-    try:
-        conn.request(method, "/" + path, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, dict(response.getheaders()), response.read().decode()
-    finally:
-        conn.close()
-
-
-class Server:
-    """``anydev serve`` in a subprocess; :meth:`stop` sends SIGTERM and returns the exit code."""
-
-    def __init__(self, *args: str, key: str | None = None):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        env = dict(os.environ, OMP_NUM_THREADS="1")
-        env.pop("ANYDEV_API_KEY", None)
-        command = [sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(self.port), *args]
-        if key:
-            command += ["--api-key", key]
-        self.key = key
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"anydev serve exited with {self.proc.returncode}:\n{self.proc.stdout.read()}")
-            try:
-                if request(f"{self.url}/health", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.proc.kill()
-        raise RuntimeError("anydev serve did not become healthy within 180 s")
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.key or "none", max_retries=0, timeout=120)
-
-    def metrics(self) -> dict[str, float]:
-        """Every sample of /metrics by name (labels joined in), e.g. 'anydev_kv_blocks_used'."""
-        text = request(f"{self.url}/metrics")[2]
-        samples = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                samples[sample.name + (f"{{{labels}}}" if labels else "")] = sample.value
-        return samples
-
-    def wait_for_metric(self, name: str, predicate, seconds: float = 60) -> float:
-        deadline = time.monotonic() + seconds
-        while True:
-            value = self.metrics().get(name, 0.0)
-            if predicate(value) or time.monotonic() > deadline:
-                return value
-            time.sleep(0.2)
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = self.proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, _ = self.proc.communicate()
-        return self.proc.returncode, out
 
 
 @pytest.fixture(scope="module")
@@ -433,12 +352,20 @@ JUNK = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=Tr
                  st.lists(st.integers(), max_size=5), st.dictionaries(st.text(max_size=5), st.integers(), max_size=3))
 
 
+HOSTILE = {"inputs_tried": 0, "answered_200": 0, "refused_4xx": 0, "server_errors_5xx": 0}
+
+
 def assert_answered(server, path, body):
     try:
         raw = json.dumps(body).encode()
     except (TypeError, ValueError):
         return
     reply = post(server, path, None, raw=raw)
+    HOSTILE["inputs_tried"] += 1
+    kind = {2: "answered_200", 4: "refused_4xx", 5: "server_errors_5xx"}.get(reply.status_code // 100)
+    if kind:
+        HOSTILE[kind] += 1
+    FIGURES.record("hostile bodies (hypothesis)", **HOSTILE)
     assert reply.status_code in (200, 400, 413), (reply.status_code, reply.text[:300])
     if reply.status_code != 200:
         assert reply.json()["error"]["message"]
@@ -479,24 +406,30 @@ def test_the_server_is_healthy_after_the_hostile_input(server):
 def test_a_soak_of_a_thousand_requests_leaves_threads_blocks_and_memory_where_they_were(server):
     """Bounded: 1200 short requests from 8 clients; the server's threads, KV blocks and RSS (after a
     warm-up of 200) come back to where they were."""
-    def status(field):
-        with open(f"/proc/{server.proc.pid}/status") as f:
-            line = next(line for line in f if line.startswith(field + ":"))
-        return int(line.split()[1])
+    status = server.proc_status
 
     def burst(count):
         def ask(i):
             body = {"model": MODEL, "prompt": f"the device {i}", "max_tokens": 2, "temperature": 0,
                     "stream": bool(i % 2)}
-            return post(server, "/v1/completions", body).status_code
+            try:
+                return post(server, "/v1/completions", body).status_code
+            except OSError:
+                return None       # no answer at all: lost
         with ThreadPoolExecutor(8) as pool:
             return list(pool.map(ask, range(count)))
 
     assert set(burst(200)) == {200}
     server.wait_for_metric("anydev_requests_running", lambda v: v == 0)
     threads, rss_kib = status("Threads"), status("VmRSS")
-    assert set(burst(1200)) == {200}
+    start = server.resources()
+    statuses = burst(1200)
     assert server.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+    end = server.resources()
+    FIGURES.record("soak", clients=8, requests=1200, answered_200=statuses.count(200),
+                   server_errors_5xx=sum(s is not None and s >= 500 for s in statuses), requests_lost=statuses.count(None),
+                   start=start, end=end)
+    assert set(statuses) == {200}
     assert server.metrics()["anydev_requests_waiting"] == 0
     assert status("Threads") == threads
     assert status("VmRSS") - rss_kib < 64 * 1024, "the server's memory grew by more than 64 MiB"
