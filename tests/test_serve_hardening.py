@@ -69,13 +69,20 @@ def counts(srv: Server) -> dict:
             "errors_500": m.get("anydev_requests_rejected_total{status=500}", 0)}
 
 
-def assert_clean(srv: Server) -> None:
-    """Nothing left running, zero KV blocks in use, no 500 ever, /health OK."""
-    assert srv.wait_for_metric("anydev_requests_running", lambda v: v == 0) == 0
-    assert srv.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
-    assert srv.metrics()["anydev_requests_waiting"] == 0
-    assert counts(srv)["errors_500"] == 0
-    assert srv.healthy()
+def settle(srv: Server) -> dict:
+    """Once nothing runs (bounded wait): the 5xx answers the server ever gave, whether it is healthy,
+    and its resources (RSS, threads, open files, KV blocks in use)."""
+    srv.wait_for_metric("anydev_requests_running", lambda v: v == 0)
+    srv.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0)
+    m = srv.metrics()
+    return {"server_errors_5xx": int(sum(v for k, v in m.items() if k.startswith("anydev_requests_rejected_total{status=5"))),
+            "waiting_after": int(m["anydev_requests_waiting"]), "healthy_after": srv.healthy(), "end": srv.resources()}
+
+
+def assert_clean(end: dict) -> None:
+    """Nothing left waiting, zero KV blocks in use, no 5xx ever, /health OK."""
+    assert end["end"]["kv_blocks_used"] == 0, end
+    assert (end["waiting_after"], end["server_errors_5xx"], end["healthy_after"]) == (0, 0, True), end
 
 
 def prompts(count: int) -> list[str]:
@@ -148,12 +155,12 @@ def test_overload_every_request_is_answered_correctly_or_refused_with_429(guarde
         outcomes = list(pool.map(ask, range(clients)))
     answered, refused = outcomes.count("answered"), outcomes.count("refused")
     after = counts(guarded)
-    assert_clean(guarded)
+    end = settle(guarded)
     FIGURES.record("overload", clients=clients, capacity_running=4, capacity_waiting=4, requests=clients,
                    answered_correctly=answered, refused_429=refused,
                    wrong=sum(o.startswith("wrong") for o in outcomes),
-                   server_errors_5xx=sum(o.startswith("status 5") for o in outcomes),
-                   requests_lost=clients - answered - refused, start=start, end=guarded.resources())
+                   requests_lost=clients - answered - refused, start=start, **end)
+    assert_clean(end)
     assert answered + refused == clients, [o for o in outcomes if o not in ("answered", "refused")]
     assert answered >= 4 and refused > 0, outcomes          # 48 at once cannot all fit in 8 places
     assert after["refused_429"] - before["refused_429"] == refused
@@ -179,7 +186,7 @@ else:
 def test_clients_killed_mid_request_have_their_requests_aborted_and_blocks_freed(guarded, reference):
     """Four clients (three streaming, one not) SIGKILLed while their long requests run: each request
     is aborted, the KV cache goes back to zero blocks in use, and the server answers the next one."""
-    before = counts(guarded)
+    before, start = counts(guarded), guarded.resources()
     procs = [subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, f"{guarded.url}/v1", KEY, str(i), str(LONG - 20),
                                "stream" if i < 3 else "whole"], stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, OMP_NUM_THREADS="1"))
@@ -193,10 +200,11 @@ def test_clients_killed_mid_request_have_their_requests_aborted_and_blocks_freed
         for proc in procs:
             proc.kill()
             proc.wait(timeout=30)
-    assert_clean(guarded)
+    end = settle(guarded)
     after = counts(guarded)
     FIGURES.record("clients killed mid-request (SIGKILL)", clients_killed=len(procs),
-                   requests_aborted=after["aborted"] - before["aborted"], kv_blocks_used_after=0, healthy_after=True)
+                   requests_aborted=after["aborted"] - before["aborted"], start=start, **end)
+    assert_clean(end)
     assert after["aborted"] - before["aborted"] == len(procs)
     completion, _ = reference
     reply = guarded.client().completions.create(model=MODEL, prompt="hello world", max_tokens=16, temperature=0)
@@ -211,7 +219,7 @@ def test_a_client_that_stops_reading_is_dropped_and_blocks_no_one(reference):
     name = "stalled-" + "m" * 24_000
     srv = Server("--max-model-len", str(CONTEXT), "--send-timeout", "1", "--served-model-name", name, key=KEY)
     try:
-        before = counts(srv)
+        before, start = counts(srv), srv.resources()
         staller = socket.socket()
         staller.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         staller.connect(("127.0.0.1", srv.port))
@@ -237,12 +245,13 @@ def test_a_client_that_stops_reading_is_dropped_and_blocks_no_one(reference):
         except ConnectionResetError:
             pass
         staller.close()
-        assert b"[DONE]" not in rest                                    # the stream was cut, not finished
-        assert_clean(srv)
+        end = settle(srv)
         after = counts(srv)
-        assert after["finished"] - before["finished"] == 5              # the 4 answers and the dropped one
         FIGURES.record("client stops reading", stalled_clients=1, dropped_by_send_timeout=int(dropped),
-                       others_answered_correctly=len(answers), kv_blocks_used_after=0, healthy_after=True)
+                       others_answered_correctly=len(answers), start=start, **end)
+        assert b"[DONE]" not in rest                                    # the stream was cut, not finished
+        assert_clean(end)
+        assert after["finished"] - before["finished"] == 5              # the 4 answers and the dropped one
     finally:
         code, out = srv.stop()
     assert code == 0, out
@@ -253,6 +262,7 @@ def test_slow_and_idle_clients_time_out(guarded):
     one that sends its headers and part of its body each get a 408 naming the limit and a closed
     connection; --timeout-keep-alive closes an idle kept-alive connection; the server serves on."""
     before = guarded.metrics().get("anydev_connections_dropped_total{reason=read_timeout}", 0)
+    start = guarded.resources()
     partial_body = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
                     + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\": ")
     sends = [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty", partial_body]
@@ -276,10 +286,11 @@ def test_slow_and_idle_clients_time_out(guarded):
         pass
     idle.close()
     dropped = guarded.metrics()["anydev_connections_dropped_total{reason=read_timeout}"] - before
-    assert dropped == len(sends)
-    assert_clean(guarded)
+    end = settle(guarded)
     FIGURES.record("slow and idle clients", slow_clients=len(sends), answered_408=int(dropped),
-                   idle_keep_alive_closed=1, healthy_after=True)
+                   idle_keep_alive_closed=1, start=start, **end)
+    assert dropped == len(sends)
+    assert_clean(end)
 
 
 def test_sigterm_under_load_aborts_what_runs_answers_with_an_error_and_exits_0_with_no_blocks_in_use(reference):
@@ -363,6 +374,7 @@ def test_schemathesis_against_the_servers_own_openapi_schema_finds_no_5xx(tmp_pa
     examples = int(os.environ.get("ANYDEV_FUZZ_EXAMPLES", "50"))
     srv = Server("--max-model-len", "128", "--max-tokens-limit", "8", "--request-timeout", "10", key=KEY)
     try:
+        start = srv.resources()
         report = tmp_path / "schemathesis.json"
         command = [schemathesis, "run", f"{srv.url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
                    "--checks", ",".join(FUZZ_CHECKS), "--max-examples", str(examples), "--workers", "1",
@@ -371,12 +383,24 @@ def test_schemathesis_against_the_servers_own_openapi_schema_finds_no_5xx(tmp_pa
         summary = json.loads(report.read_text()) if report.exists() else {}
         assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
         generated = summary["test_cases"]["generated"]
-        assert generated >= 5 * 10 and summary["test_cases"]["with_failures"] == 0
-        assert_clean(srv)
+        end = settle(srv)
         FIGURES.record("fuzzing (schemathesis)", endpoints=5, inputs_tried=generated, max_examples_per_endpoint=examples,
-                       checks=len(FUZZ_CHECKS), failures=summary["test_cases"]["with_failures"],
-                       server_errors_5xx=int(srv.metrics().get("anydev_requests_rejected_total{status=500}", 0)),
-                       healthy_after=True, schemathesis=summary["schemathesis_version"])
+                       checks=len(FUZZ_CHECKS), failures=summary["test_cases"]["with_failures"], start=start, **end)
+        assert generated >= 5 * 10 and summary["test_cases"]["with_failures"] == 0
+        assert_clean(end)
     finally:
         code, out = srv.stop()
     assert code == 0, out
+
+
+def test_neither_the_key_nor_a_wrong_one_is_ever_logged(guarded):
+    wrong = "wrong-key-7777777777"
+    for key in (wrong, KEY, ""):
+        api = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key=key or "x", max_retries=0, timeout=60)
+        try:
+            api.models.list()
+        except openai.AuthenticationError as exc:
+            assert key != KEY and wrong not in exc.message
+    request(f"{guarded.url}/v1/models", headers={"Authorization": f"Token {wrong}"})   # another scheme
+    out = guarded.output()
+    assert KEY not in out and wrong not in out
