@@ -59,12 +59,36 @@ def cell(value) -> str:
     return str(value)
 
 
+LOAD_KEYS = ("clients", "requests", "capacity_running", "capacity_waiting", "clients_killed", "stalled_clients",
+             "slow_clients", "endpoints", "max_examples_per_endpoint", "checks", "inputs_tried")
+COMMON_KEYS = ("server_errors_5xx", "requests_lost", "start", "end", "healthy_after", "waiting_after")
+
+
+def summary(report: dict) -> str:
+    """One row per scenario: its load, its outcome, 5xx, lost, and the resources at start -> end."""
+    lines = ["| scenario | load | outcome | 5xx | lost | KV blocks in use, RSS MiB, threads (start -> end) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, f in report["scenarios"].items():
+        load = ", ".join(f"{k.replace('_', ' ')} {f[k]}" for k in LOAD_KEYS if k in f)
+        outcome = ", ".join(f"{k.replace('_', ' ')} {cell(v)}" for k, v in f.items()
+                            if k not in LOAD_KEYS and k not in COMMON_KEYS)
+        if "start" in f and "end" in f:
+            a, b = f["start"], f["end"]
+            resources = (f"{a['kv_blocks_used']} -> {b['kv_blocks_used']}, {a['rss_mib']} -> {b['rss_mib']}, "
+                         f"{a['threads']} -> {b['threads']}")
+        else:
+            resources = f"{f['kv_blocks_used_at_exit']} at exit" if "kv_blocks_used_at_exit" in f else "-"
+        lines.append(f"| {name} | {load} | {outcome} | {f.get('server_errors_5xx', '-')} | "
+                     f"{f.get('requests_lost', '-')} | {resources} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(report: dict) -> str:
     lines = [f"# anydev serve hardening figures ({report['date']})", "",
              f"- machine: {report['machine']}", f"- command: `{report['command']}`",
              f"- tests passed: {report['tests_passed']}",
              f"- versions: {', '.join(f'{k} {v}' for k, v in report['versions'].items())}", "",
-             "| scenario | figures |", "| --- | --- |"]
+             summary(report), "All figures:", "", "| scenario | figures |", "| --- | --- |"]
     for name, figures in report["scenarios"].items():
         lines.append(f"| {name} | " + "; ".join(f"{k.replace('_', ' ')}: {cell(v)}" for k, v in figures.items()) + " |")
     return "\n".join(lines) + "\n"

@@ -69,11 +69,15 @@ def counts(srv: Server) -> dict:
             "errors_500": m.get("anydev_requests_rejected_total{status=500}", 0)}
 
 
-def settle(srv: Server) -> dict:
-    """Once nothing runs (bounded wait): the 5xx answers the server ever gave, whether it is healthy,
-    and its resources (RSS, threads, open files, KV blocks in use)."""
+def settle(srv: Server, start: dict | None = None) -> dict:
+    """Once nothing runs (bounded waits; with ``start``, also until the clients' kept-alive
+    connections have timed out): the 5xx answers the server ever gave, whether it is healthy, and
+    its resources (RSS, threads, open files, KV blocks in use)."""
     srv.wait_for_metric("anydev_requests_running", lambda v: v == 0)
     srv.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0)
+    deadline = time.monotonic() + 15
+    while start and srv.resources()["open_files"] > start["open_files"] + 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
     m = srv.metrics()
     return {"server_errors_5xx": int(sum(v for k, v in m.items() if k.startswith("anydev_requests_rejected_total{status=5"))),
             "waiting_after": int(m["anydev_requests_waiting"]), "healthy_after": srv.healthy(), "end": srv.resources()}
@@ -155,7 +159,7 @@ def test_overload_every_request_is_answered_correctly_or_refused_with_429(guarde
         outcomes = list(pool.map(ask, range(clients)))
     answered, refused = outcomes.count("answered"), outcomes.count("refused")
     after = counts(guarded)
-    end = settle(guarded)
+    end = settle(guarded, start)
     FIGURES.record("overload", clients=clients, capacity_running=4, capacity_waiting=4, requests=clients,
                    answered_correctly=answered, refused_429=refused,
                    wrong=sum(o.startswith("wrong") for o in outcomes),
@@ -200,10 +204,10 @@ def test_clients_killed_mid_request_have_their_requests_aborted_and_blocks_freed
         for proc in procs:
             proc.kill()
             proc.wait(timeout=30)
-    end = settle(guarded)
+    end = settle(guarded, start)
     after = counts(guarded)
     FIGURES.record("clients killed mid-request (SIGKILL)", clients_killed=len(procs),
-                   requests_aborted=after["aborted"] - before["aborted"], start=start, **end)
+                   requests_aborted=int(after["aborted"] - before["aborted"]), start=start, **end)
     assert_clean(end)
     assert after["aborted"] - before["aborted"] == len(procs)
     completion, _ = reference
@@ -245,7 +249,7 @@ def test_a_client_that_stops_reading_is_dropped_and_blocks_no_one(reference):
         except ConnectionResetError:
             pass
         staller.close()
-        end = settle(srv)
+        end = settle(srv, start)
         after = counts(srv)
         FIGURES.record("client stops reading", stalled_clients=1, dropped_by_send_timeout=int(dropped),
                        others_answered_correctly=len(answers), start=start, **end)
@@ -286,7 +290,7 @@ def test_slow_and_idle_clients_time_out(guarded):
         pass
     idle.close()
     dropped = guarded.metrics()["anydev_connections_dropped_total{reason=read_timeout}"] - before
-    end = settle(guarded)
+    end = settle(guarded, start)
     FIGURES.record("slow and idle clients", slow_clients=len(sends), answered_408=int(dropped),
                    idle_keep_alive_closed=1, start=start, **end)
     assert dropped == len(sends)
@@ -350,6 +354,8 @@ def test_sigterm_under_load_aborts_what_runs_answers_with_an_error_and_exits_0_w
                    ended_with_shutdown_error=outcomes.count("shutting down"),
                    refused=outcomes.count("refused at the door") + outcomes.count("refused"),
                    wrong=outcomes.count("wrong"), cut=sum(o.startswith("cut") for o in outcomes),
+                   requests_lost=sum(o not in ("answered", "shutting down", "refused at the door", "refused", "wrong")
+                                     for o in outcomes),
                    aborted_at_shutdown=int(aborted.group(1)) if aborted else 0, exit_code=code,
                    kv_blocks_used_at_exit=int(last.group(1)), exit_seconds=round(time.monotonic() - start, 1))
     assert (last.group(1), last.group(3), last.group(4)) == ("0", "0", "0"), last.group(0)
@@ -383,7 +389,7 @@ def test_schemathesis_against_the_servers_own_openapi_schema_finds_no_5xx(tmp_pa
         summary = json.loads(report.read_text()) if report.exists() else {}
         assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
         generated = summary["test_cases"]["generated"]
-        end = settle(srv)
+        end = settle(srv, start)
         FIGURES.record("fuzzing (schemathesis)", endpoints=5, inputs_tried=generated, max_examples_per_endpoint=examples,
                        checks=len(FUZZ_CHECKS), failures=summary["test_cases"]["with_failures"], start=start, **end)
         assert generated >= 5 * 10 and summary["test_cases"]["with_failures"] == 0
