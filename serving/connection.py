@@ -93,8 +93,9 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float,
             self._read_timer = self._send_timer = None
             self._cancel_timers()
             on_drop(reason)
-            if reason == "read_timeout" and (self.cycle is None or not self.cycle.response_started):
-                # nothing of a response was written yet: the client may still read a 408
+            cycle = self.cycle
+            if reason == "read_timeout" and (cycle is None or cycle.response_complete or not cycle.response_started):
+                # no response is being written (none yet, or the previous one is done): a 408 fits
                 self.transport.write(request_timeout_response)
             if self.transport.get_write_buffer_size():
                 self.transport.abort()       # what is left would wait for a client that does not read

@@ -263,8 +263,9 @@ def test_a_client_that_stops_reading_is_dropped_and_blocks_no_one(reference):
 
 def test_slow_and_idle_clients_time_out(guarded):
     """--read-timeout: a client that connects and sends nothing, one that sends half its headers,
-    one that sends its headers and part of its body each get a 408 naming the limit and a closed
-    connection; --timeout-keep-alive closes an idle kept-alive connection; the server serves on."""
+    one that sends its headers and part of its body, one that sends half of its second request each
+    get a 408 naming the limit and a closed connection; --timeout-keep-alive closes an idle
+    kept-alive connection; the server serves on."""
     before = guarded.metrics().get("anydev_connections_dropped_total{reason=read_timeout}", 0)
     start = guarded.resources()
     partial_body = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
@@ -275,6 +276,14 @@ def test_slow_and_idle_clients_time_out(guarded):
         s = socket.create_connection(("127.0.0.1", guarded.port), timeout=60)
         s.sendall(data)
         sockets.append(s)
+    kept = socket.create_connection(("127.0.0.1", guarded.port), timeout=60)    # a second request, half sent
+    kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = b""
+    while not first.endswith(b'{"status":"ok"}'):
+        first += kept.recv(4096)
+    kept.sendall(b"GET /health HTTP/1.1\r\nHo")
+    sockets.append(kept)
+    sends.append(b"a whole request, then half of another")
     assert guarded.client().completions.create(model=MODEL, prompt="hi", max_tokens=3).usage.completion_tokens == 3
     for s in sockets:
         answer = b""
