@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
                               request_timeout=args.request_timeout,
                               metrics_need_key=args.metrics_need_key)
         app = create_app(engine, model_name, limits, args.api_key)
-        print(f"anydev serve: model '{model_name}' on {args.device} x {args.tp}, {engine.num_blocks} KV blocks of "
+        ranks = f"{args.tp}" if args.pp == 1 else f"{args.tp * args.pp} (tp {args.tp} x pp {args.pp})"
+        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks}, {engine.num_blocks} KV blocks of "
               f"{args.block_size} tokens, context {engine.max_model_len}", flush=True)
         state = app.state.anydev
         protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
