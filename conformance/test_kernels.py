@@ -1,4 +1,4 @@
-"""Kernels (contract 1.2): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references.
 
@@ -13,6 +13,11 @@ largest |reference|)``: 2e-5 for float32, 2e-3 for float16, 2e-2 for bfloat16 (a
 last place of the output: the kernels round once or twice, e.g. attention probabilities to the dtype
 before the value product; Triton's interpreter rounds bfloat16 toward zero). ``write_kv`` is a copy
 and must be exact.
+
+The fused ``rotary_write_kv`` is checked against rotary_embedding then write_kv: q and k within the
+tolerance, the caches holding exactly the rotated k and v in the tokens' slots and nothing else
+changed. Decode attention with a long context is called twice on the same inputs (as a graph replay
+calls it): a kernel that keeps state between launches must leave it as it found it.
 
 Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
 entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.

@@ -1,33 +1,43 @@
 """paged_decode_attention (see ``anydev.plugin_api.kernels.paged_decode_attention``): flash-decoding
-over the pages, no gather, no mask tensor.
+over the pages in one launch, no gather, no mask tensor.
 
-One program per (sequence, KV head, split of the context): it computes all the query heads of its KV
-head's group at once (one ``tl.dot`` per tile of keys: GQA reads each key once), reading keys and
-values tile by tile through the block table, only up to the sequence's length, with an online
-softmax in float32. Long contexts are split over several programs (split-K) when the batch alone does
-not fill the device; a second small kernel then merges the splits by their log-sum-exp. The number of
-splits depends only on shapes (never on ``seq_lens`` values), so a call can be captured in a graph.
+One program per (sequence, KV head, partition of the context): it computes all the query heads of
+its KV head's group at once (one ``tl.dot`` per tile of keys: GQA reads each key once), reading keys
+and values tile by tile through the block table, only up to the sequence's length, with an online
+softmax in float32 (:func:`._attention.attend_tile`, shared with prefill).
+
+The context is split into partitions only when the batch alone does not fill the device (split-K).
+Then each program writes its partition's output and log-sum-exp to a scratch buffer and counts
+itself done on a counter per (sequence, KV head); the last of them to finish merges every partition
+into the output and sets the counter back to zero. (The counter is an atomic with acquire-release
+order: its increment publishes the program's partition, and the last program's increment makes
+every other partition visible to it.) So there is no second kernel, and the counters are zero again
+whenever a launch ends, which is what a graph replay needs. The number of partitions depends only on
+shapes (never on ``seq_lens`` values), and nothing is allocated or read back per value: a call can
+be captured in a device graph.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
-from ._common import (LOG2E, check_cache, check_last_dim_contiguous, dot, dot_precision, programs_to_fill,
+from ._attention import attend_tile
+from ._common import (LOG2E, check_cache, check_last_dim_contiguous, dot_precision, programs_to_fill,
                       next_power_of_2, tl, triton, upcast_dots)
 
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
-MIN_SPLIT_TOKENS = 256     # a split covers at least this many key positions
+MIN_SPLIT_TOKENS = 256     # a partition covers at least this many key positions
 
 
 @triton.jit
-def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_ptr, part_out_ptr, part_lse_ptr,
-                   qk_scale, window, tokens_per_split,
+def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_ptr,
+                   part_out_ptr, part_lse_ptr, counters_ptr,
+                   qk_scale, window, tokens_per_split, num_splits,
                    stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
                    stride_page, stride_slot, stride_kvh,
-                   stride_pb, stride_ph, stride_ps,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr):
+                   BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -38,65 +48,103 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
 
     g = tl.arange(0, GROUP_PAD)
     heads = kv_head * GROUP + g
+    in_group = g < GROUP
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=(g < GROUP)[:, None], other=0.0)
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=in_group[:, None], other=0.0)
 
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
     for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        valid = n < hi
-        page = tl.load(tables_ptr + b * stride_tb + n // BLOCK_SIZE, mask=valid, other=0).to(tl.int64)
-        rows = page * stride_page + (n % BLOCK_SIZE) * stride_slot + kv_head * stride_kvh
-        k = tl.load(k_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        s = dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale          # [GROUP_PAD, BLOCK_N], log2 units
-        s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_cache_ptr + rows[:, None] + d[None, :], mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, PRECISION, UPCAST)
-        m_i = m_new
-
+        m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, start, hi, seq_len - 1, window, qk_scale,
+                                    k_cache_ptr, v_cache_ptr, tables_ptr + b * stride_tb, kv_head,
+                                    stride_page, stride_slot, stride_kvh,
+                                    D, BLOCK_SIZE, BLOCK_N, False, PRECISION, UPCAST)
     has_keys = l_i > 0.0
     out = tl.where(has_keys[:, None], acc / tl.where(has_keys, l_i, 1.0)[:, None], 0.0)
-    head_mask = (g < GROUP)[:, None]
+    out_rows = out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
-        base = b * stride_pb + heads * stride_ph + split * stride_ps
-        tl.store(part_out_ptr + base[:, None] * D + d[None, :], out, mask=head_mask)
+        # This partition's output and log-sum-exp: scratch [B, H, num_splits, D] and [B, H, num_splits].
+        part = (b * tl.num_programs(1) * GROUP + heads) * num_splits
         lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-        tl.store(part_lse_ptr + base, lse, mask=g < GROUP)
+        tl.store(part_out_ptr + (part + split)[:, None] * D + d[None, :], out, mask=in_group[:, None])
+        tl.store(part_lse_ptr + part + split, lse, mask=in_group)
+        # One thread does a scalar atomic: the barrier puts every warp's stores above before it, so
+        # its release publishes the whole partition (and its acquire, broadcast, covers every warp).
+        counter = counters_ptr + b * tl.num_programs(1) + kv_head
+        tl.debug_barrier()
+        finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
+        if finished_before == num_splits - 1:                          # the last one: merge, reset
+            out = _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group, GROUP_PAD, D)
+            tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
+            tl.atomic_xchg(counter, 0, sem="relaxed")
     else:
-        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=head_mask)
+        tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
 
 
 @triton.jit
-def _merge_kernel(part_out_ptr, part_lse_ptr, out_ptr, num_splits,
-                  stride_pb, stride_ph, stride_ob, stride_oh,
-                  D: tl.constexpr, SPLITS_PAD: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1)
-    s = tl.arange(0, SPLITS_PAD)
+def _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group,
+                      GROUP_PAD: tl.constexpr, D: tl.constexpr):
+    """The ``num_splits`` partitions of the heads at ``part`` combined by their log-sum-exp [GROUP_PAD,
+    D] (a partition without keys has weight 0; so has every one of a padding row, whose output is 0).
+    Loads bypass the L1 cache (``.cg``): the other programs' partitions were written elsewhere."""
     d = tl.arange(0, D)
-    base = b * stride_pb + h * stride_ph + s
-    lse = tl.load(part_lse_ptr + base, mask=s < num_splits, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    m = tl.where(m == float("-inf"), 0.0, m)       # no keys at all (seq_len 0): every weight is 0
-    w = tl.exp2(lse - m)
-    total = tl.sum(w, axis=0)
-    parts = tl.load(part_out_ptr + base[:, None] * D + d[None, :], mask=(s < num_splits)[:, None], other=0.0)
-    out = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0.0, total, 1.0)
-    tl.store(out_ptr + b * stride_ob + h * stride_oh + d, out.to(out_ptr.dtype.element_ty))
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    total = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, D], tl.float32)
+    for s in range(num_splits):
+        lse = tl.load(part_lse_ptr + part + s, mask=in_group, other=float("-inf"), cache_modifier=".cg")
+        out = tl.load(part_out_ptr + (part + s)[:, None] * D + d[None, :], mask=in_group[:, None], other=0.0,
+                      cache_modifier=".cg")
+        m_new = tl.maximum(m, lse)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        weight = tl.exp2(lse - m_safe)
+        total = total * alpha + weight
+        acc = acc * alpha[:, None] + out * weight[:, None]
+        m = m_new
+    return acc / tl.where(total > 0.0, total, 1.0)[:, None]
 
 
 def num_splits(batch: int, kv_heads: int, max_tokens: int, device: torch.device) -> int:
-    """How many programs share one sequence's context: enough to fill the device when batch x KV
-    heads does not, each split covering at least MIN_SPLIT_TOKENS positions."""
+    """How many partitions share one sequence's context: enough programs to fill the device when
+    batch x KV heads does not, each partition covering at least MIN_SPLIT_TOKENS positions."""
     wanted = triton.cdiv(programs_to_fill(device), max(batch * kv_heads, 1))
     return max(1, min(wanted, triton.cdiv(max_tokens, MIN_SPLIT_TOKENS)))
+
+
+class _Counters:
+    """The merge counters: int32 zeros, one buffer per (device, stream), grown on demand and never
+    freed (a captured graph keeps using the buffer it was captured with). Every launch leaves the
+    counters it used at zero, so a buffer is only zero-filled once, when it is made. Launches on
+    one stream never overlap, and each stream has its own counters."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._buffers: dict[tuple, torch.Tensor] = {}
+        self._outgrown: list[torch.Tensor] = []
+
+    def get(self, device: torch.device, count: int) -> torch.Tensor:
+        key = (device, _current_stream(device))
+        with self._lock:
+            buffer = self._buffers.get(key)
+            if buffer is None or buffer.numel() < count:
+                if buffer is not None:
+                    self._outgrown.append(buffer)
+                buffer = torch.zeros(next_power_of_2(max(count, 256)), dtype=torch.int32, device=device)
+                self._buffers[key] = buffer
+            return buffer
+
+
+def _current_stream(device: torch.device):
+    """The current torch stream of ``device`` (None on the cpu, where kernels run one at a time)."""
+    module = getattr(torch, device.type, None)
+    if device.type == "cpu" or not hasattr(module, "current_stream"):
+        return None
+    return module.current_stream(device)
+
+
+_counters = _Counters()
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -116,21 +164,16 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if splits > 1:
         part_out = torch.empty((B, H, splits, D), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((B, H, splits), dtype=torch.float32, device=q.device)
+        counters = _counters.get(q.device, B * KV)
     else:
-        part_out = part_lse = out                   # unused
+        part_out = part_lse = counters = out        # unused
     _decode_kernel[(B, KV, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse,
-        float(scale) * LOG2E, int(sliding_window or 0), tokens_per_split,
+        q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
+        float(scale) * LOG2E, int(sliding_window or 0), tokens_per_split, splits,
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        H * splits, splits, 1,
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
         num_warps=4, num_stages=2,
     )
-    if splits > 1:
-        _merge_kernel[(B, H)](
-            part_out, part_lse, out, splits, H * splits, splits, out.stride(0), out.stride(1),
-            D=D, SPLITS_PAD=next_power_of_2(splits), num_warps=2 if D <= 64 else 4,
-        )
     return out

@@ -4,14 +4,14 @@ attention over packed variable-length sequences, reading keys and values through
 
 One program per (tile of BLOCK_M queries of one sequence, query head); it walks the key positions
 that tile can see (the causal diagonal and the sliding window bound the walk), tile by tile, with an
-online softmax in float32.
+online softmax in float32 (:func:`._attention.attend_tile`, shared with decode).
 """
 from __future__ import annotations
 
 import torch
 
-from ._common import (LOG2E, check_cache, check_last_dim_contiguous, dot, dot_precision, next_power_of_2, tl,
-                      triton, upcast_dots)
+from ._attention import attend_tile
+from ._common import LOG2E, check_cache, check_last_dim_contiguous, dot_precision, tl, triton, upcast_dots
 
 
 @triton.jit
@@ -47,23 +47,10 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, cu_ptr, lens_ptr, tables_pt
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     for start in range(lo, hi, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        in_seq = n < hi
-        page = tl.load(tables_ptr + b * stride_tb + n // BLOCK_SIZE, mask=in_seq, other=0).to(tl.int64)
-        kv_rows = page * stride_page + (n % BLOCK_SIZE) * stride_slot + kv_head * stride_kvh
-        k = tl.load(k_cache_ptr + kv_rows[:, None] + d[None, :], mask=in_seq[:, None], other=0.0)
-        s = dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale         # [BLOCK_M, BLOCK_N], log2 units
-        visible = in_seq[None, :] & (n[None, :] <= q_pos[:, None])
-        visible = visible & ((window <= 0) | (n[None, :] > q_pos[:, None] - window))
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)     # rows with nothing visible yet
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_cache_ptr + kv_rows[:, None] + d[None, :], mask=in_seq[:, None], other=0.0)
-        acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, PRECISION, UPCAST)
-        m_i = m_new
+        m_i, l_i, acc = attend_tile(q, m_i, l_i, acc, start, hi, q_pos, window, qk_scale,
+                                    k_cache_ptr, v_cache_ptr, tables_ptr + b * stride_tb, kv_head,
+                                    stride_page, stride_slot, stride_kvh,
+                                    D, BLOCK_SIZE, BLOCK_N, True, PRECISION, UPCAST)
 
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     tl.store(out_ptr + rows[:, None] * stride_ot + head * stride_oh + d[None, :],
