@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--served-model-name", help="the model id clients send (default: the model folder's name)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); tp x pp ranks")
+    p.add_argument("--executor", default=None, choices=("threads", "mp", "torchrun"),
+                   help="where the ranks run: threads of this process, mp (a process per rank, started here) or "
+                        "torchrun (rank 0 serves HTTP; the default when torchrun started it); default threads")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
@@ -92,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, args.api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
+    from anydev.core.executor import command_executor
+
+    executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
     model_name = args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
@@ -99,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                           num_blocks=args.num_blocks, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens,
                           enable_prefix_caching=not args.no_prefix_caching,
-                          enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager)
+                          enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager,
+                          executor=executor)
     with InferEngine(checkpoint, config, progress=True) as engine:
         limits = ServerLimits(max_body_bytes=args.max_body_bytes,
                               max_prompt_tokens=args.max_prompt_tokens or engine.max_model_len,
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                               metrics_need_key=args.metrics_need_key)
         app = create_app(engine, model_name, limits, args.api_key)
         ranks = f"{args.tp}" if args.pp == 1 else f"{args.tp * args.pp} (tp {args.tp} x pp {args.pp})"
-        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks}, {engine.num_blocks} KV blocks of "
+        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks} ({executor}), {engine.num_blocks} KV blocks of "
               f"{args.block_size} tokens, context {engine.max_model_len}", flush=True)
         state = app.state.anydev
         protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,

@@ -144,3 +144,50 @@ def test_an_unreachable_master_is_one_line():
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: rank 1 cannot reach the c10d store at 127.0.0.1:{port}"), done.stderr
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        if any(line.split()[1:] == [str(pid)] for line in status.splitlines() if line.startswith("PPid:")):
+            found.append(int(entry.name))
+    return found
+
+
+def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process():
+    import json
+    import urllib.request
+
+    prompt = "the model of the device is"
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1, max_model_len=256)) as engine:
+        ids = engine.checkpoint.tokenizer.encode(prompt, add_special_tokens=True)
+        [expected] = engine.generate_ids([ids], SamplingParams(max_new_tokens=NEW_TOKENS))
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--tp", "2", "--executor", "mp",
+                               "--max-model-len", "256", "--port", str(port)], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline, "anydev serve did not come up"
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.3)
+        ranks = children_of(server.pid)
+        assert ranks, "no rank process under anydev serve --executor mp"
+        body = json.dumps({"model": "anydev-demo", "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0}).encode()
+        answer = json.load(urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}), timeout=120))
+        assert answer["choices"][0]["text"] == expected.text
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=60)
+        assert server.returncode == 0, out
+        assert all(not Path(f"/proc/{pid}").exists() for pid in ranks)
+    finally:
+        server.kill()

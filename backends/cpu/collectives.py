@@ -204,6 +204,8 @@ def join(unique_id: bytes, nranks: int, rank: int, timeout_s: float):
     token, host, port = _parse(unique_id)
     with _lock:
         server = _servers.get(token)
+    if server is not None:   # served by this process, on every interface
+        host = "127.0.0.1"
     try:   # a client of its own: a store connection serves one blocking call at a time
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
     except Exception as exc:  # torch's DistNetworkError and kin: said as a typed error
