@@ -59,6 +59,8 @@ def parse_args(argv=None):
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--modes", default="graphs,graphs-sync,eager", help="anydev modes: graphs, graphs-sync, eager")
+    p.add_argument("--executors", default="threads",
+                   help="where anydev's ranks run, each a row: threads, mp (a process per rank); e.g. threads,mp")
     p.add_argument("--kernels", default="native", choices=("native", "reference"), help="anydev's kernels")
     p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
     p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
@@ -93,25 +95,27 @@ def run(args) -> int:
         prompts[args.prefill_len] = torch.randint(2, model.vocab_size, (1, args.prefill_len), generator=generator).tolist()
         cases.append(("prefill", 1, args.prefill_len))
     rows, dtype, torch_device, info = [], None, None, {}
-    for mode in modes:
-        config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size,
+    executors = _list(args.executors, ("threads", "mp"), "--executors")
+    for mode, executor in [(m, e) for m in modes for e in executors]:
+        name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}")
+        config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size, executor=executor,
                               max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
                               async_steps=mode != "graphs-sync",
                               kernels=args.kernels, enable_chunked_prefill=False, enable_prefix_caching=False,
                               max_num_batched_tokens=longest)
         with InferEngine(checkpoint, config) as engine:
             dtype, torch_device = engine.dtype, engine.backend.device(0).torch_device
-            print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, anydev {mode}")
+            print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, {name}")
             print(f"  {engine.kernels_description}")
             if mode != "eager" and not engine.uses_graphs:
                 print(f"  skipped: backend '{args.device}' has no device graphs (torch_graph)")
                 continue
             if engine.uses_graphs:
                 print(f"  graphs captured at start-up: batch buckets {engine.graph_buckets} in {engine.capture_seconds:.2f} s")
-            info[f"anydev {mode}"] = dict(kernels=engine.kernels_description, init_seconds=engine.init_seconds,
+            info[name] = dict(kernels=engine.kernels_description, init_seconds=engine.init_seconds,
                                           capture_seconds=getattr(engine, "capture_seconds", 0.0))
             for kind, batch, context in cases:
-                rows.append(anydev_case(engine, f"anydev {mode}", kind, prompts[context][:batch], args))
+                rows.append(anydev_case(engine, name, kind, prompts[context][:batch], args))
                 print(_row(rows[-1]), flush=True)
     failed = {}
     for hf_mode in hf_modes:
@@ -283,6 +287,12 @@ def _ratios(rows: list[dict]) -> list[str]:
             best = max(ours, key=lambda r: r[metric])
             lines.append(f"{best['engine']} / {engine}, {case} batch {batch} context {context}: "
                          f"{best[metric] / row[metric]:.2f}x ({metric})")
+    for (engine, case, batch, context), row in sorted(keyed.items()):   # processes against threads
+        threads = keyed.get((engine.removesuffix(" mp"), case, batch, context))
+        metric = "decode_tokens_per_s" if case == "decode" else "prefill_tokens_per_s"
+        if engine.endswith(" mp") and threads and threads[metric]:
+            lines.append(f"{engine} / {threads['engine']}, {case} batch {batch} context {context}: "
+                         f"{row[metric] / threads[metric]:.2f}x ({metric})")
     return lines
 
 

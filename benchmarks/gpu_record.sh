@@ -3,7 +3,8 @@
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
 #   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
-# Steps: conformance kernels overhead infer init decode decode4k prefill profile serve pp.
+# Steps: conformance kernels overhead infer init decode decode4k prefill profile serve pp; and, asked for by
+# name (STEPS=procs, at least 2 GPUs), procs: issue 12's process-per-rank runs (procs.txt, procs-*.json).
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
 # kernels.{json,txt} (kernel_bench: each Triton kernel beside its torch reference and the fastest torch path),
 # overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
@@ -93,5 +94,23 @@ if want pp; then
     else
         echo "1 pp: pipeline parallelism needs 2 GPUs, this machine has $NGPU" >> "$OUT/steps.txt"
     fi
+fi
+# issue 12: a process per rank at TP=2 with NCCL (tokens checked against the cpu reference, as the thread
+# executor's), torchrun on one node and as two "nodes" on this host (one GPU each), the conformance
+# processes group, and init/decode with processes beside threads in one run each
+if want procs; then
+    {
+      run python3 examples/test_infer.py --device nvidia --tp 2 --executor threads
+      run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp
+      run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp --enforce-eager
+      run python3 -m torch.distributed.run --nproc-per-node 2 examples/test_infer.py --device nvidia --tp 2
+      run env PORT="${PROCS_PORT:-29533}" bash benchmarks/two_nodes.sh --device nvidia
+      run python3 -m anydev.conformance --device nvidia --tp 2 --report "$OUT/procs-conformance.json" -- -k processes
+      [ -d /tmp/llama-1b ] || python3 benchmarks/make_random_model.py /tmp/llama-1b > /dev/null
+      STEP_TIMEOUT=560 run python3 benchmarks/init_bench.py --device nvidia --tp 2 --model /tmp/llama-1b \
+          --modes parallel,parallel-mp --repeat 2 --out "$OUT/procs-init.json"
+      STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --tp 2 --contexts 256 --prefill-len 0 \
+          --modes graphs,eager --executors threads,mp --hf none --no-kernel-count --out "$OUT/procs-decode.json"
+    } > "$OUT/procs.txt" 2>&1
 fi
 tail -n 5 "$OUT"/*.txt

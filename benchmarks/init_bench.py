@@ -52,6 +52,9 @@ MODE_SETTINGS = {
     "parallel+host-zero": ("parallel", "host"), "sequential": ("sequential", None), "parallel": ("parallel", None),
 }
 MODES = tuple(MODE_SETTINGS)
+#: Parallel init with a process per rank (executor="mp"), beside the thread executor's: ``--modes parallel,parallel-mp``.
+MODE_SETTINGS["parallel-mp"] = ("parallel", None)
+EXECUTOR_OF = {"parallel-mp": "mp"}
 
 
 def parse_args(argv=None):
@@ -70,7 +73,8 @@ def parse_args(argv=None):
     p.add_argument("--staging-mib", type=int, default=128, help="pinned staging memory per rank, MiB")
     p.add_argument("--read-threads", type=int, default=None, help="reader threads per rank (default: cores / tp, <= 8)")
     p.add_argument("--limit-mib", type=int, default=1024, help="buffer size of the bandwidth measurements, MiB")
-    p.add_argument("--modes", default=",".join(MODES), help=f"engine init modes to run, of {','.join(MODES)}")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help=f"engine init modes to run, of {','.join(MODE_SETTINGS)} (parallel-mp: a process per rank)")
     p.add_argument("--repeat", type=int, default=1, help="runs per mode (alternating); the best is reported")
     p.add_argument("--no-warmup", action="store_true", help="let the first run also pay for device context creation")
     p.add_argument("--out", help="write the results as JSON here")
@@ -135,7 +139,8 @@ def run(args) -> int:
         for mode in modes:
             init_mode, kv_zero = MODE_SETTINGS[mode]
             with fresh() as checkpoint:
-                result = measure(checkpoint, EngineConfig(init_mode=init_mode, **config), TestHooks(kv_zero=kv_zero))
+                result = measure(checkpoint, EngineConfig(init_mode=init_mode, executor=EXECUTOR_OF.get(mode, "threads"),
+                                                          **config), TestHooks(kv_zero=kv_zero))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
     for mode in modes:
@@ -158,6 +163,10 @@ def run(args) -> int:
     if "parallel" in best and "serial" in best:
         ratios["serial_over_parallel"] = best["serial"]["init_seconds"] / best["parallel"]["init_seconds"]
         print(f"serial / parallel init time: {ratios['serial_over_parallel']:.2f}x")
+    if "parallel" in best and "parallel-mp" in best:
+        ratios["processes_over_threads"] = best["parallel-mp"]["init_seconds"] / best["parallel"]["init_seconds"]
+        print(f"parallel init, a process per rank / threads: {best['parallel-mp']['init_seconds']:.3f} / "
+              f"{best['parallel']['init_seconds']:.3f} s = {ratios['processes_over_threads']:.2f}x")
     if "serial" in best:
         print(f"\n{'init mode':>20}  {'seconds':>8}  {'serial / this':>13}")
         for mode in best:

@@ -123,5 +123,5 @@ def demo_checkpoint(seed: int = 0) -> Checkpoint:
     from .demo_model import build_demo_model
     config, tokenizer, store = build_demo_model(seed)
     checkpoint = Checkpoint(config, tokenizer, store, "embedded demo")
-    checkpoint.demo_seed = seed   # how another rank process rebuilds the same model
+    checkpoint.recipe = (demo_checkpoint, (seed,))   # how another rank process rebuilds the same model
     return checkpoint

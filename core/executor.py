@@ -53,7 +53,7 @@ class RankPlan:
     """What every rank needs to build its :class:`RankSetup`: sent by rank 0 to the other processes."""
 
     config: object              # EngineConfig
-    checkpoint: str             # a path, or "demo:SEED" for the embedded demo model
+    checkpoint: object          # a path, or the recipe of a checkpoint built in code (see checkpoint_source)
     dtype: object
     kv: KVRequest
     serial_zero: bool
@@ -98,21 +98,25 @@ class RankPlan:
                          stage=stage)
 
 
-def checkpoint_source(checkpoint) -> str:
-    """How another process opens the same checkpoint: its path, or the demo's seed."""
-    seed = getattr(checkpoint, "demo_seed", None)
-    if seed is not None:
-        return f"demo:{seed}"
+def checkpoint_source(checkpoint):
+    """How another process opens the same checkpoint: its path, or the recipe of one built in code
+    (``checkpoint.recipe``: a module-level function and its picklable arguments)."""
+    recipe = getattr(checkpoint, "recipe", None)
+    if recipe is not None:
+        return recipe
     if checkpoint.source and os.path.exists(checkpoint.source):
         return os.path.abspath(checkpoint.source)
     raise EngineConfigError(f"the process executors open the checkpoint in every rank process, but {checkpoint.source!r} "
                             "is no path; pass a model directory or .gguf path (or the embedded demo)")
 
 
-def open_source(source: str):
-    from .checkpoint import demo_checkpoint, open_checkpoint
+def open_source(source):
+    from .checkpoint import open_checkpoint
 
-    return demo_checkpoint(int(source[5:])) if source.startswith("demo:") else open_checkpoint(source)
+    if isinstance(source, tuple):
+        build, args = source
+        return build(*args)
+    return open_checkpoint(source)
 
 
 def start_ranks(config, backend) -> "ProcessRanks":
@@ -405,6 +409,13 @@ class ProcessRanks:
         else:
             first = rank
         error = RankFailedError(first, reason + "; every rank of the group stopped")
+        try:   # tell the ranks still alive (their watchdogs end them), on behalf of a rank that could not
+            client = self._new_client()
+            if not client.check([f"failed/{first}"]):
+                client.set(f"failed/{first}", reason.encode())
+                client.add("failures", 1)
+        except Exception:  # the store is gone with its host: the ranks see their sockets close instead
+            pass
         self.failure = error
         with self._lock:
             pending, self._unresolved = self._unresolved, set()
@@ -494,6 +505,7 @@ class RemoteRank:
     def __init__(self, rank: int, ranks: ProcessRanks, timeline):
         self.rank = rank
         self.kv = None
+        self.weights = None
         self.kv_zero_device_ms = None
         self._ranks = ranks
         self._timeline = timeline
@@ -531,6 +543,8 @@ class RemoteRank:
         if state.get("kv_layout") is not None:
             self.kv = SimpleNamespace(layout=state["kv_layout"])
         self.kv_zero_device_ms = state.get("kv_zero_device_ms", self.kv_zero_device_ms)
+        if state.get("weight_stats") is not None:
+            self.weights = SimpleNamespace(stats=state["weight_stats"])
         offset = time.time() - time.perf_counter()   # records travel in wall-clock seconds
         with self._timeline._lock:
             self._timeline.records.extend(PhaseRecord(self.rank, phase, start - offset, end - offset)

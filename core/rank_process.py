@@ -126,8 +126,9 @@ class _Rank:
         offset = time.time() - time.perf_counter()   # records travel in wall-clock seconds
         records = self.timeline.records[self._sent:]
         self._sent += len(records)
-        kv = self.worker.kv
+        kv, weights = self.worker.kv, self.worker.weights
         return {"kv_layout": kv.layout if kv is not None else None, "kv_zero_device_ms": self.worker.kv_zero_device_ms,
+                "weight_stats": weights.stats if weights is not None else None,
                 "timeline": [(r.phase, r.start + offset, r.end + offset) for r in records]}
 
     def close(self) -> None:

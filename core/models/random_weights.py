@@ -84,8 +84,10 @@ def random_checkpoint(config=None, seed: int = 0, with_tokenizer: bool = False):
 
     config = config or llama_config()
     tokenizer = build_demo_model()[1] if with_tokenizer else None
-    return Checkpoint(config, tokenizer, RandomStore(config, seed), f"random weights ({config.num_hidden_layers} layers, "
-                      f"hidden {config.hidden_size})")
+    checkpoint = Checkpoint(config, tokenizer, RandomStore(config, seed), f"random weights ({config.num_hidden_layers} "
+                            f"layers, hidden {config.hidden_size})")
+    checkpoint.recipe = (random_checkpoint, (config, seed, with_tokenizer))   # how another rank process rebuilds it
+    return checkpoint
 
 
 def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, shard_bytes: int = 5 << 30,
