@@ -456,6 +456,7 @@ class ProcessRanks:
         """Tell every rank process to exit (mp: wait for them, then kill what is left)."""
         if self._closing:
             return
+        self._closing = True   # from here on a rank process that ends is no failure
         if not self._failed.is_set():
             try:
                 with self._lock:
@@ -463,7 +464,6 @@ class ProcessRanks:
                     self.control.send((self._seq, False, None, "exit"))
             except Exception:  # a rank already gone: the kill below, or its own watchdog, ends it
                 pass
-        self._closing = True
         self._watchdog.stop()
         deadline = time.monotonic() + 10
         for child in self._children:
