@@ -103,6 +103,9 @@ if want procs; then
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor threads
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp --enforce-eager
+      run python3 examples/test_infer.py --device nvidia --pp 2 --executor mp --batch-size 4 --max-new-tokens 64
+      (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --executor mp --batch-size 4 \
+          --max-new-tokens 64
       run python3 -m torch.distributed.run --nproc-per-node 2 examples/test_infer.py --device nvidia --tp 2
       run env PORT="${PROCS_PORT:-29533}" bash benchmarks/two_nodes.sh --device nvidia
       run python3 -m anydev.conformance --device nvidia --tp 2 --report "$OUT/procs-conformance.json" -- -k processes
