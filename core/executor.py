@@ -16,6 +16,7 @@ every pending future with :class:`~.dist.RankFailedError` naming it.
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 from collections import defaultdict, deque
 import signal
@@ -156,6 +157,7 @@ class ProcessRanks:
         self._pending: dict[int, list[tuple[str, Future]]] = {r: [] for r in range(1, self.world_size)}
         self._unresolved: set[Future] = set()   # futures a failure must end
         self._local: dict[str, deque] = defaultdict(deque)   # rank 0's calls not yet sent to the others
+        self._replies: dict[int, queue.SimpleQueue] = {}     # per rank: (message, future) awaiting its reply
         self._failed = threading.Event()
         self.failure: RankFailedError | None = None
         self._closing = False
@@ -340,8 +342,7 @@ class ProcessRanks:
             future = Future()
             made.append((rank, future))
             if wants_reply:
-                threading.Thread(target=self._collect, args=(seq, rank, future), daemon=True,
-                                 name=f"anydev-reply{rank}").start()
+                self._collector(rank).put((seq, future))
             else:
                 self._unresolved.add(future)
             if target is None and rank != claimer and name in EVERY_RANK:
@@ -365,17 +366,35 @@ class ProcessRanks:
             if not future.done():
                 future.set_result(None)
 
-    def _collect(self, seq: int, rank: int, future: Future) -> None:
-        client = self._new_client()
-        reply = wait_reply(client, seq, rank, self._failed)
-        if reply is None:
-            future.set_exception(self._wait_verdict())
-            return
-        ok, value = reply
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+    def _collector(self, rank: int) -> queue.SimpleQueue:
+        """The queue of rank ``rank``'s awaited replies; a thread with its own store connection reads
+        them in order (a rank answers its messages in the order sent)."""
+        waiting = self._replies.get(rank)
+        if waiting is None:
+            waiting = self._replies[rank] = queue.SimpleQueue()
+            threading.Thread(target=self._collect, args=(rank, waiting), daemon=True, name=f"anydev-replies{rank}").start()
+        return waiting
+
+    def _collect(self, rank: int, waiting: queue.SimpleQueue) -> None:
+        client = None
+        while True:
+            seq, future = waiting.get()
+            if future is None:
+                return
+            try:
+                client = client or self._new_client()
+                reply = wait_reply(client, seq, rank, self._failed)
+            except Exception as exc:  # the store is gone: the rank's failure, once judged, says why
+                self._on_failure(rank, f"its reply could not be read ({exc})")
+                reply = None
+            if reply is None:
+                future.set_exception(self._wait_verdict())
+                continue
+            ok, value = reply
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
     # ---- failures ------------------------------------------------------------------------------
     def _check(self) -> None:
@@ -465,6 +484,8 @@ class ProcessRanks:
             except Exception:  # a rank already gone: the kill below, or its own watchdog, ends it
                 pass
         self._watchdog.stop()
+        for waiting in self._replies.values():   # the reply readers end
+            waiting.put((None, None))
         deadline = time.monotonic() + 10
         for child in self._children:
             try:
