@@ -47,6 +47,11 @@ CLEANUP = frozenset({"release"})
 #: How long rank 0 gathers reports after a first failure, so that the rank that failed first is named
 #: rather than one that failed because of it.
 GRACE_S = 1.0
+#: Without child processes to watch (torchrun), how long a rank's heartbeat must stand still, after a
+#: collective failed, for it to count as the rank gone (several beats of HEARTBEAT_INTERVAL_S).
+STALL_S = 2.5
+#: Step commands: rank 0's own one failing means the group is broken (a peer died or failed).
+STEP_CALLS = frozenset({"forward", "forward_stage", "read_tokens"})
 
 
 @dataclass(frozen=True)
@@ -285,11 +290,13 @@ class ProcessRanks:
             self._unresolved.add(outer)
             if name in EVERY_RANK and name in NO_REPLY:
                 self._local[name].append(local)
-        local.add_done_callback(lambda done: self._local_done(outer, done))
+        local.add_done_callback(lambda done: self._local_done(outer, done, name))
         return outer
 
-    def _local_done(self, outer: Future, local: Future) -> None:
+    def _local_done(self, outer: Future, local: Future, name: str = "") -> None:
         error = local.exception()
+        if error is not None and name in STEP_CALLS:   # the group is broken: find the rank that broke it
+            self._on_failure(0, f"{type(error).__name__}: {error}")
         if error is not None and self._failed.wait(2 * GRACE_S):
             failure = self._wait_verdict()   # rank 0's own error is most likely caused by the failed rank
             failure.add_note(f"rank 0 meanwhile: {type(error).__name__}: {error}")
@@ -411,10 +418,14 @@ class ProcessRanks:
         threading.Thread(target=self._judge, args=(rank, reason), daemon=True, name="anydev-judge").start()
 
     def _judge(self, rank: int, reason: str) -> None:
-        time.sleep(GRACE_S)
-        deaths = {r: f"its process (pid {c.pid}) exited with code {c.returncode}"
-                     + (f" ({signal.Signals(-c.returncode).name})" if c.returncode < 0 else "")
-                  for r, c in enumerate(self._children, 1) if c.poll() is not None}
+        if self._children:
+            time.sleep(GRACE_S)
+            deaths = {r: f"its process (pid {c.pid}) exited with code {c.returncode}"
+                         + (f" ({signal.Signals(-c.returncode).name})" if c.returncode < 0 else "")
+                      for r, c in enumerate(self._children, 1) if c.poll() is not None}
+        else:   # torchrun: processes of other machines; a rank whose heartbeat stopped is the one gone
+            deaths = {r: f"its heartbeat stopped (the process died or hung; the group's collectives failed: {reason})"
+                      for r in self._stalled(STALL_S)}
         try:
             reports = failure_reports(self._new_client(), self.world_size)
         except Exception:
@@ -422,9 +433,10 @@ class ProcessRanks:
         if deaths:
             first = min(deaths)
             reason = deaths[first] + (f"; it reported: {reports[first]}" if first in reports else "")
-        elif reports:
-            first = min(reports)
-            reason = reports[first]
+        elif reports:   # a rank's own error before the collectives failed on its peers because of it
+            primary = {r: text for r, text in reports.items() if not _lost_peers(text)} or reports
+            first = min(primary)
+            reason = primary[first]
         else:
             first = rank
         error = RankFailedError(first, reason + "; every rank of the group stopped")
@@ -443,7 +455,17 @@ class ProcessRanks:
                     future.set_exception(error)
         _kill(self._children)
 
-    def _wait_verdict(self, timeout: float = GRACE_S + 5) -> RankFailedError:
+    def _stalled(self, seconds: float) -> list[int]:
+        """The other ranks whose heartbeat did not move for ``seconds`` (several beats)."""
+        try:
+            client = self._new_client()
+            before = {r: client.add(f"heartbeat/{r}", 0) for r in range(1, self.world_size)}
+            time.sleep(seconds)
+            return [r for r, beats in before.items() if client.add(f"heartbeat/{r}", 0) == beats]
+        except Exception:  # the store is gone: no rank to name from it
+            return []
+
+    def _wait_verdict(self, timeout: float = STALL_S + 5) -> RankFailedError:
         deadline = time.monotonic() + timeout
         while self.failure is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -573,6 +595,11 @@ class RemoteRank:
 
     def shutdown(self) -> None:
         """The process ends at the engine's close (``ProcessRanks.close``)."""
+
+
+def _lost_peers(text: str) -> bool:
+    """Whether a rank's failure report is a collective that failed because a peer did."""
+    return any(sign in text for sign in ("lost its peers", "lost rank", "Connection reset", "Connection closed"))
 
 
 def _failed(error: BaseException) -> Future:
