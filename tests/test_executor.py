@@ -191,3 +191,49 @@ def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process
         assert all(not Path(f"/proc/{pid}").exists() for pid in ranks)
     finally:
         server.kill()
+
+
+def torchrun_workers(run_id: str) -> dict[int, int]:
+    """RANK -> pid of the rank processes (not the torchrun agents) of the torchrun run ``run_id``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"TORCHELASTIC_RUN_ID={run_id}".encode() in environ and b"torch.distributed.run" not in cmdline:
+            rank = next((int(v.split(b"=")[1]) for v in environ if v.startswith(b"RANK=")), None)
+            if rank is not None:
+                found[rank] = int(entry.name)
+    return found
+
+
+def test_a_torchrun_rank_killed_mid_generation_is_named_by_rank_0(tmp_path):
+    port, run_id = free_port(), f"kill-{os.getpid()}"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    logs = [tmp_path / f"node{n}.log" for n in (0, 1)]
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+         "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id, "--max-restarts", "0", str(TEST_INFER),
+         "--tp", "2", "--batch-size", "4", "--max-new-tokens", "1000"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path) for log in logs]
+    try:
+        deadline = time.monotonic() + 120
+        while not any("init timeline:" in log.read_text() for log in logs):   # the engine is generating now
+            assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), [l.read_text() for l in logs]
+            time.sleep(0.2)
+        workers = torchrun_workers(run_id)
+        assert sorted(workers) == [0, 1], workers
+        os.kill(workers[1], signal.SIGKILL)
+        for node in nodes:
+            node.wait(timeout=120)
+    finally:
+        for node in nodes:
+            node.kill()
+    text = "\n".join(log.read_text() for log in logs)
+    assert [node.returncode != 0 for node in nodes] == [True, True]
+    assert "error: rank 1 failed: its heartbeat stopped" in text, text[-4000:]
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers.values())
