@@ -95,25 +95,11 @@ class DecodeGraphs:
 
     def _capture(self, rows: int) -> None:
         static = self._io.put(idle_step(rows, self.max_blocks, self._io.num_prev))
-        cell: dict[str, torch.Tensor] = {}
-        graph = None
-        try:
-            self._forward(static)    # warm-up: torch's lazy initialisations stay out of the capture
-            graph = self._new_graph(lambda: cell["logits"].copy_(self._forward(static)))
-            with graph.capture(self._pool_owner):
-                cell["logits"] = self._forward(static)
-        except Exception as exc:
-            error = GraphCaptureError(
-                f"rank {self.rank}: capturing the decode step as a device graph failed for the bucket of "
-                f"{rows} sequence(s): {type(exc).__name__}: {exc}. Run eagerly with --enforce-eager "
-                f"(EngineConfig(use_graphs=False))"
-            )
-            if graph is not None:
-                _close_after_error(graph, error)
-            raise error from exc
+        graph, (logits,) = capture_graph(self._new_graph, lambda: (self._forward(static),), self._pool_owner,
+                                         f"rank {self.rank}: the decode step for the bucket of {rows} sequence(s)")
         self.captures += 1
         self._pool_owner = self._pool_owner or graph
-        self._graphs[rows] = (graph, cell["logits"])
+        self._graphs[rows] = (graph, logits)
 
     @torch.inference_mode()
     def run(self, step: StepBatch) -> torch.Tensor:
@@ -132,16 +118,43 @@ class DecodeGraphs:
         """Release every graph; the first failure is raised after all were tried, the rest attached."""
         graphs = [graph for graph, _ in self._graphs.values()]
         self._graphs, self._pool_owner = {}, None
-        errors = []
-        for graph in reversed(graphs):   # the pool's owner last
-            try:
-                graph.close()
-            except Exception as exc:  # raised below, after the other graphs were released
-                errors.append(exc)
-        if errors:
-            for other in errors[1:]:
-                errors[0].add_note(f"also: {type(other).__name__}: {other}")
-            raise errors[0]
+        close_graphs(graphs)
+
+
+def capture_graph(new_graph: Callable, run: Callable[[], tuple], pool_owner, what: str) -> tuple[object, tuple]:
+    """Run ``run`` once (torch's lazy initialisations stay out of the capture), then capture it in a
+    graph from ``new_graph(replay_eagerly)`` that shares ``pool_owner``'s memory pool (None: a pool of
+    its own). Returns the graph and ``run``'s outputs (a tuple of tensors, static: every replay
+    rewrites them). Raises :class:`GraphCaptureError` naming ``what`` and the way out."""
+    cell: dict[str, tuple] = {}
+    graph = None
+    try:
+        run()
+        graph = new_graph(lambda: [out.copy_(new) for out, new in zip(cell["out"], run())])
+        with graph.capture(pool_owner):
+            cell["out"] = run()
+    except Exception as exc:
+        error = GraphCaptureError(f"{what}: capturing it as a device graph failed: {type(exc).__name__}: {exc}. "
+                                  f"Run eagerly with --enforce-eager (EngineConfig(use_graphs=False))")
+        if graph is not None:
+            _close_after_error(graph, error)
+        raise error from exc
+    return graph, cell["out"]
+
+
+def close_graphs(graphs: list) -> None:
+    """Close ``graphs`` last first (a pool's owner is the first captured); the first failure is
+    raised after all were tried, the others attached to it."""
+    errors = []
+    for graph in reversed(graphs):
+        try:
+            graph.close()
+        except Exception as exc:  # raised below, after the other graphs were released
+            errors.append(exc)
+    if errors:
+        for other in errors[1:]:
+            errors[0].add_note(f"also: {type(other).__name__}: {other}")
+        raise errors[0]
 
 
 def _close_after_error(graph, error: Exception) -> None:

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .graphs import GraphCaptureError, GraphReplayError, _close_after_error
+from .graphs import GraphReplayError, capture_graph, close_graphs
 from .models.batch import StepBatch
 
 SMALLEST_BUCKET = 16
@@ -99,25 +99,13 @@ class PiecewiseGraphs:
         bucket.hidden = self._capture(bucket, layers, lambda: (model.last_piece(bucket.attn, bucket.residual),))[0]
 
     def _capture(self, bucket: _Bucket, piece: int, run: Callable[[], tuple]) -> tuple:
-        """Warm ``run`` up and capture it as the bucket's next graph; returns its outputs (static)."""
-        cell: dict[str, tuple] = {}
-        graph = None
-        try:
-            run()    # warm-up: lazy initialisations stay out of the capture
-            graph = self._new_graph(lambda: [out.copy_(new) for out, new in zip(cell["out"], run())])
-            with graph.capture(self._pool_owner):
-                cell["out"] = run()
-        except Exception as exc:
-            error = GraphCaptureError(
-                f"rank {self.rank}: capturing piece {piece} of the {bucket.tokens}-token step as a device graph failed: "
-                f"{type(exc).__name__}: {exc}. Run eagerly with --enforce-eager (EngineConfig(use_graphs=False))")
-            if graph is not None:
-                _close_after_error(graph, error)
-            raise error from exc
+        """Capture ``run`` as the bucket's next graph; returns its outputs (static)."""
+        graph, outputs = capture_graph(self._new_graph, run, self._pool_owner,
+                                       f"rank {self.rank}: piece {piece} of the {bucket.tokens}-token step")
         self.captures += 1
         self._pool_owner = self._pool_owner or graph
         bucket.graphs.append(graph)
-        return cell["out"]
+        return outputs
 
     @torch.inference_mode()
     def run(self, step: StepBatch) -> torch.Tensor:
@@ -139,13 +127,4 @@ class PiecewiseGraphs:
         """Release every graph; the first failure is raised after all were tried."""
         graphs = [g for bucket in self._buckets.values() for g in bucket.graphs]
         self._buckets = {}
-        errors = []
-        for graph in reversed(graphs):
-            try:
-                graph.close()
-            except Exception as exc:  # raised below, after the other graphs were released
-                errors.append(exc)
-        if errors:
-            for other in errors[1:]:
-                errors[0].add_note(f"also: {type(other).__name__}: {other}")
-            raise errors[0]
+        close_graphs(graphs)
