@@ -118,7 +118,9 @@ def test_ring_pass_at_64_mib(backend, communicators, dtype):
 
 def test_messages_between_a_pair_arrive_in_the_order_sent(communicators):
     """Rank 0 sends four different messages to the last rank (no group: a one-way chain needs none);
-    the last rank's four recvs get them in the order sent."""
+    the last rank's four recvs get them in the order sent. The recvs wait behind long work on their
+    stream, so all four messages are on their way before the first recv runs (a backend that mixes
+    up waiting messages is then caught whatever the timing)."""
     n, dtype, messages = len(communicators), "float32", 4
     last = n - 1
 
@@ -131,7 +133,10 @@ def test_messages_between_a_pair_arrive_in_the_order_sent(communicators):
         stream = device.create_stream()
         bufs = [device.alloc(COUNT * 4) for _ in range(messages)]
         outs = [torch.empty(COUNT, dtype=torch.float32) for _ in range(messages)]
+        long_work = LongWork(device, stream) if rank == last else None
         try:
+            if long_work is not None:
+                long_work.enqueue(stream, final_value=0)
             for i, buf in enumerate(bufs):
                 if rank == 0:
                     stream.memcpy_async(buf, message(0, dtype, index=i))
@@ -152,6 +157,8 @@ def test_messages_between_a_pair_arrive_in_the_order_sent(communicators):
             stream.synchronize()
             for buf in bufs:
                 buf.free()
+            if long_work is not None:
+                long_work.free()
             stream.close()
 
     problems = [p for p in run_ranks(n, rank_body, "several messages between a pair") if p]
