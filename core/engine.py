@@ -399,12 +399,11 @@ class InferEngine:
                     return []
                 worker = self.sampler
                 return self._take_tokens(previous, worker.submit(worker.read_tokens, previous.ticket).result())
-            start = time.perf_counter()
+            start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
             built = time.perf_counter()
             ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None)
             got = self._take_tokens(previous, tokens) if previous else []
-            decode = plan.is_decode
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
                                      plan.num_tokens, decode, start, built)
