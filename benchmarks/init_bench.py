@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from anydev.core import EngineConfig, InferEngine, format_timeline
-from anydev.core.engine import DTYPES, default_read_threads
+from anydev.core.engine_config import DTYPES, default_read_threads
 from anydev.core.errors import run_command
 from anydev.core.kv_cache import KVLayout
 from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint

@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from anydev.core.engine import DTYPES
+from anydev.core.engine_config import DTYPES
 from anydev.core.models.random_weights import (GGUF_TYPES, add_shape_arguments, config_from_arguments,
                                                save_random_gguf, save_random_model)
 

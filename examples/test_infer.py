@@ -21,7 +21,7 @@ import os
 import sys
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
-from anydev.core.engine import validate_config
+from anydev.core.engine_config import validate_config
 from anydev.core.errors import run_command
 
 DEFAULT_PROMPT = "Hello, world! What is a device?"

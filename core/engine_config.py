@@ -1,0 +1,151 @@
+"""The engine's settings (:class:`EngineConfig`) and their validation, checked before any weights load."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from . import executor as executors
+from .config import SUPPORTED_ARCHITECTURES
+from .errors import EngineConfigError
+from .kernel_choice import KERNEL_MODES
+from .models.pipeline import check_pp
+from .models.sharding import check_tp
+from .test_hooks import TestHooks
+from .timeline import PHASES
+
+DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+INIT_MODES = ("parallel", "serial", "sequential")
+
+
+@dataclass
+class EngineConfig:
+    device: str | None = None         # backend name; default: $ANYDEV_DEVICE, else cpu
+    tp: int = 1
+    #: Pipeline stages (layers split in ``pp`` contiguous stages, TP inside each; tp x pp ranks).
+    #: At pp > 1 steps run eagerly and synchronously (no decode graphs, no overlapped steps); decode
+    #: batches of 2 rows or more are split into min(pp, rows) micro-batches so that the stages overlap.
+    pp: int = 1
+    dtype: str | None = None          # default: bfloat16 on accelerators, float32 on cpu
+    block_size: int = 16
+    num_blocks: int | None = None     # default: what fits in free memory x memory_fraction, capped
+    memory_fraction: float = 0.9      # share of the memory left after weights the KV cache may take
+    max_model_len: int | None = None  # default: the model's max_position_embeddings
+    max_num_seqs: int = 32
+    #: Tokens one step may feed (decodes plus prefill chunks); default 2048 (at least max_model_len
+    #: when chunked prefill is off, since a prompt then goes in whole).
+    max_num_batched_tokens: int | None = None
+    #: Split long prompts over steps, beside the running decodes (off: a step prefills or decodes).
+    enable_chunked_prefill: bool = True
+    #: Reuse the KV blocks of a cached prompt prefix (see :mod:`.block_manager`).
+    enable_prefix_caching: bool = True
+    init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour) | "sequential" (benchmarks)
+    #: Decode through device graphs where the backend supports them (``--enforce-eager`` turns it
+    #: off): one capture per batch bucket, all at start-up.
+    use_graphs: bool = True
+    #: "native": the backend's kernels where it offers them (the references elsewhere);
+    #: "reference": the contract's torch references only (to compare greedy tokens with and without).
+    kernels: str = "native"
+    #: Pinned host memory per rank for loading the weights (two buffers): all the host memory a
+    #: rank's load holds, whatever the model's size.
+    weight_staging_bytes: int = 128 << 20
+    #: Threads per rank reading the checkpoint (default: the host's cores shared by the ranks, at most 8).
+    weight_read_threads: int | None = None
+    #: With decode graphs on, also capture the steps that are not pure decodes (prompt chunks, mixed
+    #: steps) as piecewise graphs around the attentions, per token bucket up to this many tokens
+    #: (0: such steps run eagerly).
+    piecewise_max_tokens: int = 2048
+    #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
+    #: (off: each step's tokens are read back before the next step is planned).
+    async_steps: bool = True
+    #: Where the ranks run (:mod:`.executor`): "threads" (one process), "mp" (one process per rank on
+    #: this machine, started here) or "torchrun" (one process per rank started by torchrun; build the
+    #: engine on RANK 0, the other ranks run ``anydev.core.rank_process.follow``).
+    executor: str = "threads"
+
+
+def default_read_threads(tp: int) -> int:
+    """Reader threads per rank: the host's cores shared among the ranks, 1 to 8."""
+    return max(1, min(8, (os.cpu_count() or 1) // tp))
+
+
+def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None) -> None:
+    """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
+    config ``model`` (checked before any weights load)."""
+    hooks = hooks or TestHooks()
+    if model.architecture not in SUPPORTED_ARCHITECTURES:
+        raise EngineConfigError(
+            f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+    check_tp(model, config.tp)
+    check_pp(model, config.pp)
+    if config.init_mode not in INIT_MODES:
+        raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
+    for name in ("block_size", "max_num_seqs"):
+        value = getattr(config, name)
+        if not _positive_int(value):
+            raise EngineConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    if not _positive_int(config.weight_staging_bytes) or config.weight_staging_bytes < 2:
+        raise EngineConfigError(f"weight_staging_bytes must be an integer >= 2 (two buffers), "
+                                f"got {config.weight_staging_bytes!r}")
+    if config.weight_read_threads is not None and not _positive_int(config.weight_read_threads):
+        raise EngineConfigError(f"weight_read_threads must be an integer >= 1 or None, got {config.weight_read_threads!r}")
+    if config.num_blocks is not None and not _positive_int(config.num_blocks):
+        raise EngineConfigError(f"num_blocks must be an integer >= 1 or None, got {config.num_blocks!r}")
+    if not isinstance(config.memory_fraction, (int, float)) or not 0 < config.memory_fraction <= 1:
+        raise EngineConfigError(f"memory_fraction must be in (0, 1], got {config.memory_fraction!r}")
+    if config.max_model_len is not None:
+        if not _positive_int(config.max_model_len) or config.max_model_len < 2:
+            raise EngineConfigError(f"max_model_len must be an integer >= 2 or None, got {config.max_model_len!r}")
+        if config.max_model_len > model.max_position_embeddings:
+            raise EngineConfigError(
+                f"max_model_len {config.max_model_len} exceeds the model's context of "
+                f"{model.max_position_embeddings} tokens (max_position_embeddings)"
+            )
+    context = config.max_model_len or model.max_position_embeddings
+    if config.block_size > context:
+        raise EngineConfigError(
+            f"block_size {config.block_size} is larger than the context of {context} tokens (max_model_len, "
+            f"--max-cache-len; default the model's); use a block size of at most {context} (--block-size)"
+        )
+    if config.dtype is not None and config.dtype not in DTYPES:
+        raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")
+    if not isinstance(config.piecewise_max_tokens, int) or isinstance(config.piecewise_max_tokens, bool) \
+            or config.piecewise_max_tokens < 0:
+        raise EngineConfigError(f"piecewise_max_tokens must be an integer >= 0, got {config.piecewise_max_tokens!r}")
+    if not isinstance(config.async_steps, bool):
+        raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
+    executors.validate_executor(config)
+    if config.executor != "threads" and hooks.graph_factory is not None:
+        raise EngineConfigError("the graph_factory test hook works with executor='threads' only")
+    if config.kernels not in KERNEL_MODES:
+        raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {config.kernels!r}")
+    if hooks.fail_at is not None:
+        rank, phase = hooks.fail_at
+        if phase not in PHASES:
+            raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def resolve_dtype(config: EngineConfig, backend) -> torch.dtype:
+    """The torch dtype ``config`` asks for (default: bfloat16 on accelerators, float32 on the cpu);
+    :class:`EngineConfigError` when ranks must exchange it and the backend's collectives cannot."""
+    if config.dtype is not None:
+        dtype = DTYPES[config.dtype]
+    else:
+        dtype = torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16
+    name = str(dtype).removeprefix("torch.")
+    if (config.tp > 1 or config.pp > 1) and name not in backend.runtime.collective_dtypes:
+        raise EngineConfigError(
+            f"backend '{backend.name}' cannot all-reduce {name}; choose a dtype among "
+            f"{', '.join(backend.runtime.collective_dtypes)}"
+        )
+    return dtype
