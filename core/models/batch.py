@@ -5,14 +5,14 @@ decode one); prefill chunks and decodes may share a step. Per token: ``input_ids
 ``slot_mapping`` (the KV slot it writes; negative: a padding row that writes nothing). Per sequence:
 ``cu_seqlens_q`` (where its tokens start in T), ``seq_lens`` (its context after this step),
 ``block_tables`` (its KV blocks, padded to the width M) and ``last_index`` (its last token in T, the
-one whose logits are sampled).
+one whose logits are sampled). The kernels' contract (``anydev.plugin_api.kernels``) fixes the dtypes:
+int64 for ids, positions, slots and indices, int32 for cu_seqlens, seq lens and block tables.
 
 A token the previous step sampled may not have reached the host yet when this step is built (the
 engine overlaps building step N+1 with running step N). Such a token is taken on the device: with
 ``num_prev`` P > 0, the step's bytes follow P int64 slots holding the previous step's sampled tokens
 (row by row), and ``token_src[t]`` indexes ``[previous tokens | input_ids]``: ``P + t`` for a token
-the host knows, the row of the previous step for one it does not. The kernels' contract (``anydev.plugin_api.kernels``) fixes the dtypes:
-int64 for ids, positions, slots and indices, int32 for cu_seqlens, seq lens and block tables.
+the host knows, the row of the previous step for one it does not.
 
 Every field lives in ONE byte tensor (``packed``), so moving a step to a device is one copy, and a
 decode graph's inputs are views of one persistent device buffer that each step is copied into.
