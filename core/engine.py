@@ -340,8 +340,7 @@ class InferEngine:
                     if self.scheduler.has_work:
                         raise SchedulerError("requests wait but none could be scheduled (a scheduler bug)")
                     return []
-                worker = self.sampler
-                return self._take_tokens(previous, worker.submit(worker.read_tokens, previous.ticket).result())
+                return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
             built = time.perf_counter()
@@ -353,9 +352,12 @@ class InferEngine:
             if self.async_steps:
                 self._inflight = launched
             else:
-                worker = self.sampler
-                got += self._take_tokens(launched, worker.submit(worker.read_tokens, ticket).result())
+                got += self._take_tokens(launched, self._read_tokens(ticket))
             return got
+
+    def _read_tokens(self, ticket) -> list[int]:
+        """The sampled tokens of a launched step, read on the sampling rank's thread."""
+        return self.sampler.submit(self.sampler.read_tokens, ticket).result()
 
     def _take_tokens(self, launched: "_Launched", tokens: list[int]) -> list[Sequence]:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""

@@ -208,23 +208,18 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
             raise ValueError(f"sequence {seqs[int(np.argmax(feeds))].index}: its last token is still on the device "
                              f"(a row of the previous step), but the step keeps {num_prev} rows of it")
         token_src[cu[1:][feeds] - 1] = pending[feeds]
-    own_src = token_src
     real_tokens = None
     if pad_tokens_to is not None:
         if pad_to is not None or pad_tokens_to < T:
             raise ValueError(f"a step of {T} tokens cannot be padded to {pad_tokens_to} tokens"
                              + (" (and rows)" if pad_to is not None else ""))
-        pad, real_tokens = pad_tokens_to - T, T
-        input_ids, positions = np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64)))
-        slots = np.concatenate((slots, np.full(pad, -1, np.int64)))
-        token_src = np.arange(num_prev, num_prev + pad_tokens_to)
-        token_src[:T] = own_src
-    if pad_to is not None and rows > B:   # padding rows: token 0 at position 0, no slot, no context
-        token_src = np.concatenate((token_src, np.arange(num_prev + T, num_prev + rows)))
-        pad = rows - B
-        input_ids, positions = np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64)))
-        slots = np.concatenate((slots, np.full(pad, -1, np.int64)))
-        seq_lens = np.concatenate((seq_lens, np.zeros(pad, np.int64)))
+        real_tokens = T
+        input_ids, positions, slots, token_src = _padded_tokens(input_ids, positions, slots, token_src,
+                                                                pad_tokens_to - T, num_prev)
+    if pad_to is not None and rows > B:   # padding rows: one padding token each, no context
+        input_ids, positions, slots, token_src = _padded_tokens(input_ids, positions, slots, token_src, rows - B,
+                                                                num_prev)
+        seq_lens = np.concatenate((seq_lens, np.zeros(rows - B, np.int64)))
         cu = np.arange(rows + 1)
     batch = StepBatch.pack(dict(input_ids=input_ids, positions=positions, slot_mapping=slots,
                                 last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables,
@@ -234,6 +229,15 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
     if pad_to is not None:
         batch.real_rows = B
     return batch
+
+
+def _padded_tokens(input_ids, positions, slots, token_src, pad: int, num_prev: int):
+    """The per-token fields with ``pad`` padding tokens after them: token 0 at position 0, no slot,
+    the host's own (not a previous step's)."""
+    T = len(input_ids)
+    return (np.concatenate((input_ids, np.zeros(pad, np.int64))), np.concatenate((positions, np.zeros(pad, np.int64))),
+            np.concatenate((slots, np.full(pad, -1, np.int64))),
+            np.concatenate((token_src, np.arange(num_prev + T, num_prev + T + pad))))
 
 
 def _raise_bad_row(seq: Sequence, count: int, width: int, block_size: int) -> None:

@@ -1,4 +1,5 @@
-"""Session hooks shared by the tests."""
+"""Session hooks and fixtures shared by the tests."""
+import pytest
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -7,3 +8,16 @@ def pytest_sessionfinish(session, exitstatus):
     support = sys.modules.get("serve_support")     # only when a serving test ran
     if support is not None:
         support.FIGURES.write()
+
+
+@pytest.fixture
+def cpu_with_graphs(monkeypatch):
+    """The cpu backend with its recording device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""
+    from anydev.backends.cpu.runtime import CpuGraphRuntime
+    from anydev.plugin_api import Backend
+    from anydev.plugin_api.discovery import get_registry
+
+    backend = Backend(CpuGraphRuntime())
+    monkeypatch.setitem(get_registry()._loaded, "cpu", backend)
+    yield backend
+    backend.close()

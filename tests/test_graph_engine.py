@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import pytest
 import torch
 
@@ -194,19 +193,6 @@ def test_pad_decode_gives_padding_rows_no_slot_and_no_context():
 
 
 # ---- real captures: the cpu backend's device graphs (ANYDEV_CPU_GRAPHS=1) ------------------------
-
-@pytest.fixture
-def cpu_with_graphs(monkeypatch):
-    """The cpu backend with device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""
-    from anydev.backends.cpu.runtime import CpuGraphRuntime
-    from anydev.plugin_api import Backend
-    from anydev.plugin_api.discovery import get_registry
-
-    backend = Backend(CpuGraphRuntime())
-    monkeypatch.setitem(get_registry()._loaded, "cpu", backend)
-    yield backend
-    backend.close()
-
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_real_device_graphs_give_the_eager_tokens_captured_at_start_up_only(cpu_with_graphs, tp, eager_tokens):

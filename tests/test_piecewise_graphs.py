@@ -14,19 +14,6 @@ PROMPTS = [[5, 6, 7, 8, 9], list(range(1, 13)), list(range(20, 40)), list(range(
 GREEDY = SamplingParams(max_new_tokens=12)
 
 
-@pytest.fixture
-def cpu_with_graphs(monkeypatch):
-    """The cpu backend with its recording device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""
-    from anydev.backends.cpu.runtime import CpuGraphRuntime
-    from anydev.plugin_api import Backend
-    from anydev.plugin_api.discovery import get_registry
-
-    backend = Backend(CpuGraphRuntime())
-    monkeypatch.setitem(get_registry()._loaded, "cpu", backend)
-    yield backend
-    backend.close()
-
-
 def config(**changes):
     return EngineConfig(**{"max_num_seqs": 4, "max_model_len": 64, "block_size": 4, "max_num_batched_tokens": 24,
                            **changes})
