@@ -192,3 +192,52 @@ def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process
     finally:
         server.kill()
 
+
+
+def torchrun_workers(run_id: str) -> dict[int, int]:
+    """RANK -> pid of the rank processes (not the torchrun agents) of the torchrun run ``run_id``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"TORCHELASTIC_RUN_ID={run_id}".encode() in environ and b"torch.distributed.run" not in cmdline:
+            rank = next((int(v.split(b"=")[1]) for v in environ if v.startswith(b"RANK=")), None)
+            if rank is not None:
+                found[rank] = int(entry.name)
+    return found
+
+
+def test_a_torchrun_rank_killed_mid_generation_is_named_by_rank_0(tmp_path):
+    """Two torchrun nodes with static rendezvous: node 0 hosts the store and runs rank 0, so killing
+    node 1's rank leaves rank 0 to name it (with c10d rendezvous either agent may host the store, and
+    when the killed rank's agent does, torchrun ends rank 0 before it can report: see docs/multi-node.md)."""
+    port, run_id = free_port(), f"kill-{os.getpid()}"
+    env = dict(os.environ, OMP_NUM_THREADS="1", ANYDEV_DIST_HEARTBEAT_TIMEOUT="10")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    logs = [tmp_path / f"node{n}.log" for n in (0, 1)]
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+         "static", "--master-addr", "127.0.0.1", "--master-port", str(port), "--node-rank", str(n), "--rdzv-id", run_id,
+         "--max-restarts", "0", str(TEST_INFER), "--tp", "2", "--batch-size", "4", "--max-new-tokens", "1000"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, cwd=tmp_path) for n, log in enumerate(logs)]
+    try:
+        deadline = time.monotonic() + 120
+        while "init timeline:" not in logs[0].read_text():   # rank 0 prints it, then generates
+            assert time.monotonic() < deadline and all(n.poll() is None for n in nodes), [l.read_text() for l in logs]
+            time.sleep(0.2)
+        workers = torchrun_workers(run_id)
+        assert sorted(workers) == [0, 1], workers
+        os.kill(workers[1], signal.SIGKILL)
+        for node in nodes:
+            node.wait(timeout=120)
+    finally:
+        for node in nodes:
+            node.kill()
+    text = logs[0].read_text()
+    assert [node.returncode != 0 for node in nodes] == [True, True]
+    assert "error: rank 1 failed: its heartbeat stopped" in text, text[-4000:]
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers.values())
