@@ -162,8 +162,7 @@ class ControlLost(AnydevError):
 class ControlGroup:
     """Rank 0's messages to every rank (a gloo broadcast), replies and failure reports (the store).
 
-    Messages are pickled; tensors inside travel as their raw bytes, torch generators not at all (only
-    rank 0 samples)."""
+    Messages are pickled; tensors inside travel as their raw bytes."""
 
     def __init__(self, launch: Launch, store, timeout_s: float):
         import torch.distributed as dist
@@ -294,11 +293,9 @@ class Watchdog:
 
 
 class _Pickler(pickle.Pickler):
-    """Generators stay home (only rank 0 samples); tensors travel as plain bytes."""
+    """Tensors travel as plain bytes."""
 
     def reducer_override(self, obj):
-        if isinstance(obj, torch.Generator):
-            return _none, ()
         if isinstance(obj, torch.Tensor):
             host = obj.detach().cpu().contiguous()
             return _tensor, (host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b"",
@@ -310,10 +307,6 @@ def _dumps(value) -> bytes:
     buffer = io.BytesIO()
     _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
     return buffer.getvalue()
-
-
-def _none():
-    return None
 
 
 def _tensor(data: bytes, dtype: torch.dtype, shape: tuple) -> torch.Tensor:

@@ -16,6 +16,7 @@ backend's own where it has them, the torch references otherwise (``EngineConfig.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -204,6 +205,7 @@ class InferEngine:
         self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
         self._stats = GenerationStats()      # every step since start-up
         self._next_id = 0
+        self._seq_ids = itertools.count()   # every request's own id (``index`` may repeat)
         #: The rank that samples (tp rank 0 of the last stage): its tokens are the step's.
         self.sampler = self.workers[(config.pp - 1) * config.tp]
         self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
@@ -301,18 +303,13 @@ class InferEngine:
         self._check_open()
         sampling = sampling or SamplingParams()
         sampling.validate()
-        if sampling.seed is not None and self._procs is not None and self.config.pp > 1:
-            raise EngineConfigError("a seeded request needs its generator where it is sampled, and at pp > 1 with a "
-                                    "process executor that is another process (the last stage's): not supported yet; "
-                                    "drop the seed, or use executor='threads'")
         with self._lock:
             if index is None:
                 index, self._next_id = self._next_id, self._next_id + 1
             ids = self._checked_prompt(index, prompt_ids, sampling)
             seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)), sampling=sampling,
-                           eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()))
-            if sampling.seed is not None:
-                seq.generator = self._generator(sampling.seed)
+                           eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()),
+                           seq_id=next(self._seq_ids))
             self.scheduler.add(seq)
         return seq
 
@@ -334,6 +331,7 @@ class InferEngine:
             self._check_open()
             with self._lock:
                 plan = self.scheduler.schedule()
+                ended = self._take_ended() if plan.seqs else ()
             previous, self._inflight = self._inflight, None
             if not plan.seqs:
                 if previous is None:
@@ -344,7 +342,7 @@ class InferEngine:
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
             built = time.perf_counter()
-            ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None)
+            ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
@@ -471,23 +469,25 @@ class InferEngine:
             eos |= set(tokenizer.eos_token_ids or [])
         return eos
 
-    def _generator(self, seed: int | None) -> torch.Generator | None:
-        """The sampling generator, on the sampler's device where the sampling runs (None: torch's default)."""
-        if seed is None:
-            return None
-        return torch.Generator(device=self.sampler.device.torch_device).manual_seed(seed)
+    def _take_ended(self) -> tuple[int, ...]:
+        """Under the lock: the ids of the seeded sequences that ended since the last step was
+        launched (the next step tells the sampler to drop their generators)."""
+        ended, self.scheduler.ended = self.scheduler.ended, []
+        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None)
 
-    def _run_step(self, batch, plan: ScheduledStep, read=None):
+    def _run_step(self, batch, plan: ScheduledStep, read=None, ended: tuple[int, ...] = ()):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
         (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
-        complete (prefill chunks) need no token."""
+        complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
+        kept on the sampler (``seeds``: its id and seed); ``ended``: the sequences whose generators go."""
         wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
         params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
-        generators = [seq.generator for seq in plan.seqs]
+        seeds = [(seq.seq_id, p.seed) if p is not None and p.seed is not None else None
+                 for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
-            return self._run_pipeline_step(plan, params, generators), None
+            return self._run_pipeline_step(plan, params, seeds, ended), None
         share = self.async_steps and len(self.workers) > 1
-        futures = [w.submit(w.forward, batch, params, generators, share, read if w is self.sampler else None)
+        futures = [w.submit(w.forward, batch, params, seeds, share, read if w is self.sampler else None, ended)
                    for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
@@ -495,12 +495,12 @@ class InferEngine:
                 raise future.exception()
         return futures[0].result()
 
-    def _run_pipeline_step(self, plan: ScheduledStep, params, generators):
+    def _run_pipeline_step(self, plan: ScheduledStep, params, seeds, ended):
         """Launch one step on every stage (pp > 1), split into micro-batches; the sampler's ticket."""
         bounds = micro_batch_bounds(len(plan.seqs), plan.is_decode, self.config.pp)
         batches = [self.build_step(plan.seqs[a:b], plan.num_new[a:b]) for a, b in bounds]
         futures = [w.submit(w.forward_stage, batches, [params[a:b] for a, b in bounds],
-                            [generators[a:b] for a, b in bounds]) for w in self.workers]
+                            [seeds[a:b] for a, b in bounds], ended) for w in self.workers]
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
             if future in done and future.exception() is not None:

@@ -26,7 +26,7 @@ from .models.llama import LlamaRank
 from .models.pipeline import Stage
 from .models.rope import inverse_frequencies
 from .models.sharding import RankShard
-from .sampling import SamplingParams, sample_rows
+from .sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
 from .timeline import Timeline
 from .weights import DEFAULT_STAGING_BYTES, RankWeights
@@ -92,6 +92,8 @@ class RankWorker:
         self.stage = setup.stage or Stage(0, 1, 0, setup.checkpoint.config.num_hidden_layers)
         #: This rank samples the step's tokens: tp rank 0 of the last stage.
         self.samples = self.stage.is_last and setup.shard.rank == 0
+        #: On the sampler: the generator of every seeded sequence that sampled and has not ended.
+        self.generators = SeededGenerators(setup.device.torch_device)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
 
     def submit(self, fn, *args) -> Future:
@@ -221,14 +223,16 @@ class RankWorker:
 
     # ---- serving ---------------------------------------------------------------------------
     def forward(self, batch: StepBatch, sampling: list[SamplingParams | None],
-                generators: list[torch.Generator | None], share_tokens: bool = False,
-                read: TokenTicket | None = None) -> tuple[TokenTicket | None, list[int] | None]:
+                seeds: list[tuple[int, int] | None], share_tokens: bool = False,
+                read: TokenTicket | None = None, ended: tuple[int, ...] = ()) -> tuple[TokenTicket | None, list[int] | None]:
         """Launch one step without waiting for it: its inputs into the rank's buffer (one copy), the
         forward (a graph replay for a decode step padded to a graph bucket, the piecewise graphs for
-        another step padded to a token bucket, else eager), and on rank 0 the
-        sampling of the real rows on the device, each row with its own parameters and generator.
-        The sampled tokens are kept where the next step takes them; with ``share_tokens`` (the next
-        step is built before they are read back, at tp > 1) rank 0 shares them with every rank.
+        another step padded to a token bucket, else eager), and on the sampler the sampling of the
+        real rows on the device, each row with its own parameters and, when ``seeds[i]`` gives its
+        ``(sequence id, seed)``, its sequence's own generator (see :class:`SeededGenerators`); then
+        the generators of the sequences ``ended`` since the last step are dropped. The sampled tokens
+        are kept where the next step takes them; with ``share_tokens`` (the next step is built before
+        they are read back, at tp > 1) rank 0 shares them with every rank.
         Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
         given, the tokens of that earlier step (read after this one is launched)."""
         with self.stream.torch_stream():
@@ -239,24 +243,26 @@ class RankWorker:
                 logits = self.pieces.run(step)
             else:
                 logits = self.model.forward(step)
-            tokens = sample_rows(logits, sampling, generators) if self.samples else None
+            tokens = self._sample(logits, sampling, seeds) if self.samples else None
+            self.generators.drop(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
             ticket = self.io.publish(tokens, read_back=self.samples) if tokens is not None else None
         return ticket, (self.io.read(read) if read is not None else None)
 
     def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
-                      generators: list[list[torch.Generator | None]]) -> TokenTicket | None:
+                      seeds: list[list[tuple[int, int] | None]], ended: tuple[int, ...] = ()) -> TokenTicket | None:
         """One step of this rank's pipeline stage (pp > 1), eagerly, micro-batch after micro-batch:
         receive the hidden states and residual from the previous stage (or embed, on the first),
         run the stage's layers, send them on to the next stage (or, on the last, norm, lm_head and,
-        on its tp rank 0, sample). Every transfer is on the rank's stream, so while this stage runs
-        micro-batch i+1 the next one runs micro-batch i. Returns the sampler's ticket (None elsewhere)."""
+        on its tp rank 0, sample and drop the ``ended`` generators, as :meth:`forward` does). Every
+        transfer is on the rank's stream, so while this stage runs micro-batch i+1 the next one runs
+        micro-batch i. Returns the sampler's ticket (None elsewhere)."""
         stage, comm, tp = self.stage, self.setup.pipe_comm, self.setup.shard.tp
         hidden = self.setup.checkpoint.config.hidden_size
         tokens = []
         with self.stream.torch_stream():
-            for batch, params, gens in zip(micro_batches, sampling, generators):
+            for batch, params, keys in zip(micro_batches, sampling, seeds):
                 step = self.io.put(batch)
                 if stage.is_first:
                     x, residual = self.model.embed_tokens(step), None
@@ -271,8 +277,17 @@ class RankWorker:
                     continue
                 logits = self.model.head(x, residual, step)
                 if self.samples:
-                    tokens.append(sample_rows(logits, params, gens))
+                    tokens.append(self._sample(logits, params, keys))
+            self.generators.drop(ended)
             return self.io.publish(torch.cat(tokens), read_back=True) if self.samples else None
+
+    def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
+                seeds: list[tuple[int, int] | None]) -> torch.Tensor:
+        return sample_rows(logits, sampling, self.generators.rows(seeds))
+
+    def seeded_sequences(self) -> list[int]:
+        """The ids of the sequences whose generators this rank keeps (on the sampler)."""
+        return self.generators.seq_ids()
 
     def read_tokens(self, ticket: TokenTicket) -> list[int]:
         """The sampled tokens of a launched step (waits for that step only)."""

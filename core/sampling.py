@@ -98,6 +98,34 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     return tokens
 
 
+class SeededGenerators:
+    """The sampling rank's generators of seeded requests, by sequence id. A sequence's generator is
+    made from its request's seed the first time it samples and kept until the engine says the
+    sequence ended, so its draws continue across steps and preemption, whatever shares its steps."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._by_seq: dict[int, torch.Generator] = {}
+
+    def rows(self, seeds: list[tuple[int, int] | None]) -> list[torch.Generator | None]:
+        """Each row's generator: its ``(sequence id, seed)``, or None for torch's default one."""
+        return [None if key is None else self._get(*key) for key in seeds]
+
+    def _get(self, seq_id: int, seed: int) -> torch.Generator:
+        generator = self._by_seq.get(seq_id)
+        if generator is None:
+            generator = self._by_seq[seq_id] = torch.Generator(device=self.device).manual_seed(seed)
+        return generator
+
+    def drop(self, seq_ids) -> None:
+        """Forget the generators of sequences that ended (ids it never saw are fine)."""
+        for seq_id in seq_ids:
+            self._by_seq.pop(seq_id, None)
+
+    def seq_ids(self) -> list[int]:
+        return sorted(self._by_seq)
+
+
 def _sample_together(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """:func:`sample` for rows with parameters of their own, in one pass (torch's default generator)."""
     device, vocab = logits.device, logits.shape[-1]

@@ -56,6 +56,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.ended: list[Sequence] = []   # finished since the engine last took them
 
     @property
     def has_work(self) -> bool:
@@ -75,6 +76,7 @@ class Scheduler:
         else:
             self.waiting.remove(seq)
         seq.status, seq.finish_reason = Status.FINISHED, reason
+        self.ended.append(seq)
 
     # ---- planning ----------------------------------------------------------------------------
     def schedule(self) -> ScheduledStep:

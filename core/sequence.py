@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from .sampling import SamplingParams
 
@@ -32,7 +31,7 @@ class Sequence:
     slots: np.ndarray | None = None    # KV slot of every position the blocks cover (set with the blocks)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     status: Status = Status.WAITING
-    generator: torch.Generator | None = None   # the request's own, when it has a seed
+    seq_id: int = -1            # unique in its engine (``index`` may repeat): its generator's key on the sampler
     eos_ids: frozenset[int] = frozenset()      # the model's EOS tokens (empty with ignore_eos)
     block_hashes: list[int] = field(default_factory=list)   # prefix-cache hash of each full block computed
     num_prefix_hit: int = 0     # prompt tokens found in the prefix cache at admission

@@ -30,6 +30,26 @@ def test_same_seed_same_tokens_and_another_seed_other_tokens(engine):
     assert first != tokens(engine, SamplingParams(max_new_tokens=24))
 
 
+def seeded_sequences(engine) -> list[int]:
+    return engine.sampler.submit(engine.sampler.seeded_sequences).result()
+
+
+def test_the_sampler_drops_the_generator_of_a_finished_or_aborted_sequence(engine):
+    hot = dict(max_new_tokens=6, temperature=1.5)
+    for seed in range(6):
+        engine.generate(PROMPTS, SamplingParams(seed=seed, **hot))
+        assert 0 < len(seeded_sequences(engine)) <= len(PROMPTS)   # the last call's: dropped at the next step
+    aborted = [engine.add_request([5, 6, 7 + i], SamplingParams(seed=9, max_new_tokens=50, temperature=1.5))
+               for i in range(3)]
+    engine.step()
+    engine.step()
+    assert {seq.seq_id for seq in aborted} <= set(seeded_sequences(engine))
+    for seq in aborted:
+        engine.abort(seq)
+    engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+    assert seeded_sequences(engine) == []
+
+
 def test_top_k_1_and_a_tiny_top_p_are_greedy(engine):
     greedy = tokens(engine, SamplingParams(max_new_tokens=16))
     assert tokens(engine, SamplingParams(max_new_tokens=16, temperature=1.0, top_k=1, seed=3)) == greedy

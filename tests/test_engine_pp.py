@@ -1,12 +1,13 @@
 """Pipeline parallelism on the cpu backend's virtual devices: PP=2, PP=3 (uneven stages) and
-TP=2 x PP=2 give TP=1's greedy tokens on a batch of prompts whose decode steps are split into
-micro-batches, on rank threads and on rank processes (executor="mp"); each stage holds only its
-layers; bad settings are typed errors."""
+TP=2 x PP=2 give TP=1's greedy and seeded tokens on a batch of prompts whose decode steps are split
+into micro-batches, on rank threads and on rank processes (executor="mp", where the sampler keeping
+the seeded generators is another process); each stage holds only its layers; bad settings are
+typed errors."""
 from __future__ import annotations
 
 import pytest
 
-from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
+from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.checkpoint import demo_checkpoint
 from anydev.core.engine import micro_batch_bounds
 from anydev.core.models.pipeline import PipelineConfigError, check_devices, stages
@@ -14,6 +15,25 @@ from anydev.core.rank_worker import RankWorker
 from checkpoints import write_hf_checkpoint
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi", "tell me about pipeline parallel inference"]
+SEEDS = (7, 8)
+
+
+def seeded(engine, seed: int) -> list[list[int]]:
+    sampling = SamplingParams(max_new_tokens=16, temperature=1.0, top_k=50, top_p=0.95, seed=seed)
+    return [o.token_ids for o in engine.generate(PROMPTS, sampling)]
+
+
+def seeded_sequences(engine) -> list[int]:
+    """The ids of the sequences whose generators the sampler keeps (asked on its thread or process)."""
+    return engine.sampler.submit(engine.sampler.seeded_sequences).result()
+
+
+def check_seeded(engine, tp1_seeded) -> None:
+    """Each seed gives TP=1's tokens; the sampler drops the generators of the sequences that ended."""
+    assert [seeded(engine, seed) for seed in SEEDS] == tp1_seeded
+    assert 0 < len(seeded_sequences(engine)) <= len(PROMPTS)   # the last call's: dropped at the next step
+    engine.generate(PROMPTS[:1], SamplingParams(max_new_tokens=2))
+    assert seeded_sequences(engine) == []
 
 
 @pytest.fixture(scope="module")
@@ -22,16 +42,25 @@ def tp1_tokens():
         return [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=20))]
 
 
+@pytest.fixture(scope="module")
+def tp1_seeded():
+    """TP=1 on rank threads: the tokens of each seed of SEEDS (which differ: the sampling is random)."""
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1)) as engine:
+        tokens = [seeded(engine, seed) for seed in SEEDS]
+    assert tokens[0] != tokens[1]
+    return tokens
+
+
 @pytest.fixture
 def micro_batch_sizes(monkeypatch):
     """The micro-batch row counts of every stage step the sampler ran (recorded on the way through)."""
     seen: list[list[int]] = []
     original = RankWorker.forward_stage
 
-    def recording(self, micro_batches, sampling, generators):
+    def recording(self, micro_batches, *args):
         if self.samples:
             seen.append([b.B for b in micro_batches])
-        return original(self, micro_batches, sampling, generators)
+        return original(self, micro_batches, *args)
 
     monkeypatch.setattr(RankWorker, "forward_stage", recording)
     return seen
@@ -49,13 +78,9 @@ def test_pp_gives_the_tp1_tokens_with_micro_batches(tp, pp, tp1_tokens, micro_ba
     assert {2: [2, 2], 3: [1, 1, 2]}[pp] in micro_batch_sizes[1:], micro_batch_sizes
 
 
-def test_seeded_sampling_with_pp_matches_tp1():
-    sampling = SamplingParams(max_new_tokens=16, temperature=0.8, top_k=50, top_p=0.9, seed=7)
-    results = []
-    for pp in (1, 2):
-        with InferEngine(demo_checkpoint(), EngineConfig(pp=pp)) as engine:
-            results.append([o.token_ids for o in engine.generate(PROMPTS, sampling)])
-    assert results[0] == results[1]
+def test_seeded_sampling_with_pp_matches_tp1(tp1_seeded):
+    with InferEngine(demo_checkpoint(), EngineConfig(pp=2)) as engine:
+        check_seeded(engine, tp1_seeded)
 
 
 def test_untied_lm_head_and_biases_with_pp(tmp_path):
@@ -129,14 +154,13 @@ def test_pp_on_a_backend_without_send_recv_is_a_config_error():
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 2), (2, 2)])
-def test_pp_on_rank_processes_gives_the_tp1_tokens(tp, pp, tp1_tokens):
+def test_pp_on_rank_processes_gives_the_tp1_tokens(tp, pp, tp1_tokens, tp1_seeded):
     """executor="mp": a process per rank, the stages' send/recv through the cpu backend's gloo groups;
-    the sampler (tp rank 0 of the last stage) is another process than rank 0."""
+    the sampler (tp rank 0 of the last stage) is another process than rank 0, and seeded requests'
+    generators live there."""
     with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, pp=pp, executor="mp")) as engine:
         assert len(engine._procs._children) == tp * pp - 1
         tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=20))]
         assert {r.rank for r in engine.timeline} == set(range(tp * pp))
-        if tp == 1:
-            with pytest.raises(EngineConfigError, match="seeded request.*pp > 1 with a process executor"):
-                engine.generate(PROMPTS, SamplingParams(max_new_tokens=4, temperature=0.7, seed=3))
+        check_seeded(engine, tp1_seeded)
     assert tokens == tp1_tokens

@@ -142,6 +142,17 @@ def test_a_tiny_kv_cache_forces_preemption_and_the_tokens_stay_the_same(alone):
     assert tokens == alone
 
 
+def test_preemption_keeps_a_seeded_requests_tokens():
+    """A preempted sequence's generator stays on the sampler: its draws go on where they stopped."""
+    hot = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=5)
+    roomy, engine = generate(config(), sampling=hot)
+    assert engine.scheduler.num_preemptions == 0
+    cramped, engine = generate(config(num_blocks=12), sampling=hot)
+    assert engine.scheduler.num_preemptions > 0
+    assert cramped == roomy
+    assert roomy != generate(config(), sampling=SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.95, seed=6))[0]
+
+
 def test_an_aborted_request_gives_its_blocks_back_at_once():
     with InferEngine(demo_checkpoint(), config()) as engine:
         seq = engine.add_request(PROMPTS[3], SamplingParams(max_new_tokens=50))
