@@ -9,7 +9,8 @@
 """
 from .discovery import Registry, get_registry, load_backend
 from .errors import (
-    AnydevError, BackendUnavailableError, ClosedError, CollectiveTimeoutError, ContractVersionError,
+    AnydevError, BackendUnavailableError, ClosedError, CollectiveAbortedError, CollectiveTimeoutError,
+    ContractVersionError,
     InvalidArgumentError, NotSupportedError, OutOfMemoryError, PluginError, RuntimeCallError,
     UnknownBackendError,
 )

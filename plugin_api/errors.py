@@ -84,3 +84,9 @@ class UnknownBackendError(AnydevError, LookupError):
 
 class CollectiveTimeoutError(AnydevError, TimeoutError):
     """A collective's peers did not arrive in time (a rank failed or never called it)."""
+
+
+class CollectiveAbortedError(AnydevError):
+    """A collective, send or recv ended because its communicator was aborted (``Communicator.abort``,
+    the contract's ``comm_abort``), or was called on an aborted communicator. The group is unusable:
+    destroy its communicators and create new ones."""

@@ -23,7 +23,7 @@ Rules every method follows:
 Optional calls (added in later minor versions) have a default body that raises
 :class:`~anydev.plugin_api.errors.NotSupportedError`; ``supports(name)`` tells whether a runtime
 overrides one. Contract 1.1 added ``torch_graph``, 1.2 ``kernels``, 1.3 point-to-point ``send`` and
-``recv`` with their ``group_start``/``group_end`` (``supports("send")``).
+``recv`` with their ``group_start``/``group_end`` (``supports("send")``), 1.4 ``comm_abort``.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ REQUIRED_CALLS = (
 )
 #: Point-to-point calls (optional, contract 1.3): a runtime offers all four or none.
 POINT_TO_POINT_CALLS = ("send", "recv", "group_start", "group_end")
-OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph", "kernels", *POINT_TO_POINT_CALLS)
+OPTIONAL_CALLS: tuple[str, ...] = ("runtime_info", "torch_graph", "kernels", *POINT_TO_POINT_CALLS, "comm_abort")
 
 
 class TorchGraph(abc.ABC):
@@ -361,6 +361,34 @@ class DeviceRuntime(abc.ABC):
         """Close the calling thread's innermost group (see :meth:`group_start`); the outermost one
         enqueues the group's calls, each on the stream it names, in the order they were called."""
         raise NotSupportedError(f"{self.name} has no point-to-point groups (group_end, optional since contract 1.3)")
+
+    # ---- optional: communicator abort (contract 1.4) ---------------------------------------
+    def comm_abort(self, comm: int) -> None:
+        """Abort communicator ``comm`` (optional, contract 1.4; NCCL's ``ncclCommAbort``): the way to
+        free a rank blocked in a collective whose peer died, hung or failed before joining it.
+
+        What must hold (the conformance suite's ``comm_abort`` group checks it):
+
+        * **Any thread, any time.** Callable from any thread, including while another thread is
+          blocked in ``stream_synchronize``/``event_synchronize`` on a stream that holds ``comm``'s
+          work, and while that work waits for peers that will never come. It must not wait for them.
+        * **Work ends.** Every collective, send and recv of ``comm`` enqueued or running ends
+          promptly, its results undefined (a backend may leave the output untouched or partly
+          written). Stream and event syncs that waited on that work return, or raise a typed error
+          (e.g. :class:`~anydev.plugin_api.errors.CollectiveAbortedError`), instead of hanging.
+          Other communicators of the group may end too (an in-process group may end for all its
+          ranks); the peers' own communicators are theirs to abort.
+        * **Afterwards.** Any later call naming ``comm`` (collectives, send, recv) raises a typed
+          error; only ``comm_destroy(comm)`` is allowed, and releases whatever is left (with NCCL,
+          whose abort frees the communicator, nothing: the backend must not call ncclCommDestroy on
+          it). Aborting twice is the caller's error; :meth:`Communicator.abort` calls this once.
+
+        Backends without it keep this default; the engine then cannot free a rank thread blocked on
+        a dead peer (it stops its rank processes instead)."""
+        raise NotSupportedError(
+            f"{self.name} cannot abort a communicator (comm_abort, optional since contract 1.4); a rank "
+            f"blocked in a collective with a failed peer stays blocked"
+        )
 
     def close(self) -> None:
         """Release process-wide resources (optional to override). Called once by the Backend."""

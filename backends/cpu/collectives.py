@@ -5,7 +5,9 @@ the ranks post their request and meet at a barrier; each then computes the resul
 send memory into a temporary, meets the others at a second barrier (so that nobody overwrites a send
 buffer, in-place calls included, before every peer has read it) and writes its recv memory. Barriers
 time out with :class:`CollectiveTimeoutError` instead of hanging; after a timeout the group is broken
-and every later collective on it fails at once.
+and every later collective on it fails at once. ``abort`` (contract 1.4's ``comm_abort`` of any of
+its ranks) breaks it at once: every rank waiting in it, or calling it later, gets
+:class:`CollectiveAbortedError`.
 
 Point-to-point messages (``send``/``recv``) go through one mailbox per ordered pair of ranks: a send
 copies its data into the pair's queue when its stream reaches it (so it never waits for the recv);
@@ -24,7 +26,7 @@ from datetime import timedelta
 
 import torch
 
-from ...plugin_api.errors import CollectiveTimeoutError, InvalidArgumentError
+from ...plugin_api.errors import CollectiveAbortedError, CollectiveTimeoutError, InvalidArgumentError
 from ...plugin_api.types import DTYPE_SIZES
 from .errors import INVALID_VALUE, call_error
 from .libc import byte_view
@@ -63,11 +65,27 @@ class Group:
         self._num_entered = [0] * nranks  # collectives each rank has entered, to name the missing ones
         self._mail_cond = threading.Condition()
         self._mail: dict[tuple[int, int], deque[tuple[str, torch.Tensor]]] = {}  # (src, dst) -> messages
+        self.aborted_by: int | None = None   # the rank whose communicator was aborted
+
+    def abort(self, rank: int) -> None:
+        """End the group now: the ranks waiting in a collective or a recv raise, as do later calls."""
+        with self._mail_cond:
+            if self.aborted_by is None:
+                self.aborted_by = rank
+            self._mail_cond.notify_all()
+        self._barrier.abort()
+
+    def _check_aborted(self, rank: int, kind: str) -> None:
+        if self.aborted_by is not None:
+            raise CollectiveAbortedError(
+                f"cpu {kind}: rank {rank} of {self.nranks}: the group was aborted (the communicator of rank "
+                f"{self.aborted_by} was aborted); destroy its communicators and create new ones")
 
     def send(self, rank: int, peer: int, address: int, count: int, dtype: str) -> None:
         """Post a copy of ``count`` elements at ``address`` to ``peer``'s mailbox (never waits)."""
         message = (dtype, _elements(address, count, dtype).clone())
         with self._mail_cond:
+            self._check_aborted(rank, "send")
             self._mail.setdefault((rank, peer), deque()).append(message)
             self._mail_cond.notify_all()
 
@@ -76,7 +94,9 @@ class Group:
         elements of ``dtype``."""
         box = (peer, rank)
         with self._mail_cond:
-            if not self._mail_cond.wait_for(lambda: self._mail.get(box), self.timeout_s):
+            arrived = self._mail_cond.wait_for(lambda: self._mail.get(box) or self.aborted_by is not None, self.timeout_s)
+            self._check_aborted(rank, "recv")
+            if not arrived:
                 raise CollectiveTimeoutError(
                     f"cpu recv: rank {rank} of {self.nranks} waited {self.timeout_s:g} s for a message from rank {peer}, "
                     "which never sent it (every recv needs a matching send; the timeout is ANYDEV_CPU_COLLECTIVE_TIMEOUT)"
@@ -106,6 +126,7 @@ class Group:
         _elements(request.recv, result.numel(), request.dtype).copy_(result)
 
     def _meet(self, rank: int, kind: str) -> None:
+        self._check_aborted(rank, kind)
         if self._barrier.broken:
             raise CollectiveTimeoutError(
                 f"cpu {kind}: this communicator group was broken by an earlier collective timeout; "
@@ -114,6 +135,7 @@ class Group:
         try:
             self._barrier.wait(self.timeout_s)
         except threading.BrokenBarrierError:
+            self._check_aborted(rank, kind)
             missing = [r for r in range(self.nranks) if self._num_entered[r] < self._num_entered[rank]]
             who = f"rank(s) {missing} never reached it" if missing else "a peer failed inside it"
             raise CollectiveTimeoutError(

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ... import __version__
-from ...plugin_api.errors import ClosedError, InvalidArgumentError
+from ...plugin_api.errors import ClosedError, CollectiveAbortedError, InvalidArgumentError
 from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
@@ -59,6 +59,7 @@ class CpuRuntime(DeviceRuntime):
         self._streams: dict[int, StreamWorker] = {}
         self._events: dict[int, CpuEvent] = {}
         self._comms: dict[int, _Communicator] = {}
+        self._aborted: set[int] = set()   # communicators aborted and not yet destroyed
         self._closed = False
 
     # ---- devices -------------------------------------------------------------------------
@@ -221,10 +222,20 @@ class CpuRuntime(DeviceRuntime):
         return self._add_comm(_Communicator(group, rank, device))
 
     def comm_destroy(self, comm: int) -> None:
-        communicator = self._comm("comm_destroy", comm)
+        communicator = self._comm("comm_destroy", comm, aborted_ok=True)
         self._comms.pop(comm, None)
+        self._aborted.discard(comm)
         if hasattr(communicator.group, "close"):   # a process group: one communicator per process
             communicator.group.close()
+
+    def comm_abort(self, comm: int) -> None:
+        """Ends the group's waits at once (an in-process group: for every rank; see ``collectives``)."""
+        communicator = self._comm("comm_abort", comm)
+        self._aborted.add(comm)
+        if isinstance(communicator.group, collectives.Group):
+            communicator.group.abort(communicator.rank)
+        else:
+            communicator.group.abort()
 
     def all_reduce(self, send, recv, count, dtype, op, comm, stream) -> None:
         if op not in self.reduce_ops:
@@ -425,11 +436,14 @@ class CpuRuntime(DeviceRuntime):
             raise call_error(call, INVALID_HANDLE, f"event {handle!r} is unknown or destroyed")
         return event
 
-    def _comm(self, call: str, handle: int) -> _Communicator:
+    def _comm(self, call: str, handle: int, aborted_ok: bool = False) -> _Communicator:
         self._check_open()
         communicator = self._comms.get(handle)
         if communicator is None:
             raise call_error(call, INVALID_HANDLE, f"communicator {handle!r} is unknown or destroyed")
+        if handle in self._aborted and not aborted_ok:
+            raise CollectiveAbortedError(f"cpu {call}: communicator {handle} was aborted; only comm_destroy may "
+                                         "follow: destroy it and create new communicators")
         return communicator
 
     def _add_comm(self, communicator: _Communicator) -> int:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgumentError, NotSupportedError
+from ..errors import CollectiveAbortedError, InvalidArgumentError, NotSupportedError
 from ..types import DTYPE_SIZES, dtype_name
 from .closable import Closable
 from .memory import DeviceBuffer
@@ -20,6 +21,8 @@ class Communicator(Closable):
     Collectives take device memory as a DeviceBuffer (then ``count`` and ``dtype`` are required) or a
     contiguous torch tensor on this device (count and dtype come from it). ``recv`` defaults to
     ``send`` (in place where the op allows). They are enqueued on ``stream``.
+
+    :meth:`abort` (contract 1.4) ends its collectives at once from any thread, e.g. when a peer died.
     """
 
     def __init__(self, device: Device, handle: int, rank: int, nranks: int):
@@ -29,6 +32,8 @@ class Communicator(Closable):
         self.rank = rank
         self.nranks = nranks
         self._what = f"communicator rank {rank}/{nranks} on {device}"
+        self._aborted = False
+        self._abort_lock = threading.Lock()   # abort and destroy never overlap
 
     @classmethod
     def from_unique_id(cls, device: Device, unique_id: bytes, nranks: int, rank: int) -> "Communicator":
@@ -78,7 +83,7 @@ class Communicator(Closable):
     def group(self):
         """The sends and recvs called inside progress together (``group_start``/``group_end``):
         a rank may send to and receive from its peers in one group without deadlock."""
-        self._check_open()
+        self._check_usable()
         self._check_point_to_point("group")
         self.runtime.group_start()
         try:
@@ -101,10 +106,37 @@ class Communicator(Closable):
                 "contract 1.3); pipeline parallelism needs it"
             )
 
+    # ---- abort (optional, contract 1.4; ``backend.supports("comm_abort")`` tells) -------------
+    def abort(self) -> None:
+        """End every collective, send and recv of this communicator, enqueued or running, from any
+        thread (``DeviceRuntime.comm_abort``): a rank blocked waiting for a peer that died is freed
+        (its stream syncs return or raise). Afterwards this communicator refuses collectives with
+        :class:`CollectiveAbortedError`; ``close()`` still releases it. Idempotent; does nothing on a
+        closed communicator."""
+        with self._abort_lock:
+            if self._aborted or self._closed:
+                return
+            if not self.runtime.supports("comm_abort"):
+                raise NotSupportedError(
+                    f"backend '{self.runtime.name}' cannot abort a communicator (comm_abort, optional since "
+                    "contract 1.4)")
+            self._aborted = True
+            self.runtime.comm_abort(self.handle)
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def _check_usable(self) -> None:
+        self._check_open()
+        if self._aborted:
+            raise CollectiveAbortedError(
+                f"{self._what} was aborted; its group is unusable: close its communicators and create new ones")
+
     def _stream(self, stream: Stream, *memory) -> int:
         """``stream``'s handle, after checks; the stream holds torch tensors in ``memory`` until the
         collective has run (as it does pageable copies), so a temporary cannot be freed under it."""
-        self._check_open()
+        self._check_usable()
         stream._check_open()
         if stream.device is not self.device:
             raise InvalidArgumentError(f"{self._what} used with a stream on {stream.device}")
@@ -141,4 +173,5 @@ class Communicator(Closable):
         return dt
 
     def _release(self) -> None:
-        self.runtime.comm_destroy(self.handle)
+        with self._abort_lock:
+            self.runtime.comm_destroy(self.handle)
