@@ -19,6 +19,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "broadcast-root-0", "collectives-off-stream", "kv-never-zeroed", "torch-view-offset",
     "errors-swallowed", "free-no-wait", "alloc-on-device-0", "graph-replay-stale",
     "recv-never-writes", "send-wrong-peer", "recv-last-message-first", "send-reads-at-call", "send-first-mib-only",
+    "comm-abort-frees-no-waiter", "comm-abort-noop",
 }
 
 EXTRA = textwrap.dedent('''

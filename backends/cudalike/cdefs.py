@@ -68,6 +68,12 @@ CCL_POINT_TO_POINT_CDEF = """
 {ccl}Result_t {ccl}GroupEnd(void);
 """
 
+#: Communicator abort (contract 1.4's comm_abort), bound only when the library exports it: NCCL 2.4+
+#: [V]; MCCL's is NCCL's with the prefix swapped [U] (see each vendor's spec.py).
+CCL_ABORT_CDEF = """
+{ccl}Result_t {ccl}CommAbort(uintptr_t comm);
+"""
+
 #: Exported only by anydev's emulated runtimes (conformance/emulated/), never by a vendor library.
 EMULATED_MARKER_CDEF = """
 const char *anydevEmulatedRuntime(void);
@@ -76,4 +82,4 @@ const char *anydevEmulatedRuntime(void);
 
 def render(rt: str, ccl: str) -> str:
     """The cdef text for runtime prefix ``rt`` and collective prefix ``ccl``."""
-    return (RUNTIME_CDEF + CCL_CDEF + CCL_POINT_TO_POINT_CDEF + EMULATED_MARKER_CDEF).format(rt=rt, ccl=ccl)
+    return (RUNTIME_CDEF + CCL_CDEF + CCL_POINT_TO_POINT_CDEF + CCL_ABORT_CDEF + EMULATED_MARKER_CDEF).format(rt=rt, ccl=ccl)

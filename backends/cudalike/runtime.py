@@ -11,7 +11,8 @@ from typing import Sequence
 
 import cffi
 
-from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentError, NotSupportedError
+from anydev.plugin_api.errors import (BackendUnavailableError, CollectiveAbortedError, InvalidArgumentError,
+                                     NotSupportedError)
 from anydev.plugin_api.runtime import POINT_TO_POINT_CALLS, DeviceRuntime
 from anydev.plugin_api.types import DTYPE_SIZES, MemoryInfo, RuntimeInfo
 from anydev.plugin_api.version import CONTRACT_VERSION
@@ -163,6 +164,9 @@ class CudaLikeRuntime(DeviceRuntime):
         point_to_point = [bind_optional(loaded, self.ccl + suffix) for suffix in ("Send", "Recv", "GroupStart", "GroupEnd")]
         #: (send, recv, group_start, group_end), or None when the library lacks any of them.
         self._ccl_point_to_point = tuple(point_to_point) if all(f is not None for f in point_to_point) else None
+        self._ccl_comm_abort = bind_optional(loaded, self.ccl + "CommAbort")   # None: not exported
+        #: Communicators aborted and not yet destroyed: the library freed them (as ncclCommAbort does).
+        self._aborted: set[int] = set()
 
     def _make_checker(self) -> Checker:
         ffi = self.ffi
@@ -338,19 +342,39 @@ class CudaLikeRuntime(DeviceRuntime):
         return comm[0]
 
     def comm_destroy(self, comm: int) -> None:
+        if comm in self._aborted:   # {ccl}CommAbort freed it: destroying it again would free it twice
+            self._aborted.discard(comm)
+            return
         self.check.ccl(f"{self.ccl}CommDestroy", self._ccl_comm_destroy(comm))
 
+    def comm_abort(self, comm: int) -> None:
+        """``{ccl}CommAbort``: ends the communicator's kernels and frees it (NCCL's semantics)."""
+        if self._ccl_comm_abort is None:
+            raise NotSupportedError(f"{self.name}: {self.ccl_library.path} does not export {self.ccl}CommAbort; "
+                                    "communicator abort (contract 1.4) is unavailable")
+        self._live(comm, "CommAbort")
+        self._aborted.add(comm)   # first: a collective called meanwhile is refused, not run on a freed handle
+        self.check.ccl(f"{self.ccl}CommAbort", self._ccl_comm_abort(comm))
+
+    def _live(self, comm: int, call: str) -> None:
+        if comm in self._aborted:
+            raise CollectiveAbortedError(f"{self.name}: {self.ccl}{call} on communicator {comm:#x}, which was aborted "
+                                         f"({self.ccl}CommAbort freed it); create new communicators")
+
     def all_reduce(self, send, recv, count, dtype, op, comm, stream) -> None:
+        self._live(comm, "AllReduce")
         code = self._ccl_all_reduce(send, recv, count, self._dtype(dtype), self._reduce_op(op), comm, stream)
         if code:
             raise self.check.ccl_error(f"{self.ccl}AllReduce", code)
 
     def all_gather(self, send, recv, count, dtype, comm, stream) -> None:
+        self._live(comm, "AllGather")
         code = self._ccl_all_gather(send, recv, count, self._dtype(dtype), comm, stream)
         if code:
             raise self.check.ccl_error(f"{self.ccl}AllGather", code)
 
     def broadcast(self, send, recv, count, dtype, root, comm, stream) -> None:
+        self._live(comm, "Broadcast")
         code = self._ccl_broadcast(send, recv, count, self._dtype(dtype), root, comm, stream)
         if code:
             raise self.check.ccl_error(f"{self.ccl}Broadcast", code)
@@ -358,17 +382,22 @@ class CudaLikeRuntime(DeviceRuntime):
     # ---- point-to-point (contract 1.3) ----------------------------------------------------
     def supports(self, call: str) -> bool:
         """As :meth:`DeviceRuntime.supports`; the point-to-point calls only when the collective
-        library exports them (``{ccl}Send``, ``{ccl}Recv``, ``{ccl}GroupStart``, ``{ccl}GroupEnd``)."""
+        library exports them (``{ccl}Send``, ``{ccl}Recv``, ``{ccl}GroupStart``, ``{ccl}GroupEnd``),
+        ``comm_abort`` only when it exports ``{ccl}CommAbort``."""
         if call in POINT_TO_POINT_CALLS and getattr(self, "_ccl_point_to_point", None) is None:
+            return False
+        if call == "comm_abort" and getattr(self, "_ccl_comm_abort", None) is None:
             return False
         return super().supports(call)
 
     def send(self, send, count, dtype, peer, comm, stream) -> None:
+        self._live(comm, "Send")
         code = self._point_to_point("Send", 0)(send, count, self._dtype(dtype), peer, comm, stream)
         if code:
             raise self.check.ccl_error(f"{self.ccl}Send(to rank {peer})", code)
 
     def recv(self, recv, count, dtype, peer, comm, stream) -> None:
+        self._live(comm, "Recv")
         code = self._point_to_point("Recv", 1)(recv, count, self._dtype(dtype), peer, comm, stream)
         if code:
             raise self.check.ccl_error(f"{self.ccl}Recv(from rank {peer})", code)
@@ -394,6 +423,14 @@ class CudaLikeRuntime(DeviceRuntime):
             return f"send/recv: unavailable ({self.ccl}Send/{self.ccl}Recv not exported)"
         where = "" if self.spec.send_recv_verified or self.emulation else f", unverified on {self.spec.hardware_name}"
         return f"send/recv: {self.ccl}Send/{self.ccl}Recv{where}"
+
+    @property
+    def comm_abort_note(self) -> str:
+        """How communicators are aborted here, for runtime_info."""
+        if self._ccl_comm_abort is None:
+            return f"comm_abort: unavailable ({self.ccl}CommAbort not exported)"
+        where = "" if self.spec.comm_abort_verified or self.emulation else f", unverified on {self.spec.hardware_name}"
+        return f"comm_abort: {self.ccl}CommAbort{where}"
 
     def _dtype(self, dtype: str) -> int:
         try:
@@ -449,7 +486,7 @@ class CudaLikeRuntime(DeviceRuntime):
 
     def runtime_info(self) -> RuntimeInfo:
         notes = [f"emulated runtime: {self.emulation}"] if self.emulation else []
-        notes.append(self.send_recv_note)
+        notes += [self.send_recv_note, self.comm_abort_note]
         if self.not_ready_code is None:
             notes.append(f"not-ready code unresolved among {self.spec.runtime.not_ready_candidates}: "
                          "event_query raises while work runs")

@@ -81,6 +81,10 @@ class VendorSpec:
     #: checked on this vendor's hardware by the conformance suite's send_recv group; False: labelled
     #: unverified (``runtime_info().notes``, ``anydev list-backends``).
     send_recv_verified: bool = False
+    #: Communicator abort (contract 1.4: ``{ccl}CommAbort`` with NCCL's prototype, offered when the
+    #: library exports it) has been checked on this vendor's hardware by the conformance suite's
+    #: comm_abort group; False: labelled unverified, as ``send_recv_verified``.
+    comm_abort_verified: bool = False
     runtime: RuntimeConstants = field(default_factory=RuntimeConstants)
     collectives: CollectiveConstants = field(default_factory=CollectiveConstants)
 

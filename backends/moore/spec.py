@@ -31,4 +31,7 @@ SPEC = VendorSpec(
     # mcclSend/mcclRecv/mcclGroupStart/mcclGroupEnd: NCCL's prototypes with the prefix swapped [U];
     # bound when libmccl exports them, labelled unverified until the send_recv group runs on the card.
     send_recv_verified=False,
+    # mcclCommAbort: NCCL's ncclCommAbort with the prefix swapped [U]; bound when libmccl exports it,
+    # labelled unverified until the comm_abort group runs on the card.
+    comm_abort_verified=False,
 )

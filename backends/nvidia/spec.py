@@ -34,4 +34,7 @@ SPEC = VendorSpec(
     # ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd: prototypes [V] (vendor-runtimes.md); True once
     # the conformance send_recv group has passed on an H200 (benchmarks/gpu_record.sh, STEPS=pp).
     send_recv_verified=False,
+    # ncclCommAbort: prototype [V] (vendor-runtimes.md); True once the conformance comm_abort group has
+    # passed on an H200 (benchmarks/gpu_record.sh).
+    comm_abort_verified=False,
 )

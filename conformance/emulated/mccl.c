@@ -16,6 +16,11 @@
  * same timeout) for the oldest message from its peer and copies it out, so messages of a pair arrive
  * in order. GroupStart/GroupEnd collect the calling thread's sends and recvs and enqueue them at the
  * outermost GroupEnd, every send before any recv, so no call of a group waits for another.
+ *
+ * CommAbort (contract 1.4's comm_abort) marks the group aborted: every rank waiting at a barrier or
+ * for a message returns ErrorLaunchFailure at once, as does every collective that runs later; it then
+ * waits for the communicator's queued work to end and frees it, as ncclCommAbort does (so it is never
+ * destroyed afterwards).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -161,6 +166,7 @@ typedef struct group {
     int arrived;      /* at the current barrier */
     uint64_t barrier_generation;
     int broken;       /* a barrier timed out: the group is unusable */
+    int aborted;      /* a communicator of the group was aborted: every wait ends */
     slot_t *slots;    /* per rank, the collective it is running */
     message_t *mail;  /* sent and not yet received, oldest first (guarded by lock) */
     /* joining through CommInitRank (guarded by g_join_lock) */
@@ -214,6 +220,7 @@ static comm_t *resolve_comm(uintptr_t handle) {
 /* Every rank waits here until all have arrived; 0, or ERR_LAUNCH_TIMEOUT when the group broke. */
 static int barrier(group_t *g) {
     pthread_mutex_lock(&g->lock);
+    if (g->aborted) { pthread_mutex_unlock(&g->lock); return ERR_LAUNCH_FAILURE; }
     if (g->broken) { pthread_mutex_unlock(&g->lock); return ERR_LAUNCH_TIMEOUT; }
     uint64_t generation = g->barrier_generation;
     if (++g->arrived == g->nranks) {
@@ -224,15 +231,15 @@ static int barrier(group_t *g) {
         return 0;
     }
     struct timespec deadline = emu_deadline(timeout_seconds());
-    while (generation == g->barrier_generation && !g->broken) {
+    while (generation == g->barrier_generation && !g->broken && !g->aborted) {
         if (pthread_cond_timedwait(&g->changed, &g->lock, &deadline) == ETIMEDOUT && generation == g->barrier_generation) {
             g->broken = 1;
             pthread_cond_broadcast(&g->changed);
         }
     }
-    int passed = generation != g->barrier_generation;
+    int passed = generation != g->barrier_generation, aborted = g->aborted;
     pthread_mutex_unlock(&g->lock);
-    return passed ? 0 : ERR_LAUNCH_TIMEOUT;
+    return passed ? 0 : aborted ? ERR_LAUNCH_FAILURE : ERR_LAUNCH_TIMEOUT;
 }
 
 /* ---- collectives ----------------------------------------------------------------------------- */
@@ -342,6 +349,7 @@ static int run_send(void *arg) {
     *m = (message_t){NULL, op->comm->rank, op->peer, op->type, op->count};
     if (bytes) memcpy(m->data, (const void *)op->buf, bytes);
     pthread_mutex_lock(&g->lock);
+    if (g->aborted) { pthread_mutex_unlock(&g->lock); free(m); return ERR_LAUNCH_FAILURE; }
     message_t **tail = &g->mail;
     while (*tail) tail = &(*tail)->next;
     *tail = m;
@@ -365,10 +373,12 @@ static int run_recv(void *arg) {
     group_t *g = op->comm->group;
     struct timespec deadline = emu_deadline(timeout_seconds());
     pthread_mutex_lock(&g->lock);
-    message_t *m;
-    while (!(m = take_message(g, op->peer, op->comm->rank)))
+    message_t *m = NULL;
+    while (!g->aborted && !(m = take_message(g, op->peer, op->comm->rank)))
         if (pthread_cond_timedwait(&g->changed, &g->lock, &deadline) == ETIMEDOUT) break;
+    int aborted = g->aborted;
     pthread_mutex_unlock(&g->lock);
+    if (aborted) { free(m); return ERR_LAUNCH_FAILURE; }
     if (!m) return ERR_LAUNCH_TIMEOUT;
     int err = m->type != op->type || m->count != op->count ? ERR_INVALID_VALUE : 0;
     if (!err && m->count) memcpy((void *)op->buf, m->data, m->count * TYPE_SIZE[m->type]);
@@ -533,6 +543,24 @@ cclResult_t CCL(CommDestroy)(uintptr_t handle) {
     if (!c) return CCL_INVALID_ARGUMENT;
     group_t *g = c->group;
     pthread_mutex_lock(&g->lock);
+    while (c->pending > 0) pthread_cond_wait(&g->changed, &g->lock);
+    int last = --g->refs == 0;
+    pthread_mutex_unlock(&g->lock);
+    c->magic = 0;
+    free(c);
+    if (last) group_free(g);
+    return CCL_SUCCESS;
+}
+
+/* Ends every wait of the group now, waits for this communicator's queued work (which then fails
+ * at once), then frees it, as ncclCommAbort does: CommDestroy must not follow. */
+cclResult_t CCL(CommAbort)(uintptr_t handle) {
+    comm_t *c = resolve_comm(handle);
+    if (!c) return CCL_INVALID_ARGUMENT;
+    group_t *g = c->group;
+    pthread_mutex_lock(&g->lock);
+    g->aborted = 1;
+    pthread_cond_broadcast(&g->changed);
     while (c->pending > 0) pthread_cond_wait(&g->changed, &g->lock);
     int last = --g->refs == 0;
     pthread_mutex_unlock(&g->lock);

@@ -625,6 +625,8 @@ static const struct { int code; const char *name; const char *text; } ERRORS[] =
     {EMU_NOT_READY_CODE, PREFIX "ErrorNotReady", "device not ready"},
     {ERR_LAUNCH_TIMEOUT, PREFIX "ErrorLaunchTimeout",
      "the launch timed out and was terminated (emulated MCCL: a peer rank did not arrive in time)"},
+    {ERR_LAUNCH_FAILURE, PREFIX "ErrorLaunchFailure",
+     "unspecified launch failure (emulated MCCL: the collective's communicator was aborted)"},
     {ERR_UNKNOWN, PREFIX "ErrorUnknown", "unknown error"},
 };
 
