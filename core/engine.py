@@ -28,6 +28,8 @@ import torch
 from anydev.plugin_api import load_backend
 
 from . import executor as executors
+from .abort import ABORT_WAIT_S, abort_communicators
+from .dist import RankFailedError
 from .block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
 from .graphs import batch_bucket, batch_buckets
@@ -93,6 +95,7 @@ class InferEngine:
         self.workers: list[RankWorker] = []
         self.communicators = []
         self._procs = None
+        self._failed: tuple[int, BaseException] | None = None   # (rank, error) of a step that broke the ranks
         self.last_stats = GenerationStats()
         self._closed = False
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
@@ -228,6 +231,8 @@ class InferEngine:
         if not failed:
             return
         self._cancel.set()
+        if self._procs is None:   # ranks blocked in a collective with the failed one (graph capture) end too
+            abort_communicators(self.communicators)
         wait(futures)
         errors = [f.exception() for f in futures if f.exception() is not None]
         real = [e for e in errors if not isinstance(e, InitCancelled)]
@@ -254,6 +259,8 @@ class InferEngine:
         if self._procs is not None:
             problems += self._procs.close()
             error = error or self._procs.failure   # a failed rank's consequences: already raised, not again
+        elif self._failed is not None:
+            error = error or self._failed[1]       # the same after a failed step aborted the ranks
         self.workers, self.communicators, self._procs = [], [], None
         if problems and error is not None:
             for p in problems:
@@ -329,6 +336,10 @@ class InferEngine:
         ones included). Raises :class:`EngineClosedError` once the engine is closed."""
         with self._step_lock:
             self._check_open()
+            if self._failed is not None:
+                rank, error = self._failed
+                raise RankFailedError(rank, f"an earlier step raised {type(error).__name__}: {error}; every rank was "
+                                      "stopped (communicators aborted): close this engine and create a new one") from error
             with self._lock:
                 plan = self.scheduler.schedule()
                 ended = self._take_ended() if plan.seqs else ()
@@ -489,10 +500,7 @@ class InferEngine:
         share = self.async_steps and len(self.workers) > 1
         futures = [w.submit(w.forward, batch, params, seeds, share, read if w is self.sampler else None, ended)
                    for w in self.workers]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in futures:
-            if future in done and future.exception() is not None:
-                raise future.exception()
+        self._wait_for_step(futures)
         return futures[0].result()
 
     def _run_pipeline_step(self, plan: ScheduledStep, params, seeds, ended):
@@ -501,11 +509,25 @@ class InferEngine:
         batches = [self.build_step(plan.seqs[a:b], plan.num_new[a:b]) for a, b in bounds]
         futures = [w.submit(w.forward_stage, batches, [params[a:b] for a, b in bounds],
                             [seeds[a:b] for a, b in bounds], ended) for w in self.workers]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in futures:
-            if future in done and future.exception() is not None:
-                raise future.exception()
+        self._wait_for_step(futures)
         return futures[self.workers.index(self.sampler)].result()
+
+    def _wait_for_step(self, futures) -> None:
+        """Wait for a step on every rank (``futures`` in worker order); raise the first rank's error.
+        The other ranks may wait for it in a collective forever: when they are threads of this process
+        and the backend can abort communicators (contract 1.4), every communicator is aborted and
+        their steps end too (the engine is then unusable)."""
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f in done and f.exception() is not None]
+        if not failed:
+            return
+        error = failed[0].exception()
+        if self._procs is None and len(self.workers) > 1 and self.backend.supports("comm_abort"):
+            self._failed = (self.workers[futures.index(failed[0])].rank, error)
+            for problem in abort_communicators(self.communicators):
+                error.add_note(f"while aborting the communicators: {type(problem).__name__}: {problem}")
+            wait(futures, timeout=ABORT_WAIT_S)   # the other ranks' steps end with their aborted collectives
+        raise error
 
     # ---- inspection and teardown ---------------------------------------------------------------
     def kv_cache_to_host(self, rank: int) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Tensor parallelism on the cpu backend's virtual devices: TP=2 and TP=4 give TP=1's tokens."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -85,3 +87,34 @@ def test_each_rank_holds_its_shard_of_the_weights():
         down = checkpoint.load("model.layers.0.mlp.down_proj.weight")
         cols = down.shape[1] // 2
         assert torch.equal(engine.workers[1].weights.tensors["model.layers.0.mlp.down_proj.weight"], down[:, cols:])
+
+
+def test_a_rank_whose_step_raises_stops_every_rank_with_its_error(monkeypatch):
+    """Rank 1's step raises before its first all_reduce; rank 0 waits for it there. The engine
+    aborts the communicators (contract 1.4), so rank 0 is freed: the step raises rank 1's error, the
+    next one says the ranks were stopped, and close joins every rank thread."""
+    from anydev.core.dist import RankFailedError
+    from anydev.plugin_api import load_backend
+
+    monkeypatch.setattr(load_backend("cpu").runtime, "collective_timeout_s", 600.0)   # only the abort frees rank 0
+    engine = InferEngine(demo_checkpoint(), EngineConfig(tp=2))
+    rank_threads = []
+    try:
+        engine.add_request([5, 9, 33, 70, 12], SamplingParams(max_new_tokens=50, ignore_eos=True))
+        engine.step()
+        rank_threads = [t for t in threading.enumerate() if t.name.startswith("anydev-rank")]
+
+        def broken(*args):
+            raise RuntimeError("injected fault in rank 1's step")
+
+        monkeypatch.setattr(engine.workers[1], "forward", broken)
+        with pytest.raises(RuntimeError, match="injected fault in rank 1's step"):
+            engine.step()
+        with pytest.raises(RankFailedError, match="rank 1 failed: an earlier step raised RuntimeError"):
+            engine.step()
+    finally:
+        closer = threading.Thread(target=engine.close, daemon=True)
+        closer.start()
+        closer.join(60)   # a hang detector: close is quick once rank 0 is free
+    assert not closer.is_alive(), "close() hangs: rank 0's thread is still blocked in the all_reduce rank 1 never joined"
+    assert len(rank_threads) == 2 and not any(t.is_alive() for t in rank_threads)
