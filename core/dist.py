@@ -38,6 +38,8 @@ CONNECT_TIMEOUT_ENV = "ANYDEV_DIST_CONNECT_TIMEOUT"
 #: Seconds without a heartbeat after which a rank counts as gone (hung, or its machine lost).
 HEARTBEAT_TIMEOUT_ENV = "ANYDEV_DIST_HEARTBEAT_TIMEOUT"
 HEARTBEAT_INTERVAL_S = 0.5
+#: How often rank 0, waiting for a command to reach a rank, looks whether a failure was seen meanwhile.
+INTERRUPT_POLL_S = 0.1
 
 
 class LaunchError(AnydevError):
@@ -180,11 +182,12 @@ class ControlGroup:
                               "network interface)") from None
 
     # ---- rank 0 -> everyone ---------------------------------------------------------------------
-    def send(self, message) -> None:
-        """Rank 0: broadcast ``message`` to every rank."""
+    def send(self, message, interrupt: threading.Event | None = None) -> None:
+        """Rank 0: broadcast ``message`` to every rank. A rank that hangs (alive, its sockets open) holds
+        the broadcast back: once ``interrupt`` is set (a failure was seen) it raises ControlLost instead."""
         payload = torch.frombuffer(bytearray(_dumps(message)), dtype=torch.uint8)
-        self._broadcast(torch.tensor([payload.numel()], dtype=torch.int64))
-        self._broadcast(payload)
+        self._broadcast(torch.tensor([payload.numel()], dtype=torch.int64), interrupt)
+        self._broadcast(payload, interrupt)
 
     def receive(self):
         """Ranks other than 0: the next message of rank 0 (blocks)."""
@@ -194,7 +197,7 @@ class ControlGroup:
         self._broadcast(payload)
         return pickle.loads(payload.numpy().tobytes())
 
-    def _broadcast(self, tensor: torch.Tensor) -> None:
+    def _broadcast(self, tensor: torch.Tensor, interrupt: threading.Event | None = None) -> None:
         import torch.distributed as dist
 
         opts = dist.BroadcastOptions()
@@ -203,7 +206,15 @@ class ControlGroup:
         # heartbeats and gloo's closed sockets tell a dead peer from a quiet one.
         opts.timeout = timedelta(days=7)
         try:
-            self._pg.broadcast([tensor], opts).wait()
+            work = self._pg.broadcast([tensor], opts)
+            if interrupt is not None:
+                done = threading.Event()
+                work.get_future().add_done_callback(lambda _: done.set())
+                while not done.wait(INTERRUPT_POLL_S):
+                    if interrupt.is_set():   # the broadcast stays pending in gloo; the group is done for
+                        raise ControlLost(f"a rank of the control group of {self.world_size} failed while rank 0 "
+                                          "was sending it a command")
+            work.wait()
         except RuntimeError as exc:
             raise ControlLost(f"the control group of {self.world_size} ranks broke ({_first_line(exc)})") from exc
 

@@ -11,7 +11,9 @@ In both process executors rank 0 drives (:class:`ProcessRanks`): the engine sees
 :class:`LocalRank` (its own RankWorker, whose every command is first broadcast to the others) and one
 :class:`RemoteRank` per other process, whose futures resolve with that rank's reply, or, for the
 steps (no reply: the hot path), when rank 0's own step ends. A rank that dies, hangs or fails fails
-every pending future with :class:`~.dist.RankFailedError` naming it.
+every pending future with :class:`~.dist.RankFailedError` naming it, and rank 0's communicators are
+aborted (contract 1.4, where the backend can), so that its own thread, blocked in a collective with the
+failed rank, is freed.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
+from .abort import abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
                    check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
 from .errors import EngineConfigError, EngineInitError
@@ -164,7 +167,9 @@ class ProcessRanks:
         self._local: dict[str, deque] = defaultdict(deque)   # rank 0's calls not yet sent to the others
         self._replies: dict[int, queue.SimpleQueue] = {}     # per rank: (message, future) awaiting its reply
         self._failed = threading.Event()
+        self._failure_lock = threading.Lock()
         self.failure: RankFailedError | None = None
+        self._comms: tuple = ()   # rank 0's communicators of the current engine, aborted on a failure
         self._closing = False
         timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
         self.control = self._form_group(timeout)
@@ -270,7 +275,10 @@ class ProcessRanks:
                 raise exc if isinstance(exc, (EngineInitError, RankFailedError)) else EngineInitError(rank, "device setup", exc)
         if joined.exception() is not None:
             raise EngineInitError(0, "device setup", joined.exception())
-        return joined.result()
+        self._comms = joined.result()
+        if self._failed.is_set():   # judged while joining: abort now what the verdict could not
+            abort_communicators(self._comms)
+        return self._comms
 
     def setup(self, plan: RankPlan) -> list[Future]:
         """Send every rank the plan; each builds its rank and joins the communicator (futures: done)."""
@@ -330,7 +338,7 @@ class ProcessRanks:
             seq = self._seq
             wants_reply = name not in NO_REPLY
             try:
-                self.control.send((seq, wants_reply, target) + message)
+                self.control.send((seq, wants_reply, target) + message, interrupt=self._failed)
                 sent_error = None
             except Exception as exc:
                 sent_error = exc
@@ -411,7 +419,7 @@ class ProcessRanks:
     def _on_failure(self, rank: int, reason: str) -> None:
         """The first sign of a failed rank: gather what else was reported for a moment, name the rank
         that failed first, and fail every pending future."""
-        with self._lock:
+        with self._failure_lock:   # not self._lock: a command being sent to a hung rank holds it
             if self._failed.is_set() or self._closing:
                 return
             self._failed.set()
@@ -453,6 +461,8 @@ class ProcessRanks:
             for future in pending:
                 if not future.done():
                     future.set_exception(error)
+        for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
+            error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
         _kill(self._children)
 
     def _stalled(self, seconds: float) -> list[int]:

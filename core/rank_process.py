@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, ControlLost, Launch, LaunchError, RankFailedError, Watchdog,
                    connect_store, launch_from_env, print_error, seconds_from_env)
+from .abort import abort_communicators
 from .errors import EngineConfigError
 from .timeline import Timeline
 
@@ -45,8 +46,8 @@ def follow(launch: Launch) -> int:
     _die_with_parent()
     timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
     control = ControlGroup(launch, connect_store(launch, timeout), timeout)
-    watchdog = Watchdog(launch, lambda: connect_store(launch, timeout), [0], _stop_now(launch))
     rank: _Rank | None = None
+    watchdog = Watchdog(launch, lambda: connect_store(launch, timeout), [0], _stop_now(launch, lambda: rank))
     try:
         while True:
             try:
@@ -151,9 +152,16 @@ def _portable(exc: BaseException, rank: int) -> BaseException:
         return RankFailedError(rank, f"{type(exc).__name__}: {exc}")
 
 
-def _stop_now(launch: Launch):
+def _stop_now(launch: Launch, current_rank):
+    """The watchdog's reaction to another rank's failure: abort this rank's communicators (its thread
+    may be blocked in a collective with the failed rank; contract 1.4, where the backend can), then
+    end the process. ``current_rank()`` is this process's :class:`_Rank`, or None."""
     def stop(rank: int, reason: str) -> None:
         print_error(f"rank {launch.rank} stops: rank {rank} failed: {reason}")
+        mine = current_rank()
+        if mine is not None:
+            for problem in abort_communicators((mine.comm, mine.pipe_comm)):
+                print_error(f"rank {launch.rank}: while aborting its communicators: {type(problem).__name__}: {problem}")
         sys.stdout.flush()
         os._exit(1)
 
