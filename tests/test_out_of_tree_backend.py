@@ -66,15 +66,20 @@ def test_whole_conformance_suite_passes_on_hostdev(hostdev_path, tmp_path):
     failed = [f"{c['check']}: {c['reason']}" for c in checks if c["status"] not in ("pass", "skip")]
     assert not failed, failed
     passed_groups = {c["group"] for c in checks if c["status"] == "pass"}
-    # No group only skipped, but the device-graph and send/recv groups (hostdev does not offer the
-    # optional torch_graph, send and recv) and the processes group (its groups are threads of one process).
-    assert passed_groups == {c["group"] for c in checks} - {"graphs", "send_recv", "processes"}, report["summary"]
+    # No group only skipped, but the device-graph, send/recv and comm_abort groups (hostdev does not
+    # offer the optional torch_graph, send, recv and comm_abort) and the processes group (its groups are
+    # threads of one process).
+    assert passed_groups == {c["group"] for c in checks} - {"graphs", "send_recv", "comm_abort", "processes"}, \
+        report["summary"]
     process_skips = {c["reason"] for c in checks if c["group"] == "processes"}
     assert process_skips == {"'hostdev' (host CPU (hostdev example backend)) joins communicators of one process only "
                              "(cross_process_collectives = False)"}, process_skips
     send_recv_skips = {c["reason"] for c in checks if c["group"] == "send_recv"}
     assert send_recv_skips == {"'hostdev' does not offer point-to-point send/recv (the optional calls send, recv, "
                                "group_start and group_end, contract 1.3)"}, send_recv_skips
+    abort_skips = {c["reason"] for c in checks if c["group"] == "comm_abort"}
+    assert abort_skips == {"'hostdev' does not offer communicator abort (the optional call comm_abort, contract 1.4)"}, \
+        abort_skips
     graph_skips = {c["reason"] for c in checks if c["group"] == "graphs"}
     assert graph_skips == {"'hostdev' does not capture device graphs (the optional call torch_graph, contract 1.1)"}, graph_skips
     assert report["verdicts"]["hostdev"]["verdict"] == "certified"
