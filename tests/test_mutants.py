@@ -46,6 +46,7 @@ def test_every_required_fault_has_a_mutant():
 
 
 def test_a_mutant_needs_a_docstring_and_a_unique_name():
+    mutants.all_mutants()   # registered here too (under xdist the other checks may run elsewhere)
     with pytest.raises(ValueError, match="docstring"):
         mutants.mutant("no-doc", checks=["test_memory.py"])(type("NoDoc", (CpuRuntime,), {}))
     with pytest.raises(ValueError, match="two mutants"):
