@@ -13,7 +13,8 @@
 # profile.txt (the kernels of one decode step, by device time), serve_bench.{json,txt} (anydev serve under
 # load with its ablations; needs fastapi, uvicorn and prometheus-client), pp.txt + pp-conformance.json
 # (pipeline parallelism: test_infer at --tp 1, --pp 2 (rank threads and rank processes), each against the cpu
-# reference's tokens, and the conformance send_recv group on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
+# reference's tokens, a seeded --pp 2 run on threads and on processes (pp-seed-*.txt, diffed), and the conformance
+# send_recv and comm_abort groups on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
 # script is interrupted: a failed step costs its own output only.
 set -uo pipefail
@@ -82,7 +83,14 @@ fi
 if want pp; then
     if (( NGPU >= 2 )); then
         {
-          run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/pp-conformance.json" -- -k send_recv
+          run python3 -m anydev.conformance --device nvidia --tp "$NGPU" --report "$OUT/pp-conformance.json" \
+              -- -k "send_recv or comm_abort"
+          # a seeded request samples on the last stage: the same text from rank threads and rank processes
+          for ex in threads mp; do
+            run python3 examples/test_infer.py --device nvidia --pp 2 --executor $ex --temperature 0.9 --seed 5 \
+                --batch-size 2 --max-new-tokens 32 | tee "$OUT/pp-seed-$ex.txt"
+          done
+          run diff <(grep -A1 -- '--- output' "$OUT/pp-seed-threads.txt") <(grep -A1 -- '--- output' "$OUT/pp-seed-mp.txt")
           run python3 examples/test_infer.py --device nvidia --tp 1 --batch-size 4 --max-new-tokens 64
           run python3 examples/test_infer.py --device nvidia --pp 2 --batch-size 4 --max-new-tokens 64
           (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --batch-size 4 --max-new-tokens 64
