@@ -416,21 +416,14 @@ class CudaLikeRuntime(DeviceRuntime):
             )
         return self._ccl_point_to_point[index]
 
-    @property
-    def send_recv_note(self) -> str:
-        """How point-to-point calls are made here, for runtime_info and start-up logs."""
-        if self._ccl_point_to_point is None:
-            return f"send/recv: unavailable ({self.ccl}Send/{self.ccl}Recv not exported)"
-        where = "" if self.spec.send_recv_verified or self.emulation else f", unverified on {self.spec.hardware_name}"
-        return f"send/recv: {self.ccl}Send/{self.ccl}Recv{where}"
-
-    @property
-    def comm_abort_note(self) -> str:
-        """How communicators are aborted here, for runtime_info."""
-        if self._ccl_comm_abort is None:
-            return f"comm_abort: unavailable ({self.ccl}CommAbort not exported)"
-        where = "" if self.spec.comm_abort_verified or self.emulation else f", unverified on {self.spec.hardware_name}"
-        return f"comm_abort: {self.ccl}CommAbort{where}"
+    def _optional_call_note(self, label: str, suffixes: tuple[str, ...], bound: bool, verified: bool) -> str:
+        """How an optional contract call is made here, for runtime_info: the library functions behind
+        it, or that they are not exported, and whether they were verified on this vendor's hardware."""
+        functions = "/".join(self.ccl + suffix for suffix in suffixes)
+        if not bound:
+            return f"{label}: unavailable ({functions} not exported)"
+        where = "" if verified or self.emulation else f", unverified on {self.spec.hardware_name}"
+        return f"{label}: {functions}{where}"
 
     def _dtype(self, dtype: str) -> int:
         try:
@@ -486,7 +479,10 @@ class CudaLikeRuntime(DeviceRuntime):
 
     def runtime_info(self) -> RuntimeInfo:
         notes = [f"emulated runtime: {self.emulation}"] if self.emulation else []
-        notes += [self.send_recv_note, self.comm_abort_note]
+        notes += [self._optional_call_note("send/recv", ("Send", "Recv"), self._ccl_point_to_point is not None,
+                                           self.spec.send_recv_verified),
+                  self._optional_call_note("comm_abort", ("CommAbort",), self._ccl_comm_abort is not None,
+                                           self.spec.comm_abort_verified)]
         if self.not_ready_code is None:
             notes.append(f"not-ready code unresolved among {self.spec.runtime.not_ready_candidates}: "
                          "event_query raises while work runs")

@@ -299,13 +299,17 @@ static int run_collective(void *arg) {
     return err;
 }
 
+/* Counts a call of ``c`` enqueued (+1) or ended (-1); CommAbort waits for the count to reach 0. */
+static void add_pending(comm_t *c, int delta) {
+    pthread_mutex_lock(&c->group->lock);
+    c->pending += delta;
+    pthread_cond_broadcast(&c->group->changed);
+    pthread_mutex_unlock(&c->group->lock);
+}
+
 static void release_collective(void *arg) {
     collective_t *work = arg;
-    group_t *g = work->comm->group;
-    pthread_mutex_lock(&g->lock);
-    work->comm->pending--;
-    pthread_cond_broadcast(&g->changed);
-    pthread_mutex_unlock(&g->lock);
+    add_pending(work->comm, -1);
     free(work);
 }
 
@@ -319,9 +323,7 @@ static cclResult_t enqueue_collective(int kind, uintptr_t send, uintptr_t recv, 
     if (!work) return CCL_SYSTEM_ERROR;
     work->comm = c;
     work->slot = (slot_t){kind, type, op, root, count, (const void *)send, (void *)recv};
-    pthread_mutex_lock(&c->group->lock);
-    c->pending++;
-    pthread_mutex_unlock(&c->group->lock);
+    add_pending(c, 1);
     return API(AnydevEnqueue)(stream, run_collective, work, release_collective) ? CCL_UNHANDLED_RUNTIME_ERROR : CCL_SUCCESS;
 }
 
@@ -388,11 +390,7 @@ static int run_recv(void *arg) {
 
 static void release_p2p(void *arg) {
     p2p_t *op = arg;
-    group_t *g = op->comm->group;
-    pthread_mutex_lock(&g->lock);
-    op->comm->pending--;
-    pthread_cond_broadcast(&g->changed);
-    pthread_mutex_unlock(&g->lock);
+    add_pending(op->comm, -1);
     free(op);
 }
 
@@ -413,9 +411,7 @@ static cclResult_t point_to_point(int is_send, uintptr_t buf, size_t count, int 
     p2p_t *op = malloc(sizeof *op);
     if (!op) return CCL_SYSTEM_ERROR;
     *op = (p2p_t){c, is_send, peer, type, count, buf, stream};
-    pthread_mutex_lock(&c->group->lock);
-    c->pending++;
-    pthread_mutex_unlock(&c->group->lock);
+    add_pending(c, 1);
     if (t_group_depth == 0) return enqueue_p2p(op);
     if (t_group_count == t_group_capacity) {
         int capacity = t_group_capacity ? 2 * t_group_capacity : 16;
