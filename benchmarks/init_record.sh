@@ -12,6 +12,7 @@ MODEL=${MODEL_DIR:-/tmp/llama-8b}
 KV_GIB=${KV_GIB:-40}
 MODES=${INIT_MODES:-serial,serial+memset,parallel+host-zero,sequential,parallel}   # init_bench --modes
 NGPU=${NGPU:-$(nvidia-smi -L | wc -l)}
+TPS=${INIT_TPS:-$(printf '%s\n' 1 "$NGPU" | sort -un)}   # the TP sizes to run (e.g. INIT_TPS=2 when TP=1 is on record)
 status=0
 step() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(exit $rc)"; [[ $rc == 0 ]] || status=1; }
 
@@ -20,7 +21,7 @@ if [[ ! -f "$MODEL/model.safetensors.index.json" ]]; then
         --intermediate 14336 --vocab 128256
 fi
 df -h "$MODEL" | tail -n 1
-for tp in $(printf '%s\n' 1 "$NGPU" | sort -un); do
+for tp in $TPS; do
     step python3 benchmarks/init_bench.py --device nvidia --tp "$tp" --model "$MODEL" --kv-gib-per-rank "$KV_GIB" \
         --modes "$MODES" --out "$OUT/init-tp$tp.json"
 done
