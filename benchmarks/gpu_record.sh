@@ -12,7 +12,7 @@
 # decode4k.{json,txt} (the same at context 4096), prefill.{json,txt} (an 8k-token prompt),
 # profile.txt (the kernels of one decode step, by device time), serve_bench.{json,txt} (anydev serve under
 # load with its ablations; needs fastapi, uvicorn and prometheus-client), pp.txt + pp-conformance.json
-# (pipeline parallelism: test_infer at --tp 1, --pp 2 (rank threads and rank processes), each against the cpu
+# (pipeline parallelism: test_infer at --pp 2 (rank threads and rank processes), each against the cpu
 # reference's tokens, a seeded --pp 2 run on threads and on processes (pp-seed-*.txt, diffed), and the conformance
 # send_recv and comm_abort groups on NCCL; needs 2 GPUs, 4 for --tp 2 --pp 2), steps.txt (each step's exit status).
 # Every step runs whatever the others did (no `set -e`), and the archive is written even when the
@@ -24,8 +24,20 @@ pack() {   # the device tool returns at most 8 files: pack them into one
     (cd "$OUT" && shopt -s nullglob && files=(*.txt *.json *.md) && tar -czf gpu-record.tgz --remove-files -- "${files[@]}")
 }
 trap pack EXIT
-trap 'exit 143' TERM INT
-run() { echo "\$ $*"; timeout "${STEP_TIMEOUT:-240}" "$@"; local rc=$?; echo "(exit $rc)"; echo "$rc $*" >> "$OUT/steps.txt"; }
+# A step past its limit gets SIGABRT, and with it (PYTHONFAULTHANDLER) every Python thread's stack on
+# stderr, from its rank processes too (timeout signals the step's whole process group): a hang says
+# where it is. The step runs in the background so that a TERM to this script (an outer limit) is
+# handled at once, the running step's group aborted the same way, and the archive written.
+export PYTHONFAULTHANDLER=1
+STEP=
+on_term() { [[ -n "$STEP" ]] && kill -ABRT -- "-$STEP" 2>/dev/null; sleep 2; exit 143; }
+trap on_term TERM INT
+run() {
+    echo "\$ $*"
+    timeout -k 10 -s ABRT "${STEP_TIMEOUT:-240}" "$@" & STEP=$!
+    wait "$STEP"; local rc=$?; STEP=
+    echo "(exit $rc)"; echo "$rc $*" >> "$OUT/steps.txt"
+}
 
 source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
 NGPU=$(nvidia-smi -L | wc -l)
@@ -88,10 +100,10 @@ if want pp; then
           # a seeded request samples on the last stage: the same text from rank threads and rank processes
           for ex in threads mp; do
             run python3 examples/test_infer.py --device nvidia --pp 2 --executor $ex --temperature 0.9 --seed 5 \
-                --batch-size 2 --max-new-tokens 32 | tee "$OUT/pp-seed-$ex.txt"
+                --batch-size 2 --max-new-tokens 32 > "$OUT/pp-seed-$ex.txt" 2>&1
+            cat "$OUT/pp-seed-$ex.txt"
           done
           run diff <(grep -A1 -- '--- output' "$OUT/pp-seed-threads.txt") <(grep -A1 -- '--- output' "$OUT/pp-seed-mp.txt")
-          run python3 examples/test_infer.py --device nvidia --tp 1 --batch-size 4 --max-new-tokens 64
           run python3 examples/test_infer.py --device nvidia --pp 2 --batch-size 4 --max-new-tokens 64
           (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --batch-size 4 --max-new-tokens 64
           run python3 examples/test_infer.py --device nvidia --pp 2 --executor mp --batch-size 4 --max-new-tokens 64
@@ -111,7 +123,6 @@ if want procs; then
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor threads
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp
       run python3 examples/test_infer.py --device nvidia --tp 2 --executor mp --enforce-eager
-      run python3 examples/test_infer.py --device nvidia --pp 2 --executor mp --batch-size 4 --max-new-tokens 64
       (( NGPU >= 4 )) && run python3 examples/test_infer.py --device nvidia --tp 2 --pp 2 --executor mp --batch-size 4 \
           --max-new-tokens 64
       run python3 -m torch.distributed.run --nproc-per-node 2 examples/test_infer.py --device nvidia --tp 2
@@ -121,7 +132,7 @@ if want procs; then
       STEP_TIMEOUT=560 run python3 benchmarks/init_bench.py --device nvidia --tp 2 --model /tmp/llama-1b \
           --modes parallel,parallel-mp --repeat 2 --out "$OUT/procs-init.json"
       STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --tp 2 --contexts 256 --prefill-len 0 \
-          --modes graphs,eager --executors threads,mp --hf none --no-kernel-count --out "$OUT/procs-decode.json"
+          --new-tokens 64 --modes graphs,eager --executors threads,mp --hf none --no-kernel-count --out "$OUT/procs-decode.json"
     } > "$OUT/procs.txt" 2>&1
 fi
 tail -n 5 "$OUT"/*.txt

@@ -64,9 +64,11 @@ def test_abort_of_an_idle_communicator_refuses_later_collectives(backend):
 
 
 def test_abort_frees_a_rank_blocked_on_a_peer_that_never_joins(backend):
-    """Rank 0 enqueues an all_reduce and waits on its stream; rank 1 never joins. Another thread
-    aborts rank 0's communicator: the wait returns or raises (not a collective timeout) within
-    ABORT_BOUND_S, later collectives are refused, and both communicators are destroyed."""
+    """Rank 0 enqueues an all_reduce and waits on its stream; rank 1 never joins. Two other threads
+    abort both ranks' communicators at once (as the engine does with a broken group: an abort may
+    wait for the node's other ranks to abort theirs, NCCL's does): rank 0's wait returns or raises
+    (not a collective timeout) within ABORT_BOUND_S, later collectives are refused, and both
+    communicators are destroyed."""
     require_devices(backend, 2)
     comms = backend.create_communicators([backend.device(0), backend.device(1)])
     comm = comms[0]
@@ -86,22 +88,31 @@ def test_abort_frees_a_rank_blocked_on_a_peer_that_never_joins(backend):
             except AnydevError as exc:
                 return exc
             return None
-        if not waiting.wait(ABORT_BOUND_S):   # the aborter
+        if not waiting.wait(ABORT_BOUND_S):   # the aborters, one per rank's communicator
             return None
         time.sleep(0.2)   # most likely inside the wait by now (either way the wait must end)
-        comm.abort()
+        comms[role - 1].abort()
         return None
 
     try:
-        ended, _ = run_ranks(2, body, "a rank blocked in an all_reduce its peer never joins, then comm_abort "
-                             "from another thread", ABORT_BOUND_S)
+        ended, _, _ = run_ranks(3, body, "a rank blocked in an all_reduce its peer never joins, then comm_abort "
+                                "of both ranks' communicators from two other threads", ABORT_BOUND_S)
         assert not isinstance(ended, CollectiveTimeoutError), (
             f"the blocked wait ended by the collective timeout, not by the abort: {ended}")
         assert_refused(comm, buf, stream)
-        guarded(comms[1].abort, "comm_abort of the peer's idle communicator", ABORT_BOUND_S)
     finally:
-        guarded(lambda: [c.close() for c in comms], "destroying aborted communicators", ABORT_BOUND_S)
+        _destroy_broken(comms)
         _release(stream, buf)
+
+
+def _destroy_broken(comms) -> None:
+    """Destroy the communicators of a broken group, aborting (all at once) those not aborted yet: a
+    failed check must not leave a live communicator whose peer was aborted, as destroying one may
+    wait for that peer forever or end the process (NCCL)."""
+    live = [c for c in comms if not c.aborted]
+    if live:
+        run_ranks(len(live), lambda i: live[i].abort(), "comm_abort of the group's other communicators", ABORT_BOUND_S)
+    guarded(lambda: [c.close() for c in comms], "destroying aborted communicators", ABORT_BOUND_S)
 
 
 def _release(stream, buf) -> None:

@@ -8,30 +8,34 @@ Backends without ``comm_abort`` keep the old behaviour: nothing is aborted.
 from __future__ import annotations
 
 import threading
+import time
 
 #: Seconds to wait for the aborts (an abort that itself hangs must not keep a failing process alive).
 ABORT_WAIT_S = 10.0
 
 
 def abort_communicators(comms, wait_s: float = ABORT_WAIT_S) -> list[BaseException]:
-    """Abort each communicator of ``comms`` (None entries skipped) whose backend supports it, on a
-    helper thread waited for at most ``wait_s``. Returns the errors met, for the caller to note on the
-    failure it raises (they never replace it); an abort still running after ``wait_s`` is one."""
+    """Abort each communicator of ``comms`` (None entries skipped) whose backend supports it, each on
+    its own helper thread, all at once (a collective library's abort may wait for the other ranks on
+    the node to abort theirs: NCCL's does), waited for at most ``wait_s`` in all. Returns the errors
+    met, for the caller to note on the failure it raises (they never replace it); an abort still
+    running after ``wait_s`` is one."""
     comms = [c for c in comms if c is not None and c.runtime.supports("comm_abort")]
-    if not comms:
-        return []
     problems: list[BaseException] = []
 
-    def abort_all() -> None:
-        for comm in comms:
-            try:
-                comm.abort()
-            except Exception as exc:  # reported to the caller, which notes it on the original failure
-                problems.append(exc)
+    def abort(comm) -> None:
+        try:
+            comm.abort()
+        except Exception as exc:  # reported to the caller, which notes it on the original failure
+            problems.append(exc)
 
-    thread = threading.Thread(target=abort_all, name="anydev-comm-abort", daemon=True)
-    thread.start()
-    thread.join(wait_s)
-    if thread.is_alive():
-        problems.append(TimeoutError(f"aborting {len(comms)} communicator(s) did not finish within {wait_s:g} s"))
+    threads = [threading.Thread(target=abort, args=(c,), name="anydev-comm-abort", daemon=True) for c in comms]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + wait_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = sum(thread.is_alive() for thread in threads)
+    if stuck:
+        problems.append(TimeoutError(f"aborting {stuck} of {len(comms)} communicator(s) did not finish within {wait_s:g} s"))
     return problems

@@ -251,16 +251,13 @@ class InferEngine:
                 problems.append(exc)
         for worker in self.workers:
             worker.shutdown()
-        for comm in self.communicators:
-            try:
-                comm.close()
-            except Exception as exc:
-                problems.append(exc)
-        if self._procs is not None:
-            problems += self._procs.close()
+        if self._procs is not None:   # the other processes destroy theirs while rank 0 does (see ProcessRanks.close)
+            problems += self._procs.close(lambda: _close_all(self.communicators))
             error = error or self._procs.failure   # a failed rank's consequences: already raised, not again
-        elif self._failed is not None:
-            error = error or self._failed[1]       # the same after a failed step aborted the ranks
+        else:
+            problems += _close_all(self.communicators)
+            if self._failed is not None:
+                error = error or self._failed[1]   # the same after a failed step aborted the ranks
         self.workers, self.communicators, self._procs = [], [], None
         if problems and error is not None:
             for p in problems:
@@ -618,3 +615,14 @@ def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
 
 def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationStats:
     return GenerationStats(**{name: getattr(now, name) - value for name, value in vars(before).items()})
+
+
+def _close_all(communicators) -> list[BaseException]:
+    """Close every communicator; the errors met, for the caller to report."""
+    problems = []
+    for comm in communicators:
+        try:
+            comm.close()
+        except Exception as exc:
+            problems.append(exc)
+    return problems

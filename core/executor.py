@@ -29,6 +29,7 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
+from typing import Callable
 
 from .abort import abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
@@ -490,13 +491,23 @@ class ProcessRanks:
             time.sleep(0.1)
 
     # ---- end -----------------------------------------------------------------------------------
-    def close(self) -> list[BaseException]:
-        """End this engine's ranks (they free everything); an mp group's processes end too."""
-        problems = []
+    def close(self, close_local: Callable[[], list[BaseException]] = list) -> list[BaseException]:
+        """End this engine's ranks (they free everything); an mp group's processes end too.
+
+        ``close_local`` frees rank 0's communicators (returning the errors met) *after* the other
+        ranks were told to close and *before* waiting for them: a collective library's destroy may
+        wait for every rank of the communicator (NCCL's does within a node), so rank 0 destroying
+        first and then telling the others would wait forever."""
+        problems, closing = [], []
         if not self._failed.is_set():
             try:
-                for _, future in self._broadcast(("close",), "close"):
-                    future.result(timeout=60)
+                closing = self._broadcast(("close",), "close")
+            except Exception as exc:
+                problems.append(exc)
+        problems += close_local()
+        for _, future in closing:
+            try:
+                future.result(timeout=60)
             except Exception as exc:
                 problems.append(exc)
         if self._children:

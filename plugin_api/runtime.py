@@ -244,7 +244,9 @@ class DeviceRuntime(abc.ABC):
 
     @abc.abstractmethod
     def comm_destroy(self, comm: int) -> None:
-        """Destroy a communicator."""
+        """Destroy a communicator. It may wait for the other ranks of ``comm`` to destroy theirs
+        (NCCL's does within a node), so every rank destroys its own at the same time: a rank must
+        not destroy its communicator and only then tell the others to."""
 
     @abc.abstractmethod
     def all_reduce(self, send: int, recv: int, count: int, dtype: str, op: str, comm: int, stream: int) -> None:
@@ -371,7 +373,10 @@ class DeviceRuntime(abc.ABC):
 
         * **Any thread, any time.** Callable from any thread, including while another thread is
           blocked in ``stream_synchronize``/``event_synchronize`` on a stream that holds ``comm``'s
-          work, and while that work waits for peers that will never come. It must not wait for them.
+          work, and while that work waits for peers that will never come. It must not wait for
+          their work; it may wait for the other ranks of ``comm`` on the same node to abort theirs
+          too (NCCL's does: they free shared memory together), so callers abort every rank's
+          communicator of a broken group at once, each on its own thread (the engine does).
         * **Work ends.** Every collective, send and recv of ``comm`` enqueued or running ends
           promptly, its results undefined (a backend may leave the output untouched or partly
           written). Stream and event syncs that waited on that work return, or raise a typed error

@@ -70,7 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
+    try:
+        import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
+        import prometheus_client  # noqa: F401
+        import uvicorn
+    except ImportError as exc:
+        raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client ({exc.name} is not "
+                                "installed): pip install fastapi uvicorn prometheus-client") from exc
 
     from anydev.core import EngineConfig, InferEngine
     from anydev.core.checkpoint import demo_checkpoint, open_checkpoint

@@ -59,6 +59,33 @@ def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
     assert rank_processes() == []   # the rank process ended with the engine
 
 
+def test_rank_0_destroys_its_communicator_while_the_other_ranks_destroy_theirs():
+    """A collective library's destroy may wait for every rank of the communicator (NCCL's does
+    within a node): rank 0 must tell the other ranks to close before it destroys its own, or both
+    wait forever. Here rank 0's destroy waits, as NCCL's would, until rank 1 has closed."""
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
+        procs, [comm] = engine._procs, engine.communicators
+        closing, seen = [], {}
+        broadcast, destroy = procs._broadcast, comm.close
+
+        def recording_broadcast(message, name, *args, **kwargs):
+            made = broadcast(message, name, *args, **kwargs)
+            if name == "close":
+                closing.extend(future for _, future in made)
+            return made
+
+        def destroy_with_peers():
+            deadline = time.monotonic() + 20
+            while not (closing and all(f.done() for f in closing)) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen["peers closed"] = bool(closing) and all(f.done() and f.exception() is None for f in closing)
+            destroy()
+
+        procs._broadcast, comm.close = recording_broadcast, destroy_with_peers
+    assert seen == {"peers closed": True}, "rank 0 destroyed its communicator before rank 1 was told to close"
+    assert rank_processes() == []
+
+
 def test_a_failing_rank_process_names_itself_and_leaves_no_process():
     with pytest.raises(EngineInitError, match=r"rank 1 failed during 'weights'.*injected fault"):
         InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"), _hooks=TestHooks(fail_at=(1, "weights")))

@@ -88,10 +88,10 @@ def test_device_setup_run_directly_still_fails_on_a_failed_install(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
-def test_pp_step_runs_the_send_recv_group_and_test_infer_at_pp_2_and_tp_1(tmp_path):
+def test_pp_step_runs_the_send_recv_group_and_test_infer_at_pp_2_on_threads_and_processes(tmp_path):
     calls, archive, _ = record(tmp_path, "never", steps="pp")
-    infer = [c for c in calls if "test_infer.py" in c]
-    assert any("--pp 2" in c and "--model" not in c for c in infer) and any("--tp 1 " in c for c in infer), infer
+    infer = [c for c in calls if "test_infer.py" in c and "--pp 2" in c and "--model" not in c]
+    assert any("--executor" not in c for c in infer) and any("--executor mp" in c for c in infer), infer
     assert any("anydev.conformance" in c and "-k send_recv" in c for c in calls), calls
     with tarfile.open(archive) as tar:
         assert "pp.txt" in tar.getnames()

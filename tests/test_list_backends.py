@@ -130,3 +130,26 @@ def test_a_backend_whose_device_count_fails_is_a_row_with_the_error(monkeypatch)
     assert rows["failing"].available is False and rows["failing"].device_count is None
     assert rows["failing"].reason.startswith("loaded, but device_count() failed: RuntimeCallError")
     assert "driver not loaded" in format_table(list(rows.values())) and rows["cpu"].available
+
+
+# Python run with the serving libraries made unimportable (as on a machine where only the engine's
+# dependencies were installed), then the CLI with the arguments in argv[1:].
+WITHOUT_SERVING = ("import sys\n"
+                   "for name in ('fastapi', 'uvicorn', 'prometheus_client'):\n"
+                   "    sys.modules[name] = None\n"
+                   "from anydev.cli import main\n"
+                   "raise SystemExit(main(sys.argv[1:]))\n")
+
+
+def test_list_backends_needs_no_serving_libraries(clean_env):
+    """Only `anydev serve` needs fastapi, uvicorn and prometheus-client: the other commands work without them."""
+    rows = json.loads(_run([sys.executable, "-c", WITHOUT_SERVING, "list-backends", "--json"], clean_env))
+    assert {row["name"] for row in rows} >= {"cpu", "nvidia"}, rows
+
+
+def test_serve_without_serving_libraries_says_what_to_install(clean_env):
+    result = subprocess.run([sys.executable, "-c", WITHOUT_SERVING, "serve", "--device", "cpu"], env=clean_env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "error: anydev serve needs fastapi, uvicorn and prometheus-client" in result.stderr, result.stderr
+    assert "pip install" in result.stderr and "Traceback" not in result.stderr, result.stderr
