@@ -66,7 +66,7 @@ def test_abort_of_an_idle_communicator_refuses_later_collectives(backend):
 def test_abort_frees_a_rank_blocked_on_a_peer_that_never_joins(backend):
     """Rank 0 enqueues an all_reduce and waits on its stream; rank 1 never joins. Two other threads
     abort both ranks' communicators at once (as the engine does with a broken group: an abort may
-    wait for the node's other ranks to abort theirs, NCCL's does): rank 0's wait returns or raises
+    wait for the node's other ranks to abort theirs, NCCL's can): rank 0's wait returns or raises
     (not a collective timeout) within ABORT_BOUND_S, later collectives are refused, and both
     communicators are destroyed."""
     require_devices(backend, 2)

@@ -17,7 +17,7 @@ ABORT_WAIT_S = 10.0
 def abort_communicators(comms, wait_s: float = ABORT_WAIT_S) -> list[BaseException]:
     """Abort each communicator of ``comms`` (None entries skipped) whose backend supports it, each on
     its own helper thread, all at once (a collective library's abort may wait for the other ranks on
-    the node to abort theirs: NCCL's does), waited for at most ``wait_s`` in all. Returns the errors
+    the node to abort theirs: NCCL's can), waited for at most ``wait_s`` in all. Returns the errors
     met, for the caller to note on the failure it raises (they never replace it); an abort still
     running after ``wait_s`` is one."""
     comms = [c for c in comms if c is not None and c.runtime.supports("comm_abort")]

@@ -496,7 +496,7 @@ class ProcessRanks:
 
         ``close_local`` frees rank 0's communicators (returning the errors met) *after* the other
         ranks were told to close and *before* waiting for them: a collective library's destroy may
-        wait for every rank of the communicator (NCCL's does within a node), so rank 0 destroying
+        wait for every rank of the communicator (NCCL's can, within a node), so rank 0 destroying
         first and then telling the others would wait forever."""
         problems, closing = [], []
         if not self._failed.is_set():

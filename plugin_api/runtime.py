@@ -245,7 +245,7 @@ class DeviceRuntime(abc.ABC):
     @abc.abstractmethod
     def comm_destroy(self, comm: int) -> None:
         """Destroy a communicator. It may wait for the other ranks of ``comm`` to destroy theirs
-        (NCCL's does within a node), so every rank destroys its own at the same time: a rank must
+        (NCCL's can, within a node), so every rank destroys its own at the same time: a rank must
         not destroy its communicator and only then tell the others to."""
 
     @abc.abstractmethod
@@ -375,7 +375,7 @@ class DeviceRuntime(abc.ABC):
           blocked in ``stream_synchronize``/``event_synchronize`` on a stream that holds ``comm``'s
           work, and while that work waits for peers that will never come. It must not wait for
           their work; it may wait for the other ranks of ``comm`` on the same node to abort theirs
-          too (NCCL's does: they free shared memory together), so callers abort every rank's
+          too (NCCL's can: the node's ranks free shared memory together), so callers abort every rank's
           communicator of a broken group at once, each on its own thread (the engine does).
         * **Work ends.** Every collective, send and recv of ``comm`` enqueued or running ends
           promptly, its results undefined (a backend may leave the output untouched or partly

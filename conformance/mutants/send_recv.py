@@ -4,6 +4,7 @@ and a send that moves only the first 1 MiB."""
 from __future__ import annotations
 
 import ctypes
+import threading
 
 from anydev.backends.cpu.runtime import CpuRuntime
 from anydev.plugin_api.types import DTYPE_SIZES
@@ -64,11 +65,25 @@ class RecvNewestFirst(CpuRuntime):
 class SendReadsAtCall(CpuRuntime):
     """send copies its buffer when called, not when its stream reaches it (ignores stream order)."""
 
+    _taken = threading.local()   # the snapshot of the send being enqueued, for _mover
+
     def send(self, send, count, dtype, peer, comm, stream):
         nbytes = count * DTYPE_SIZES[dtype]
-        snapshot = ctypes.create_string_buffer(ctypes.string_at(send, nbytes), max(1, nbytes))
-        self._snapshots = [*getattr(self, "_snapshots", [])[-7:], snapshot]   # alive until the send has run
-        super().send(ctypes.addressof(snapshot), count, dtype, peer, comm, stream)
+        self._taken.snapshot = ctypes.create_string_buffer(ctypes.string_at(send, nbytes), max(1, nbytes))
+        try:
+            super().send(ctypes.addressof(self._taken.snapshot), count, dtype, peer, comm, stream)
+        finally:
+            self._taken.snapshot = None
+
+    def _mover(self, kind, group):
+        if kind != "send":
+            return group.recv
+        snapshot = self._taken.snapshot
+
+        def send_snapshot(rank, peer, address, count, dtype):   # holds its snapshot until the send has run
+            group.send(rank, peer, ctypes.addressof(snapshot), count, dtype)
+
+        return send_snapshot
 
 
 @mutant("send-first-mib-only", checks=["test_send_recv.py::test_ring_pass_at_64_mib"])
