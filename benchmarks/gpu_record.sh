@@ -28,7 +28,7 @@ trap pack EXIT
 # stderr, from its rank processes too (timeout signals the step's whole process group): a hang says
 # where it is. The step runs in the background so that a TERM to this script (an outer limit) is
 # handled at once, the running step's group aborted the same way, and the archive written.
-export PYTHONFAULTHANDLER=1
+export PYTHONFAULTHANDLER=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}   # and NCCL says what it saw going wrong
 STEP=
 on_term() { [[ -n "$STEP" ]] && kill -ABRT -- "-$STEP" 2>/dev/null; sleep 2; exit 143; }
 trap on_term TERM INT

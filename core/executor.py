@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Callable
 
-from .abort import abort_communicators
+from .abort import ABORT_WAIT_S, abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
                    check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
 from .errors import EngineConfigError, EngineInitError
@@ -168,6 +168,7 @@ class ProcessRanks:
         self._local: dict[str, deque] = defaultdict(deque)   # rank 0's calls not yet sent to the others
         self._replies: dict[int, queue.SimpleQueue] = {}     # per rank: (message, future) awaiting its reply
         self._failed = threading.Event()
+        self._aborted = threading.Event()   # set once the judge has aborted rank 0's communicators
         self._failure_lock = threading.Lock()
         self.failure: RankFailedError | None = None
         self._comms: tuple = ()   # rank 0's communicators of the current engine, aborted on a failure
@@ -462,8 +463,11 @@ class ProcessRanks:
             for future in pending:
                 if not future.done():
                     future.set_exception(error)
-        for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
-            error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
+        try:
+            for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
+                error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
+        finally:
+            self._aborted.set()
         _kill(self._children)
 
     def _stalled(self, seconds: float) -> list[int]:
@@ -504,6 +508,10 @@ class ProcessRanks:
                 closing = self._broadcast(("close",), "close")
             except Exception as exc:
                 problems.append(exc)
+        if self._failed.is_set():
+            # After a failure, destroy rank 0's communicators only once the judge has aborted them:
+            # destroying a live one whose peer died may never return (NCCL), and could race the abort.
+            self._aborted.wait(max(GRACE_S, STALL_S) + ABORT_WAIT_S + 5)
         problems += close_local()
         for _, future in closing:
             try:

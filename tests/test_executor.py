@@ -125,6 +125,37 @@ def test_killing_a_rank_mid_generation_stops_the_run_naming_it():
     assert rank_processes() == []
 
 
+def test_after_a_failure_rank_0_destroys_only_aborted_communicators(monkeypatch):
+    """Closing right after a failure waits for the abort of rank 0's communicators before destroying
+    them: destroying a live one whose peer died may never return (NCCL), and would race the abort
+    (made slow here, so that a close that does not wait for it destroys first)."""
+    from anydev.core import executor
+
+    abort = executor.abort_communicators
+
+    def slow_abort(comms, *args):
+        time.sleep(1.5)
+        return abort(comms, *args)
+
+    monkeypatch.setattr(executor, "abort_communicators", slow_abort)
+    engine = generating_mp_engine()
+    [comm] = engine.communicators
+    destroy, aborted_at_destroy = comm.close, []
+
+    def recording_destroy():
+        aborted_at_destroy.append(comm.aborted)
+        destroy()
+
+    comm.close = recording_destroy
+    try:
+        os.kill(engine._procs._children[0].pid, signal.SIGKILL)
+        step_until_failure(engine)
+    finally:
+        engine.close()   # at once, as a caller would after the error
+    assert aborted_at_destroy == [True]
+    assert rank_processes() == []
+
+
 def test_a_hung_rank_is_named_and_rank_0s_own_thread_is_freed_by_the_abort(monkeypatch):
     """A rank that hangs mid-generation (SIGSTOP: its sockets stay open, so rank 0's all_reduce waits
     for it, on gloo until a long timeout, on NCCL forever) is named by its stopped heartbeat, and rank
