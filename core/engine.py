@@ -618,11 +618,20 @@ def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationSta
 
 
 def _close_all(communicators) -> list[BaseException]:
-    """Close every communicator; the errors met, for the caller to report."""
-    problems = []
-    for comm in communicators:
+    """Close every communicator, each on its own thread, all at once (a collective library's destroy
+    may wait for the communicator's other ranks to destroy theirs: NCCL's can, within a node); the
+    errors met, for the caller to report."""
+    problems: list[BaseException] = []
+
+    def close(comm) -> None:
         try:
             comm.close()
-        except Exception as exc:
+        except Exception as exc:  # reported by the caller
             problems.append(exc)
+
+    threads = [threading.Thread(target=close, args=(c,), name="anydev-comm-destroy") for c in communicators]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     return problems

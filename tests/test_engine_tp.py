@@ -118,3 +118,20 @@ def test_a_rank_whose_step_raises_stops_every_rank_with_its_error(monkeypatch):
         closer.join(60)   # a hang detector: close is quick once rank 0 is free
     assert not closer.is_alive(), "close() hangs: rank 0's thread is still blocked in the all_reduce rank 1 never joined"
     assert len(rank_threads) == 2 and not any(t.is_alive() for t in rank_threads)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_close_destroys_every_rank_communicator_at_once(pp):
+    """A collective library's destroy may wait until every rank of the communicator destroys its own
+    (NCCL's can, within a node): the engine destroys them all at once. Here each destroy waits, as
+    such a library's would, until every communicator's destroy has begun; one after another, they
+    never meet."""
+    engine = InferEngine(demo_checkpoint(), EngineConfig(tp=2, pp=pp))
+    barrier = threading.Barrier(len(engine.communicators), timeout=10)
+    for comm in engine.communicators:
+        def destroy_with_peers(destroy=comm.close):
+            barrier.wait()   # raises BrokenBarrierError when the others do not come
+            destroy()
+
+        comm.close = destroy_with_peers
+    engine.close()   # raises the first error met while releasing
