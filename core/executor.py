@@ -428,6 +428,14 @@ class ProcessRanks:
         threading.Thread(target=self._judge, args=(rank, reason), daemon=True, name="anydev-judge").start()
 
     def _judge(self, rank: int, reason: str) -> None:
+        try:
+            self._judge_and_abort(rank, reason)
+        finally:
+            self._aborted.set()   # whatever happened: close() waits for this, not longer
+        _kill(self._children)
+
+    def _judge_and_abort(self, rank: int, reason: str) -> None:
+        """Name the rank that failed, fail every pending future with it, and abort rank 0's communicators."""
         if self._children:
             time.sleep(GRACE_S)
             deaths = {r: f"its process (pid {c.pid}) exited with code {c.returncode}"
@@ -463,12 +471,8 @@ class ProcessRanks:
             for future in pending:
                 if not future.done():
                     future.set_exception(error)
-        try:
-            for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
-                error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
-        finally:
-            self._aborted.set()
-        _kill(self._children)
+        for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
+            error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
 
     def _stalled(self, seconds: float) -> list[int]:
         """The other ranks whose heartbeat did not move for ``seconds`` (several beats)."""
