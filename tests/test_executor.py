@@ -62,7 +62,7 @@ def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
 def test_rank_0_destroys_its_communicator_while_the_other_ranks_destroy_theirs():
     """A collective library's destroy may wait for every rank of the communicator (NCCL's can
     within a node): rank 0 must tell the other ranks to close before it destroys its own, or both
-    wait forever. Here rank 0's destroy waits, as NCCL's would, until rank 1 has closed."""
+    wait forever. Here rank 0's destroy waits, as NCCL's can, until rank 1 has closed."""
     with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
         procs, [comm] = engine._procs, engine.communicators
         closing, seen = [], {}
