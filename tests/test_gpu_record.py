@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"
+if [[ -n "${HANG_ON:-}" && "$*" == *"$HANG_ON"* ]]; then sleep 300; fi
 if [[ -n "${FAIL_ON:-}" && "$*" == *"$FAIL_ON"* ]]; then echo "fake failure: $*" >&2; exit 3; fi
 echo "fake ok: $*"
 """
@@ -23,7 +24,7 @@ echo "GPU 0: fake"; echo "GPU 1: fake"
 """
 
 
-def record(tmp_path: Path, fail_on: str, steps: str | None = None) -> tuple[list[str], Path, subprocess.CompletedProcess]:
+def record(tmp_path: Path, fail_on: str, steps: str | None = None, **extra_env) -> tuple[list[str], Path, subprocess.CompletedProcess]:
     root = tmp_path / "repo"
     (root / "benchmarks").mkdir(parents=True)
     (root / "scripts").mkdir()
@@ -40,6 +41,7 @@ def record(tmp_path: Path, fail_on: str, steps: str | None = None) -> tuple[list
            "OUT": str(tmp_path / "out")}
     if steps is not None:
         env["STEPS"] = steps
+    env.update(extra_env)
     done = subprocess.run(["bash", "benchmarks/gpu_record.sh"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
     return calls.read_text().splitlines(), tmp_path / "out" / "gpu-record.tgz", done
@@ -95,3 +97,39 @@ def test_pp_step_runs_the_send_recv_group_and_test_infer_at_pp_2_on_threads_and_
     assert any("anydev.conformance" in c and "-k send_recv" in c for c in calls), calls
     with tarfile.open(archive) as tar:
         assert "pp.txt" in tar.getnames()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+def test_a_step_past_its_limit_is_aborted_and_the_next_steps_run(tmp_path):
+    calls, archive, done = record(tmp_path, "never", steps="kernels overhead", HANG_ON="kernel_bench.py",
+                                  STEP_TIMEOUT="2")
+    assert any("overhead_bench.py" in c for c in calls), calls   # the step after the hung one ran
+    with tarfile.open(archive) as tar:
+        steps = tar.extractfile("steps.txt").read().decode()
+    assert any(line.startswith("124 ") and "kernel_bench.py" in line for line in steps.splitlines()), steps
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+def test_a_term_during_a_hung_step_ends_the_record_at_once_and_writes_the_archive(tmp_path):
+    """An outer limit (timeout -s TERM) must not wait for the running step's own limit."""
+    import time
+
+    record(tmp_path, "never", steps="none")   # builds the fake repo and PATH
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "CALLS": str(tmp_path / "c"),
+           "OUT": str(tmp_path / "out2"), "STEPS": "kernels overhead", "HANG_ON": "kernel_bench.py",
+           "STEP_TIMEOUT": "300"}
+    script = subprocess.Popen(["bash", "benchmarks/gpu_record.sh"], cwd=tmp_path / "repo", env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "c").exists() or "kernel_bench.py" not in (tmp_path / "c").read_text():
+        assert time.monotonic() < deadline, "the hung step never started"
+        time.sleep(0.1)
+    script.terminate()
+    try:
+        script.wait(timeout=30)   # a hang detector: the step's own limit is 300 s
+    except subprocess.TimeoutExpired:
+        script.kill()
+        pytest.fail("gpu_record.sh did not end on TERM while a step was running")
+    assert script.returncode == 143
+    assert (tmp_path / "out2" / "gpu-record.tgz").is_file()
+    assert "overhead_bench.py" not in (tmp_path / "c").read_text()
