@@ -3,7 +3,8 @@
 A rank whose peer died, hung or raised before joining a collective waits for it forever (NCCL) or
 until the collective timeout (cpu). When the engine knows the group is broken it aborts the ranks'
 communicators, so that their waits end with an error and their threads can be released and joined.
-Backends without ``comm_abort`` keep the old behaviour: nothing is aborted.
+Backends without ``comm_abort`` keep the old behaviour: nothing is aborted. Destroying a group's
+communicators at close goes through the same all-at-once helper.
 """
 from __future__ import annotations
 
@@ -15,27 +16,41 @@ ABORT_WAIT_S = 10.0
 
 
 def abort_communicators(comms, wait_s: float = ABORT_WAIT_S) -> list[BaseException]:
-    """Abort each communicator of ``comms`` (None entries skipped) whose backend supports it, each on
-    its own helper thread, all at once (a collective library's abort may wait for the other ranks on
-    the node to abort theirs: NCCL's can), waited for at most ``wait_s`` in all. Returns the errors
+    """Abort each communicator of ``comms`` (None entries skipped) whose backend supports it, all at
+    once (see :func:`on_each_at_once`), waited for at most ``wait_s`` in all. Returns the errors
     met, for the caller to note on the failure it raises (they never replace it); an abort still
     running after ``wait_s`` is one."""
     comms = [c for c in comms if c is not None and c.runtime.supports("comm_abort")]
+    return on_each_at_once(comms, lambda comm: comm.abort(), "aborting", wait_s)
+
+
+def close_communicators(comms) -> list[BaseException]:
+    """Destroy every communicator of ``comms``, all at once (see :func:`on_each_at_once`); the
+    errors met, for the caller to report."""
+    return on_each_at_once(comms, lambda comm: comm.close(), "destroying")
+
+
+def on_each_at_once(comms, call, what: str, wait_s: float | None = None) -> list[BaseException]:
+    """``call(comm)`` for every communicator, each on its own thread, all started before any is
+    waited for: a collective library's abort or destroy may wait for the communicator's other ranks
+    to abort or destroy theirs (NCCL's can, within a node), so one after another they might never
+    meet. Waits at most ``wait_s`` in all (None: until every call returned); returns the errors
+    met, with one for the calls still running then."""
     problems: list[BaseException] = []
 
-    def abort(comm) -> None:
+    def run(comm) -> None:
         try:
-            comm.abort()
-        except Exception as exc:  # reported to the caller, which notes it on the original failure
+            call(comm)
+        except Exception as exc:  # reported to the caller
             problems.append(exc)
 
-    threads = [threading.Thread(target=abort, args=(c,), name="anydev-comm-abort", daemon=True) for c in comms]
+    threads = [threading.Thread(target=run, args=(c,), name=f"anydev-comm-{what}", daemon=True) for c in comms]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + wait_s
+    deadline = None if wait_s is None else time.monotonic() + wait_s
     for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
     stuck = sum(thread.is_alive() for thread in threads)
     if stuck:
-        problems.append(TimeoutError(f"aborting {stuck} of {len(comms)} communicator(s) did not finish within {wait_s:g} s"))
+        problems.append(TimeoutError(f"{what} {stuck} of {len(comms)} communicator(s) did not finish within {wait_s:g} s"))
     return problems

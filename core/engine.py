@@ -28,7 +28,7 @@ import torch
 from anydev.plugin_api import load_backend
 
 from . import executor as executors
-from .abort import ABORT_WAIT_S, abort_communicators
+from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
 from .dist import RankFailedError
 from .block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
@@ -252,10 +252,10 @@ class InferEngine:
         for worker in self.workers:
             worker.shutdown()
         if self._procs is not None:   # the other processes destroy theirs while rank 0 does (see ProcessRanks.close)
-            problems += self._procs.close(lambda: _close_all(self.communicators))
+            problems += self._procs.close(lambda: close_communicators(self.communicators))
             error = error or self._procs.failure   # a failed rank's consequences: already raised, not again
         else:
-            problems += _close_all(self.communicators)
+            problems += close_communicators(self.communicators)
             if self._failed is not None:
                 error = error or self._failed[1]   # the same after a failed step aborted the ranks
         self.workers, self.communicators, self._procs = [], [], None
@@ -615,23 +615,3 @@ def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
 
 def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationStats:
     return GenerationStats(**{name: getattr(now, name) - value for name, value in vars(before).items()})
-
-
-def _close_all(communicators) -> list[BaseException]:
-    """Close every communicator, each on its own thread, all at once (a collective library's destroy
-    may wait for the communicator's other ranks to destroy theirs: NCCL's can, within a node); the
-    errors met, for the caller to report."""
-    problems: list[BaseException] = []
-
-    def close(comm) -> None:
-        try:
-            comm.close()
-        except Exception as exc:  # reported by the caller
-            problems.append(exc)
-
-    threads = [threading.Thread(target=close, args=(c,), name="anydev-comm-destroy") for c in communicators]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return problems
