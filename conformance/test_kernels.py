@@ -1,4 +1,4 @@
-"""Kernels (contract 1.2, 1.3): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3, 1.5): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references.
 
@@ -19,6 +19,11 @@ tolerance, the caches holding exactly the rotated k and v in the tokens' slots a
 changed. Decode attention with a long context is called twice on the same inputs (as a graph replay
 calls it): a kernel that keeps state between launches must leave it as it found it.
 
+The linear layers (1.5): ``linear`` and ``quantized_linear`` in every weight format over rows ``T`` of 1
+(decode), a few and more than 16 (where an implementation may change method), output counts that are
+not a multiple of a power of two, several blocks per row; quantized weights are random bytes whose
+float16 scale fields hold small random values, so every bit of a block matters.
+
 Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
 entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.
 """
@@ -33,6 +38,7 @@ import torch
 
 from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import kernels as reference
+from anydev.plugin_api import weight_formats
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
@@ -338,6 +344,65 @@ def test_silu_and_mul_equals_the_reference(kernels, torch_device, dtype):
         x = (3 * torch.randn(T, 2 * I, generator=torch.Generator().manual_seed(seed))).to(dtype).to(torch_device)
         got = kernel(x)
         assert_close(got, reference.silu_and_mul(x.float()), dtype, f"silu_and_mul (T {T}, I {I})")
+
+
+# ---- linear layers (contract 1.5) ----------------------------------------------------------------
+
+def linear_shapes(torch_device) -> list[tuple[int, int, int]]:
+    """(T, N, K): decode's one row, a few rows, more than 16 rows; K a multiple of 256 (GGUF K-quant blocks)."""
+    if interpreted(torch_device):
+        return [(1, 40, 512), (3, 24, 768), (20, 40, 512)]
+    return [(1, 4096, 4096), (1, 1000, 2304), (5, 512, 4096), (16, 640, 1024), (33, 256, 1024), (128, 384, 512)]
+
+
+#: Byte offsets of each GGUF block format's float16 fields: (offset, may be negative).
+_F16_FIELDS = {"q8_0": ((0, False),), "q4_0": ((0, False),), "q4_1": ((0, False), (2, True)),
+               "q4_k": ((0, False), (2, False)), "q6_k": ((208, False),)}
+
+
+def random_weight(weight_format: str, N: int, K: int, gen: torch.Generator):
+    """(weight, scales) of ``weight_format``: per-channel formats quantized from a random matrix; GGUF
+    blocks of random bytes whose float16 fields hold random values in [0.002, 0.02) (signed where the
+    format allows it)."""
+    if weight_format in weight_formats.CHANNEL_FORMATS:
+        return weight_formats.quantize_per_channel(torch.randn(N, K, generator=gen), weight_format)
+    block = weight_formats.BLOCK_FORMATS[weight_format]
+    blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), generator=gen, dtype=torch.uint8)
+    for at, signed in _F16_FIELDS[weight_format]:
+        value = 0.002 + 0.018 * torch.rand(blocks.shape[:2], generator=gen)
+        if signed:
+            value = value * torch.where(torch.rand(value.shape, generator=gen) < 0.5, -1.0, 1.0)
+        blocks[:, :, at:at + 2] = value.to(torch.float16).view(torch.uint8).view(*value.shape, 2)
+    return blocks.view(N, -1).contiguous(), None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_linear_equals_the_reference(kernels, torch_device, dtype):
+    kernel = native(kernels, "linear")
+    for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(T, K + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]     # strided rows
+        weight = (torch.randn(N, K, generator=gen) / K ** 0.5).to(dtype).to(torch_device)
+        got = kernel(x, weight)
+        assert got.dtype == dtype and got.is_contiguous(), f"linear (T {T}): output {got.dtype}, contiguous {got.is_contiguous()}"
+        assert_close(got, reference.linear(x.float(), weight.float()), dtype, f"linear (T {T}, N {N}, K {K})")
+
+
+@pytest.mark.parametrize("weight_format", weight_formats.WEIGHT_FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_quantized_linear_equals_the_reference(kernels, torch_device, dtype, weight_format):
+    kernel = native(kernels, "quantized_linear")
+    for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
+        gen = torch.Generator().manual_seed(seed)
+        weight, scales = random_weight(weight_format, N, K, gen)
+        weight = weight.to(torch_device)
+        scales = scales.to(torch_device) if scales is not None else None
+        x = torch.randn(T, K + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]     # strided rows
+        got = kernel(x, weight, scales, weight_format)
+        assert got.dtype == dtype and got.is_contiguous(), \
+            f"quantized_linear {weight_format} (T {T}): output {got.dtype}, contiguous {got.is_contiguous()}"
+        want = reference.quantized_linear(x.float(), weight, scales, weight_format)
+        assert_close(got, want, dtype, f"quantized_linear {weight_format} (T {T}, N {N}, K {K})")
 
 
 # ---- the engine ----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Device kernels (optional, contract 1.2): the operators of a Llama-family decoder that a backend may
+"""Device kernels (optional, contract 1.2; linear layers since 1.5): the operators of a Llama-family decoder that a backend may
 implement natively. Each function below is the torch **reference** of one kernel: its docstring is the
 spec a vendor implements (shapes, dtypes, layouts, what is read and written) and its body defines the
 meaning. A backend offers its own through :meth:`DeviceRuntime.kernels`; every kernel it does not offer
@@ -22,6 +22,10 @@ Conventions shared by all kernels:
   several kernels in one launch; its reference is exactly those kernels called in order. A backend
   that does not offer it gets their composition from its own :class:`KernelSet` (its native parts
   where it has them), so the engine always calls the fused name.
+* **Linear layers** (contract 1.5): ``linear`` (a float weight, as ``F.linear``) and
+  ``quantized_linear`` (a weight in one of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`,
+  stored as :mod:`anydev.plugin_api.weight_formats` says). An implementation may pick its method
+  by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
 """
 from __future__ import annotations
 
@@ -31,12 +35,13 @@ import torch
 import torch.nn.functional as F
 
 from .errors import PluginError
+from .weight_formats import dequantize
 
-#: Every kernel of the contract: those of 1.2, then the fused ones (1.3).
+#: Every kernel of the contract: those of 1.2, then the fused ones (1.3), then the linear layers (1.5).
 KERNEL_NAMES = (
     "write_kv", "paged_decode_attention", "paged_prefill_attention",
     "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
-    "rotary_write_kv",
+    "rotary_write_kv", "linear", "quantized_linear",
 )
 
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -203,6 +208,27 @@ def rotary_write_kv(positions: torch.Tensor, q: torch.Tensor, key: torch.Tensor,
     """
     rotary_embedding(positions, q, key, cos_sin_cache)
     write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+
+# ---- linear layers (contract 1.5) ---------------------------------------------------------------
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T``: ``x`` ``[T, K]`` (rows may be strided, unit last stride), ``weight`` ``[N, K]``
+    contiguous, of ``x``'s dtype; returns ``[T, N]`` contiguous in ``x``'s dtype, accumulated in
+    float32. (A bias, where a model has one, is added by the caller.)"""
+    return F.linear(x, weight)
+
+
+def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None,
+                     weight_format: str) -> torch.Tensor:
+    """``x @ W.T`` where ``W`` ``[N, K]`` is the matrix that ``weight`` (with ``scales``) stores in
+    ``weight_format`` (see :mod:`anydev.plugin_api.weight_formats`, whose ``dequantize`` defines it;
+    ``K`` is ``x.shape[1]``). ``x`` ``[T, K]`` float32, float16 or bfloat16 (rows may be strided,
+    unit last stride); returns ``[T, N]`` contiguous in ``x``'s dtype. The products are computed from
+    the stored values without materialising ``W`` in memory where the implementation can (that is
+    the point), accumulated in float32."""
+    w = dequantize(weight, scales, weight_format, x.shape[-1])
+    return (x.float() @ w.T).to(x.dtype)
 
 
 def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:

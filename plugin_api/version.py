@@ -15,8 +15,9 @@ from .errors import ContractVersionError
 #: 1.1 added the optional call ``torch_graph`` (device graphs); 1.2 the optional call ``kernels``
 #: (native device kernels, :mod:`anydev.plugin_api.kernels`); 1.3 the optional point-to-point calls
 #: ``send``, ``recv``, ``group_start`` and ``group_end`` (pipeline parallelism); 1.4 the optional call
-#: ``comm_abort`` (communicator abort: frees a rank blocked in a collective whose peer failed).
-CONTRACT_VERSION: tuple[int, int] = (1, 4)
+#: ``comm_abort`` (communicator abort: frees a rank blocked in a collective whose peer failed); 1.5 the
+#: kernels ``linear`` and ``quantized_linear`` (quantized weights, :mod:`anydev.plugin_api.weight_formats`).
+CONTRACT_VERSION: tuple[int, int] = (1, 5)
 
 
 def format_version(version: tuple[int, int]) -> str:

@@ -1,4 +1,4 @@
-"""Triton implementations of contract 1.2's kernels (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.5) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -22,6 +22,7 @@ def kernels() -> Mapping[str, Callable]:
     from .attention_decode import paged_decode_attention
     from .attention_prefill import paged_prefill_attention
     from .cache import write_kv
+    from .linear import linear, quantized_linear
     from .norm import fused_add_rms_norm, rms_norm
     from .rotary import rotary_embedding, rotary_write_kv
 
@@ -34,4 +35,6 @@ def kernels() -> Mapping[str, Callable]:
         "rotary_embedding": rotary_embedding,
         "silu_and_mul": silu_and_mul,
         "rotary_write_kv": rotary_write_kv,
+        "linear": linear,
+        "quantized_linear": quantized_linear,
     }

@@ -207,3 +207,68 @@ class DecodeAttentionStateNotReset(_OneKernel):
         return reference.paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, sliding_window)
 
     _kernel = paged_decode_attention
+
+
+# ---- quantized linear (contract 1.5): each breaks one format and runs the reference for the rest ----
+
+def _blocks(weight, weight_format):
+    """A GGUF weight as [N, blocks per row, block bytes] (a copy, free to change)."""
+    from anydev.plugin_api.weight_formats import BLOCK_FORMATS
+
+    return weight.clone().view(weight.shape[0], -1, BLOCK_FORMATS[weight_format].bytes)
+
+
+@mutant("quantized-linear-int8-scale-of-next-row", checks=CHECKS)
+class QuantizedLinearInt8ScaleOfNextRow(_OneKernel):
+    """quantized_linear multiplies int8 row n by the scale of row n + 1 (a wrong scale)."""
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        if weight_format == "int8":
+            scales = scales.roll(-1)
+        return reference.quantized_linear(x, weight, scales, weight_format)
+
+    _kernel = quantized_linear
+
+
+@mutant("quantized-linear-q4-k-next-block", checks=CHECKS)
+class QuantizedLinearQ4KNextBlock(_OneKernel):
+    """quantized_linear reads q4_k super-block b + 1 of a row where it should read block b (a wrong
+    block offset; the last block wraps to the first)."""
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        if weight_format == "q4_k":
+            weight = _blocks(weight, weight_format).roll(-1, dims=1).reshape(weight.shape)
+        return reference.quantized_linear(x, weight, scales, weight_format)
+
+    _kernel = quantized_linear
+
+
+@mutant("quantized-linear-q4-0-nibbles-swapped", checks=CHECKS)
+class QuantizedLinearQ40NibblesSwapped(_OneKernel):
+    """quantized_linear takes q4_0 values 0-15 from the high nibbles and 16-31 from the low ones."""
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        if weight_format == "q4_0":
+            blocks = _blocks(weight, weight_format)
+            qs = blocks[:, :, 2:]
+            blocks[:, :, 2:] = (qs >> 4) | (qs << 4)
+            weight = blocks.reshape(weight.shape)
+        return reference.quantized_linear(x, weight, scales, weight_format)
+
+    _kernel = quantized_linear
+
+
+@mutant("linear-gemv-drops-last-k-tile", checks=CHECKS)
+class LinearGemvDropsLastKTile(_OneKernel):
+    """linear at one row ignores the last 256 inputs (a split-K slice lost)."""
+
+    @staticmethod
+    def linear(x, weight):
+        if x.shape[0] == 1:
+            return torch.nn.functional.linear(x[:, :-256], weight[:, :-256])
+        return reference.linear(x, weight)
+
+    _kernel = linear

@@ -1,0 +1,70 @@
+"""Loading a ``[BLOCK_K, BLOCK_N]`` tile of a linear layer's weight as float32, for every weight format
+of :mod:`anydev.plugin_api.weight_formats` (whose docstring gives the byte layouts read here). The
+per-output-channel scales of ``int8``/``fp8_e4m3`` are not applied here: they factor out of the sum
+(the linear kernel multiplies the accumulator once)."""
+from __future__ import annotations
+
+from ._common import tl, triton
+
+# Format codes (constexpr): DENSE is a float weight of the activations' dtype.
+DENSE, INT8, FP8_E4M3, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K = range(8)
+CODES = {"dense": DENSE, "int8": INT8, "fp8_e4m3": FP8_E4M3, "q8_0": Q8_0, "q4_0": Q4_0, "q4_1": Q4_1,
+         "q4_k": Q4_K, "q6_k": Q6_K}
+
+
+@triton.jit
+def _byte(ptr, offset, mask):
+    return tl.load(ptr + offset, mask=mask, other=0).to(tl.int32)
+
+
+@triton.jit
+def _f16(ptr, offset, mask):
+    """The little-endian float16 at byte ``offset``, as float32."""
+    bits = (_byte(ptr, offset, mask) | (_byte(ptr, offset + 1, mask) << 8)).to(tl.uint16)
+    return bits.to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def weight_tile(w_ptr, n, k, N, K, ROW_BYTES, FORMAT: tl.constexpr):
+    """Values ``W[n, k]`` as float32 for ``n`` ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64);
+    0 outside ``n < N``, ``k < K``."""
+    mask = (n < N) & (k < K)
+    if FORMAT == 0 or FORMAT == 1 or FORMAT == 2:     # dense, int8, fp8_e4m3: one element per value
+        w = tl.load(w_ptr + n * K + k, mask=mask, other=0.0).to(tl.float32)
+    elif FORMAT == 3:                                 # q8_0: d f16, 32 x int8
+        at = n * ROW_BYTES + (k // 32) * 34
+        q = tl.load(w_ptr + at + 2 + k % 32, mask=mask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        w = _f16(w_ptr, at, mask) * q
+    elif FORMAT == 4:                                 # q4_0: d f16, 16 bytes of nibbles
+        j = k % 32
+        at = n * ROW_BYTES + (k // 32) * 18
+        q = (_byte(w_ptr, at + 2 + j % 16, mask) >> ((j // 16) * 4)) & 15
+        w = _f16(w_ptr, at, mask) * (q - 8).to(tl.float32)
+    elif FORMAT == 5:                                 # q4_1: d f16, m f16, 16 bytes of nibbles
+        j = k % 32
+        at = n * ROW_BYTES + (k // 32) * 20
+        q = (_byte(w_ptr, at + 4 + j % 16, mask) >> ((j // 16) * 4)) & 15
+        w = _f16(w_ptr, at, mask) * q.to(tl.float32) + _f16(w_ptr, at + 2, mask)
+    elif FORMAT == 6:                                 # q4_k: d, dmin, 12 scale bytes, 128 bytes of nibbles
+        j = k % 256
+        sub = j // 32
+        at = n * ROW_BYTES + (k // 256) * 144
+        q = (_byte(w_ptr, at + 16 + (j // 64) * 32 + j % 32, mask) >> ((sub % 2) * 4)) & 15
+        a = _byte(w_ptr, at + 4 + sub, mask)                          # scales[sub]
+        b = _byte(w_ptr, at + 8 + sub, mask)                          # scales[sub + 4]
+        c = _byte(w_ptr, at + 4 + tl.maximum(sub - 4, 0), mask)      # scales[sub - 4]
+        low = sub < 4
+        sc = tl.where(low, a & 63, (b & 15) | ((c >> 6) << 4))
+        m = tl.where(low, b & 63, (b >> 4) | ((a >> 6) << 4))
+        w = _f16(w_ptr, at, mask) * sc.to(tl.float32) * q.to(tl.float32) - _f16(w_ptr, at + 2, mask) * m.to(tl.float32)
+    else:                                             # q6_k: ql 128, qh 64, 16 x int8 scales, d f16
+        j = k % 256
+        half = j // 128
+        quarter = (j % 128) // 32
+        lane = j % 32
+        at = n * ROW_BYTES + (k // 256) * 210
+        low = (_byte(w_ptr, at + half * 64 + (quarter % 2) * 32 + lane, mask) >> ((quarter // 2) * 4)) & 15
+        high = (_byte(w_ptr, at + 128 + half * 32 + lane, mask) >> (quarter * 2)) & 3
+        scale = tl.load(w_ptr + at + 192 + j // 16, mask=mask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        w = _f16(w_ptr, at + 208, mask) * scale * ((low | (high << 4)) - 32).to(tl.float32)
+    return w

@@ -1,0 +1,121 @@
+"""linear and quantized_linear (contract 1.5, see ``anydev.plugin_api.kernels``): one kernel family for
+a float weight and every quantized format, made for decode's small ``T``, where a step's time is the
+time to read the weights.
+
+A program computes ``BLOCK_N`` outputs of ``BLOCK_M`` rows over one slice of ``K`` (split-K: the
+slices' float32 partial sums are added by a second launch), loading each weight tile once: at
+``BLOCK_M == 1`` as a GEMV (multiply and sum), otherwise with ``tl.dot`` on the tile dequantized to the
+activations' dtype. :func:`plan` picks the blocks and the split by shape, a fixed heuristic: enough
+programs to fill the device (:func:`~._common.programs_to_fill`). A float weight at ``T >
+DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+
+from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
+from ._weight_tiles import CODES, weight_tile
+
+#: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
+DENSE_MAX_ROWS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one call is launched: the blocks, and ``split`` slices of ``k_per_split`` inputs."""
+    block_m: int
+    block_n: int
+    block_k: int
+    split: int
+    k_per_split: int
+
+
+def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
+    """The fixed heuristic: one row at a time (GEMV) for ``M == 1``, ``tl.dot`` tiles of 16-64 rows
+    above; 32 outputs per program (64 with the dot); 256 inputs per tile (a K-quant block), 128 for a
+    dot over float32; then as many K slices as it takes to reach ``programs_to_fill(device)`` programs,
+    each slice at least 4 tiles long."""
+    block_m = 1 if M == 1 else 16 if M <= 16 else 32 if M <= 32 else 64
+    block_n = 32 if block_m == 1 else 64
+    block_k = 256 if block_m == 1 else 64
+    tiles = triton.cdiv(K, block_k)
+    programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
+    split = 1
+    while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
+        split *= 2
+    k_per_split = triton.cdiv(tiles, split) * block_k
+    return Plan(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split)
+
+
+@triton.jit
+def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
+                   FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    k_start = pid_k.to(tl.int64) * K_PER_SPLIT
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K_PER_SPLIT, BLOCK_K):
+        k = k_start + k0 + tl.arange(0, BLOCK_K)
+        w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)       # [BLOCK_K, BLOCK_N]
+        if BLOCK_M == 1:
+            xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
+            acc += tl.sum(w * xk[:, None], axis=0)
+        else:
+            xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
+            acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+    if CHANNEL_SCALES:
+        acc = acc * tl.load(scales_ptr + n, mask=n < N, other=0.0)
+    out_ptr += pid_k.to(tl.int64) * M * N
+    if BLOCK_M == 1:
+        tl.store(out_ptr + pid_m * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+    else:
+        tl.store(out_ptr + m[:, None] * N + n[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=(m[:, None] < M) & (n[None, :] < N))
+
+
+def _run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str, N: int) -> torch.Tensor:
+    check_last_dim_contiguous("x", x)
+    if x.dim() != 2:
+        raise InvalidArgumentError(f"x must be [T, K], got shape {tuple(x.shape)}")
+    M, K = x.shape
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return out
+    p = plan(M, N, K, weight_format, x.device)
+    partial = out if p.split == 1 else torch.empty((p.split, M, N), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
+    _linear_kernel[grid](
+        x, weight, scales if scales is not None else weight, partial, M, N, K, x.stride(0),
+        row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
+        FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
+        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
+    )
+    if p.split > 1:
+        torch.sum(partial, dim=0, out=out) if x.dtype == torch.float32 else out.copy_(partial.sum(dim=0))
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > DENSE_MAX_ROWS:
+        return F.linear(x, weight)
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or not weight.is_contiguous() or weight.dtype != x.dtype:
+        raise InvalidArgumentError(f"weight must be contiguous [N, {x.shape[-1]}] {x.dtype}, got "
+                                   f"{weight.dtype} {tuple(weight.shape)}")
+    return _run(x, weight, None, "dense", weight.shape[0])
+
+
+def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str) -> torch.Tensor:
+    check_weight(weight, scales, weight_format, x.shape[-1])
+    return _run(x, weight, scales, weight_format, weight.shape[0])

@@ -1,0 +1,68 @@
+"""The quantized weight formats of contract 1.5 (anydev.plugin_api.weight_formats): the torch
+dequantizers read GGUF blocks exactly as the ``gguf`` package's numpy ones do (bytes written by gguf's
+quantizers and by tests/kquants.py), the per-channel quantizer's round trip, the reference
+``quantized_linear`` is ``x @ dequantize(W).T``, and malformed weights are refused saying why."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, quants
+
+from anydev.plugin_api import InvalidArgumentError
+from anydev.plugin_api import kernels as K
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, check_weight, dequantize, quantize_per_channel, row_bytes
+
+from kquants import quantize_q4_k, quantize_q6_k
+
+
+def gguf_bytes(weight_format: str, rows: np.ndarray) -> np.ndarray:
+    """``rows`` quantized as a GGUF file stores them, uint8 [N, row bytes]."""
+    if weight_format == "q4_k":
+        return quantize_q4_k(rows)
+    if weight_format == "q6_k":
+        return quantize_q6_k(rows)
+    return quants.quantize(rows, GGMLQuantizationType[weight_format.upper()])
+
+
+@pytest.mark.parametrize("weight_format", sorted(BLOCK_FORMATS))
+def test_dequantize_reads_gguf_blocks_as_the_gguf_package_does(weight_format):
+    rows = np.random.default_rng(0).standard_normal((6, 768)).astype(np.float32)
+    stored = gguf_bytes(weight_format, rows)
+    assert stored.shape == (6, row_bytes(weight_format, 768))
+    want = quants.dequantize(stored, GGMLQuantizationType[weight_format.upper()])
+    got = dequantize(torch.from_numpy(stored), None, weight_format, 768).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert np.abs(got - rows).max() < 0.5          # and the bytes do hold the rows, roughly
+
+
+@pytest.mark.parametrize("weight_format,bound", [("int8", 1 / 254), ("fp8_e4m3", 1 / 16)])
+def test_per_channel_quantization_round_trip_is_within_half_a_step_of_each_rows_largest_value(weight_format, bound):
+    weight = torch.randn(5, 64, generator=torch.Generator().manual_seed(1)) * torch.tensor([1e-3, 1, 10, 100, 0.5])[:, None]
+    q, scales = quantize_per_channel(weight, weight_format)
+    assert q.dtype == {"int8": torch.int8, "fp8_e4m3": torch.float8_e4m3fn}[weight_format] and scales.shape == (5,)
+    error = (dequantize(q, scales, weight_format, 64) - weight).abs().amax(dim=1)
+    assert torch.all(error <= bound * weight.abs().amax(dim=1) * 1.01), error
+
+
+def test_the_reference_quantized_linear_is_x_times_the_dequantized_matrix():
+    rows = np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32)
+    stored = torch.from_numpy(gguf_bytes("q4_k", rows))
+    x = torch.randn(3, 256, generator=torch.Generator().manual_seed(3))
+    want = x @ torch.from_numpy(quants.dequantize(stored.numpy(), GGMLQuantizationType.Q4_K)).T
+    torch.testing.assert_close(K.quantized_linear(x, stored, None, "q4_k"), want)
+    assert K.quantized_linear(x.bfloat16(), stored, None, "q4_k").dtype == torch.bfloat16
+
+
+def test_malformed_weights_are_refused_saying_what_is_expected():
+    q, scales = quantize_per_channel(torch.randn(4, 32), "int8")
+    with pytest.raises(InvalidArgumentError, match="unknown weight format 'q5_0'"):
+        check_weight(q, scales, "q5_0", 32)
+    with pytest.raises(InvalidArgumentError, match=r"scales must be float32 \[4\]"):
+        check_weight(q, scales[:3], "int8", 32)
+    with pytest.raises(InvalidArgumentError, match=r"q4_k weight of 256 inputs: expected a contiguous torch.uint8 \[N, 144\]"):
+        check_weight(torch.zeros(2, 150, dtype=torch.uint8), None, "q4_k", 256)
+    with pytest.raises(InvalidArgumentError, match="not a multiple of its 256-value blocks"):
+        row_bytes("q6_k", 300)
+    with pytest.raises(InvalidArgumentError, match="scales are inside the blocks"):
+        check_weight(torch.zeros(2, 34, dtype=torch.uint8), torch.ones(2), "q8_0", 32)
