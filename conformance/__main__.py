@@ -4,7 +4,9 @@
     python -m anydev.conformance --device all --emulated moore,metax -n 2 --report out/conformance.json
     python -m anydev.conformance --device nvidia --tp 2 -- -k collectives -x
 
-Options not listed here (and everything after ``--``) go to pytest unchanged.
+Options not listed here (and everything after ``--``) go to pytest unchanged. The checks run in
+pytest-xdist workers (``-n``, default 1), so that a backend that crashes its process costs only the
+check group it crashed in (``crashes.py``).
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--tp", type=int, metavar="N",
                         help="largest rank count for collectives, parallel init and inference (default: min(devices, 4))")
     parser.add_argument("--report", metavar="FILE", help="write the JSON report to FILE and the matrix next to it")
-    parser.add_argument("-n", "--numprocesses", metavar="K",
-                        help="run the checks in K processes (pytest-xdist; 'auto' = one per core)")
+    parser.add_argument("-n", "--numprocesses", metavar="K", default="1",
+                        help="run the checks in K worker processes (pytest-xdist; 'auto' = one per core; default 1). "
+                        "A check that crashes its worker costs only its group; -n 0 runs in this process, "
+                        "where a crash ends the run without a report")
     parser.add_argument("--emulated", metavar="VENDORS",
                         help="build emulated vendor runtimes (moore, metax) with gcc and certify the real plugins on them")
     return parser.parse_known_args(argv)
@@ -46,8 +50,7 @@ def pytest_args(args: argparse.Namespace, extra: list[str]) -> list[str]:
         out += ["--report", args.report]
     if args.emulated:
         out += ["--anydev-emulated", args.emulated]
-    if args.numprocesses:
-        out += ["-n", str(args.numprocesses)]
+    out += ["-n", str(args.numprocesses)]
     return out + [a for a in extra if a != "--"]
 
 

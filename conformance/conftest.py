@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from anydev.conformance import crashes
 from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY
 from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import guarded, load_outcome, rank_counts, selected_backends
@@ -40,6 +41,22 @@ def pytest_collection_modifyitems(items) -> None:
             group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
             kind = CONTRACT_SHAPE if item.get_closest_marker("contract_shape") else BEHAVIOUR
             item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group), (KIND_KEY, kind)]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A check that hangs past ``crashes.CHECK_TIMEOUT_S`` ends its xdist worker, as a crash would."""
+    with crashes.watchdog():
+        return (yield)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item) -> None:
+    """Skip the rest of a check group whose process a check of the same backend crashed."""
+    props = dict(item.user_properties)
+    crash = crashes.crash_of(props.get(BACKEND_KEY, ""), props.get(GROUP_KEY, ""))
+    if crash is not None:
+        pytest.skip(f"not run: {crash.check.rsplit('::', 1)[-1]} crashed this group's process ({crash.describe()})")
 
 
 @pytest.fixture

@@ -32,6 +32,8 @@ import shutil
 import sys
 import tempfile
 
+import pytest
+
 from .report import (
     NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
 )
@@ -82,6 +84,7 @@ def pytest_configure(config) -> None:
             raise _usage_error(f"--anydev-mutant: {exc.args[0]}") from None
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
         return
+    _set_up_crash_folder(config)
     report = config.getoption("anydev_report")
     if report:   # checked before the run, not found unwritable after it
         try:
@@ -91,6 +94,25 @@ def pytest_configure(config) -> None:
                                f"{exc.filename or report}); choose another file") from None
     emulated = _set_up_emulation(config)
     config.pluginmanager.register(ConformanceReporter(config, emulated), "anydev-conformance-reporter")
+
+
+def _set_up_crash_folder(config) -> None:
+    """The folder the controller and its xdist workers share for crash logs (``crashes.py``)."""
+    from .crashes import CRASH_DIR_ENV
+
+    folder = tempfile.mkdtemp(prefix="anydev-crashes-")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    os.environ[CRASH_DIR_ENV] = folder
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own faulthandler set-up, which it replaces
+def pytest_sessionstart(session) -> None:
+    """In an xdist worker of the suite: faulthandler writes this worker's crash log."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None:
+        from .crashes import start_worker_log
+
+        start_worker_log(workerinput["workerid"])
 
 
 def _set_up_emulation(config) -> dict[str, dict[str, str]]:
@@ -142,6 +164,20 @@ class ConformanceReporter:
     def pytest_runtest_logreport(self, report) -> None:
         self.collector.add(report)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched) -> None:
+        """pytest-xdist: the worker running ``crashitem`` died. Its check group is marked crashed
+        (the workers skip the rest of it) and the report says with which signal, where."""
+        from .crashes import backend_of, group_of, mark_crashed, read_crash
+        from .support import selected_backends
+
+        backend = backend_of(crashitem, selected_backends(self.config))
+        if backend is None:  # not one of the suite's checks
+            return
+        crash = read_crash(backend, group_of(crashitem), crashitem, report.node.gateway.id)
+        mark_crashed(crash)
+        self.collector.add_crash(crash)
+
     def pytest_sessionfinish(self, session) -> None:
         """A backend named with ``--device`` (or by default) that certified nothing fails the run;
         ``--device all`` lists unavailable backends as not certified without failing the run."""
@@ -167,7 +203,7 @@ class ConformanceReporter:
         terminalreporter.write_line(contract_line(meta))
         path = self.config.getoption("anydev_report")
         if path:
-            json_path, md_path = write_report(path, results, meta)
+            json_path, md_path = write_report(path, results, meta, self.collector.crashes)
             terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
 
     def _meta(self, backends: list[str]) -> dict:

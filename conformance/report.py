@@ -31,6 +31,9 @@ BEHAVIOUR, CONTRACT_SHAPE = "behaviour", "contract shape"
 CERTIFIED, FAILED, NOT_CERTIFIED = "certified", "failed", "not certified"
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+#: The check's process died while it ran (a segfault, an abort, a hang past the check time limit);
+#: the rest of its group was skipped (``crashes.py``). Counts as a failure.
+CRASHED = "crashed"
 PENDING = "pending"  # seen, but its call phase has not reported yet
 INCOMPLETE = "the check did not finish (session interrupted?)"
 
@@ -54,6 +57,19 @@ class ResultCollector:
 
     def __init__(self) -> None:
         self._results: dict[str, CheckResult] = {}
+        self.crashes: list = []  # crashes.Crash, in the order they happened
+
+    def add_crash(self, crash) -> None:
+        """The check ``crash.check`` lost its process (a :class:`~anydev.conformance.crashes.Crash`)."""
+        self.crashes.append(crash)
+        result = self._results.get(crash.check)
+        if result is None:
+            result = self._results[crash.check] = CheckResult(
+                backend=crash.backend, check=crash.check, group=crash.group, status=PENDING, reason="",
+                duration=0.0, hardware="",
+            )
+        result.status = CRASHED
+        result.reason = f"crashed the process: {crash.describe()}; the rest of the group was skipped"
 
     def add(self, report) -> None:
         """Take one pytest ``TestReport``; reports of tests outside the suite are ignored."""
@@ -70,6 +86,8 @@ class ResultCollector:
         result.duration += report.duration
         result.hardware = props.get(HARDWARE_KEY, result.hardware)
         result.kind = props.get(KIND_KEY, result.kind)
+        if result.status == CRASHED:  # xdist's own report of the crash: already recorded
+            return
         if report.failed:
             if result.status != FAIL:  # the first failure is the cause; later ones follow from it
                 result.status, result.reason = FAIL, failure_reason(report)
@@ -129,8 +147,12 @@ def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
     for backend in sorted({r.backend for r in results}):
         mine = [r for r in results if r.backend == backend]
         failed = [r for r in mine if r.status == FAIL]
+        crashed = [r for r in mine if r.status == CRASHED]
         passed = [r for r in mine if r.status == PASS and r.kind == BEHAVIOUR]
-        if failed:
+        if crashed:
+            groups = ", ".join(f"{r.group} ({r.check.rsplit('::', 1)[-1]})" for r in crashed)
+            out[backend] = (FAILED, f"{len(crashed)} group(s) crashed: {groups}" + (f"; {len(failed)} check(s) failed" if failed else ""))
+        elif failed:
             out[backend] = (FAILED, f"{len(failed)} check(s) failed")
         elif passed:
             out[backend] = (CERTIFIED, f"{len(passed)} behaviour checks passed")
@@ -160,6 +182,8 @@ def matrix_cell(checks: list[CheckResult], width: int = 60) -> str:
         reason = Counter(r.reason for r in checks).most_common(1)[0][0]
         return _cell_text(f"skip: {reason}", width)
     parts = []
+    if counts[CRASHED]:
+        parts.append("crashed")
     if counts[FAIL]:
         parts.append(f"{counts[FAIL]} fail")
     parts.append(f"{counts[PASS]}/{total} pass")
@@ -198,6 +222,11 @@ def markdown_matrix(results: list[CheckResult]) -> str:
                 skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
         cells.append(matrix_cell([r for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE]))
         lines.append(f"| {backend} | {labels.get(backend) or '-'} | {verdict[backend][0]} | " + " | ".join(cells) + " |")
+    crashed = [r for r in results if r.status == CRASHED]
+    if crashed:
+        lines += ["", "Crashed groups (the process died; the group's later checks were skipped):"]
+        lines += [f"- {r.backend} {r.group}: {r.reason.split(';')[0].removeprefix('crashed the process: ')}, "
+                  f"in the last check started, {r.check}" for r in crashed]
     uncertified = [(b, why) for b, (v, why) in verdict.items() if v == NOT_CERTIFIED]
     if uncertified:
         lines += ["", "Not certified:"] + [f"- {backend}: {why}" for backend, why in uncertified]
@@ -208,8 +237,8 @@ def markdown_matrix(results: list[CheckResult]) -> str:
 
 def failure_lines(results: list[CheckResult], limit: int = 30) -> list[str]:
     """One line per failed check (the matrix says how many; this says which and why)."""
-    failed = [r for r in results if r.status == FAIL]
-    lines = [f"FAIL {r.check}: {_cell_text(r.reason, 200)}" for r in failed[:limit]]
+    failed = [r for r in results if r.status in (FAIL, CRASHED)]
+    lines = [f"{r.status.upper()} {r.check}: {_cell_text(r.reason, 200)}" for r in failed[:limit]]
     if len(failed) > limit:
         lines.append(f"... and {len(failed) - limit} more failures (see the JSON report)")
     return lines
@@ -241,7 +270,7 @@ def check_writable(path: str | Path) -> None:
             target.unlink()
 
 
-def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tuple[Path, Path]:
+def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=()) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,6 +287,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict) -> tu
             backend: dict(Counter(r.status for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE))
             for backend in sorted({r.backend for r in results})
         },
+        "crashes": [asdict(c) for c in crashes],
         "verdicts": {backend: {"verdict": v, "reason": why} for backend, (v, why) in verdicts(results).items()},
         "checks": [asdict(r) for r in results],
     }

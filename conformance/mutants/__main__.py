@@ -39,29 +39,35 @@ class Outcome:
     seconds: float
 
 
-def pytest_command(m: Mutant, report: Path, tp: int) -> list[str]:
+def pytest_command(m: Mutant, report: Path, tp: int, isolated: bool = False) -> list[str]:
+    """In this process, stopping at the first failure; ``isolated``: in an xdist worker, where a
+    crash costs only its check group and the report says where it happened."""
     return [
         sys.executable, "-m", "pytest", *[str(SUITE_DIR / c) for c in m.checks],
-        "-p", "no:cacheprovider", "-q", "-x", "--rootdir", str(SUITE_DIR),
+        "-p", "no:cacheprovider", "-q", "--rootdir", str(SUITE_DIR), *(["-n", "1"] if isolated else ["-x"]),
         "--anydev-mutant", m.name, "--device", m.backend_name, "--tp", str(tp), "--report", str(report),
     ]
 
 
 def run_one(m: Mutant, workdir: Path, tp: int) -> Outcome:
-    """Run the suite on one mutant; ``$ANYDEV_MUTANT_MODULES`` passes on to the run."""
+    """Run the suite on one mutant; ``$ANYDEV_MUTANT_MODULES`` passes on to the run. A run that a
+    signal ended (the mutant crashed the process) runs again isolated, to report the crash."""
     report = workdir / f"{m.name}.json"
     env = {**os.environ, **RUN_ENV}
     start = time.monotonic()
     try:
         proc = subprocess.run(pytest_command(m, report, tp), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        if proc.returncode < 0:
+            proc = subprocess.run(pytest_command(m, report, tp, isolated=True), env=env, capture_output=True,
+                                  text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return Outcome(m, "error", f"the run did not finish within {RUN_TIMEOUT_S} s", time.monotonic() - start)
     seconds = time.monotonic() - start
     failed = []
     if report.exists():
-        failed = [c for c in json.loads(report.read_text())["checks"] if c["status"] == "fail"]
+        failed = [c for c in json.loads(report.read_text())["checks"] if c["status"] in ("fail", "crashed")]
     if failed:
-        first = failed[0]
+        first = next((c for c in failed if c["status"] == "crashed"), failed[0])
         check = first["check"].removeprefix("conformance/")
         reason = " ".join(first["reason"].split("\n")[0].split())
         return Outcome(m, "caught", f"{check}: {reason[:200]}", seconds)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import mmap
 import threading
 
 import numpy as np
@@ -99,3 +100,37 @@ class TorchViewAtWrongOffset(CpuRuntime):
         starts = self._memory._device_starts
         start = starts[bisect.bisect_right(starts, ptr) - 1]
         return torch.from_numpy(host_array(start, nbytes, owner)) if start != ptr else tensor
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+
+@mutant("d2h-copy-unordered", checks=["test_memory.py"])
+class DeviceToHostCopyUnordered(CpuRuntime):
+    """memcpy_async device-to-host lands outside stream order: the stream copies into a staging
+    buffer of the backend's own, stream_synchronize releases that buffer as if the copy were done, and
+    a side thread copies from it afterwards, reading freed host memory. The process segfaults (the
+    released pages are made inaccessible, as an unmap does, with their addresses kept reserved so
+    that nothing else maps there and the crash is certain)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._late: dict[int, list[tuple[int, int, int]]] = {}
+
+    def memcpy_async(self, dst, src, nbytes, kind, stream):
+        if CopyKind(kind) != CopyKind.DEVICE_TO_HOST or not nbytes:
+            return super().memcpy_async(dst, src, nbytes, kind, stream)
+        stage = _libc.mmap(None, nbytes, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        super().memcpy_async(stage, src, nbytes, kind, stream)
+        self._late.setdefault(stream, []).append((dst, stage, nbytes))
+
+    def stream_synchronize(self, stream):
+        super().stream_synchronize(stream)
+        for dst, stage, nbytes in self._late.pop(stream, []):
+            _libc.mprotect(stage, nbytes, 0)  # PROT_NONE  # released: the copy is believed done
+            late = threading.Thread(target=ctypes.memmove, args=(dst, stage, nbytes), name="late-d2h-copy")
+            late.start()
+            late.join()
