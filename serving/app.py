@@ -1,4 +1,7 @@
-"""The OpenAI-compatible HTTP API over an :class:`InferEngine` (FastAPI).
+"""The OpenAI-compatible HTTP API over the engine core (FastAPI): the front end.
+
+It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, turns the token
+ids that come back into text (stop strings included) and streams it.
 
 ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
 ``/health`` and ``/metrics`` (Prometheus). Every bad request is answered with an OpenAI-style error
@@ -21,10 +24,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from anydev.core import EngineConfigError, InferEngine
-from anydev.core.tokenizer import ChatTemplateError
+from anydev.core import InferEngine
+from anydev.core.tokenizer import ChatTemplateError, Tokenizer
 
-from .engine_loop import EngineLoop, EngineStoppedError, QueueFullError, RequestStream
+from .async_engine import AsyncEngine, EngineStoppedError, InvalidRequestError, QueueFullError, RequestStream
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
 from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
@@ -32,28 +35,33 @@ from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, descr
 
 @dataclass
 class ServerState:
-    engine: InferEngine
-    loop: EngineLoop
+    engine: AsyncEngine
+    tokenizer: Tokenizer | None
     metrics: ServerMetrics
     model_name: str
     limits: ServerLimits
     api_key: str | None
 
 
-def create_app(engine: InferEngine, model_name: str, limits: ServerLimits | None = None,
-               api_key: str | None = None) -> FastAPI:
-    """The app; its lifespan starts the engine loop and, at shutdown, aborts what still runs (the
-    caller closes the engine)."""
+def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: ServerLimits | None = None,
+               api_key: str | None = None, tokenizer: Tokenizer | None = None) -> FastAPI:
+    """The app over an engine core's client (not connected yet: the app's lifespan connects it and,
+    at shutdown, aborts what still runs and says goodbye), whose model's ``tokenizer`` it uses; or
+    over an :class:`InferEngine` of this process, whose core then runs on a thread (the caller
+    closes the engine)."""
     limits = limits or ServerLimits()
+    if isinstance(engine, InferEngine):
+        tokenizer = engine.checkpoint.tokenizer
+        engine = AsyncEngine.unstarted_over(engine)
     metrics = ServerMetrics(engine)
-    loop = EngineLoop(engine, limits.max_waiting, metrics, limits.request_timeout)
-    state = ServerState(engine, loop, metrics, model_name, limits, api_key)
+    engine.observer = metrics
+    state = ServerState(engine, tokenizer, metrics, model_name, limits, api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state.loop.start()
+        await engine.connect()
         yield
-        state.loop.stop()
+        await engine.close()
 
     app = FastAPI(title="anydev", description="OpenAI-compatible API over the anydev engine", lifespan=lifespan)
     app.state.anydev = state
@@ -72,8 +80,8 @@ def create_app(engine: InferEngine, model_name: str, limits: ServerLimits | None
 
     @app.get("/health", responses={503: _error("the engine is not running")})
     async def health():
-        if not state.loop.healthy:
-            raise APIError(503, "the engine is not running" + (f": {state.loop.failure}" if state.loop.failure else ""),
+        if not state.engine.healthy:
+            raise APIError(503, "the engine is not running" + (f": {state.engine.failure}" if state.engine.failure else ""),
                            type="server_error")
         return {"status": "ok"}
 
@@ -115,7 +123,7 @@ def _document_errors_as_answered(app: FastAPI, model_name: str, limits: ServerLi
     """The OpenAPI schema without FastAPI's 422 validation answer (this server answers 400 with the
     OpenAI error body instead), and with the served model id and the max_tokens limit."""
     generate = app.openapi
-    vocab_size = app.state.anydev.engine.checkpoint.config.vocab_size
+    vocab_size = app.state.anydev.engine.info.vocab_size
 
     def openapi() -> dict:
         schema = generate()
@@ -147,7 +155,7 @@ async def _authorize(request: Request, credentials: HTTPAuthorizationCredentials
 # ---- prompts -------------------------------------------------------------------------------------
 def _model_card(state: ServerState) -> dict:
     return {"id": state.model_name, "object": "model", "created": 0, "owned_by": "anydev",
-            "max_model_len": state.engine.max_model_len}
+            "max_model_len": state.engine.info.max_model_len}
 
 
 def _check_model(state: ServerState, model: str) -> None:
@@ -157,7 +165,7 @@ def _check_model(state: ServerState, model: str) -> None:
 
 
 def _tokenizer(state: ServerState):
-    tokenizer = state.engine.checkpoint.tokenizer
+    tokenizer = state.tokenizer
     if tokenizer is None:
         raise APIError(400, "this model has no tokenizer; send the prompt as a list of token ids", param="prompt")
     return tokenizer
@@ -168,7 +176,7 @@ def _completion_prompt_ids(state: ServerState, prompt) -> list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str):
         return _tokenizer(state).encode(_unicode(prompt, "prompt"), add_special_tokens=True)
-    vocab = state.engine.checkpoint.config.vocab_size
+    vocab = state.engine.info.vocab_size
     if not all(0 <= t < vocab for t in prompt):
         raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
     return list(prompt)
@@ -198,7 +206,7 @@ def _chat_prompt_ids(state: ServerState, body: ChatRequest) -> list[int]:
 
 
 def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None) -> int:
-    context, limits = state.engine.max_model_len, state.limits
+    context, limits = state.engine.info.max_model_len, state.limits
     if not prompt_ids:
         raise APIError(400, "the prompt is empty", param="prompt")
     if len(prompt_ids) > limits.max_prompt_tokens:
@@ -221,20 +229,42 @@ def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None
 
 
 # ---- running a request --------------------------------------------------------------------------
+def _decode(state: ServerState, ids: list[int]) -> str:
+    """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
+    return state.tokenizer.decode(ids, skip_special_tokens=True) if state.tokenizer else ""
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to its first stop string, and whether it had one."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text, False) if cut < 0 else (text[:cut], True)
+
+
+def _stop_finder(state: ServerState, stops: list[str]):
+    """For :meth:`AsyncEngine.add_request`: the number of output tokens at which one of ``stops``
+    first appears in the text (only counts above ``checked`` are tried), or None: the request then
+    ends there with finish reason "stop", as the engine's own stop strings do."""
+    def find(output: list[int], checked: int) -> int | None:
+        if not _cut_at_stop(_decode(state, output), stops)[1]:
+            return None
+        return next(k for k in range(checked + 1, len(output) + 1) if _cut_at_stop(_decode(state, output[:k]), stops)[1])
+    return find
+
+
 class _Text:
     """A request's output text as it grows: only settled text is handed out (no half of a UTF-8
     character, nothing that may still become a stop string)."""
 
-    def __init__(self, engine: InferEngine, stream: RequestStream):
-        self.engine, self.seq = engine, stream.seq
-        self.hold = max((len(s) for s in self.seq.sampling.stop), default=1) - 1
+    def __init__(self, state: ServerState, stream: RequestStream):
+        self.state, self.stream = state, stream
+        self.hold = max((len(s) for s in stream.sampling.stop), default=1) - 1
         self.sent = ""
 
     def delta(self, num_tokens: int, finished: bool) -> str:
         if finished:
-            text = self.engine.output_text(self.seq)
+            text = _cut_at_stop(_decode(self.state, self.stream.output), self.stream.sampling.stop)[0]
         else:
-            text = self.engine.decode(self.seq.output[:num_tokens]).rstrip("\ufffd")
+            text = _decode(self.state, self.stream.output[:num_tokens]).rstrip("\ufffd")
             text = text[:len(text) - self.hold] if self.hold else text
         if len(text) <= len(self.sent) or not text.startswith(self.sent):
             return ""
@@ -245,14 +275,17 @@ class _Text:
 async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
                  chat: bool):
     max_tokens = _max_tokens(state, prompt_ids, requested)
+    sampling = body.sampling(max_tokens)
     try:
-        stream = state.loop.submit(prompt_ids, body.sampling(max_tokens))
+        stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
+                                                timeout=state.limits.request_timeout,
+                                                stop_check=_stop_finder(state, sampling.stop) if sampling.stop else None)
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
     except EngineStoppedError as exc:
         raise APIError(503, str(exc), type="server_error") from exc
-    except EngineConfigError as exc:
+    except InvalidRequestError as exc:
         raise APIError(400, str(exc), param="prompt") from exc
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
@@ -266,7 +299,7 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
 
 async def _whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
                         created: int, chat: bool) -> dict:
-    text = _Text(state.engine, stream)
+    text = _Text(state, stream)
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -278,8 +311,8 @@ async def _whole_answer(state: ServerState, request: Request, stream: RequestStr
     except EngineStoppedError as exc:
         raise APIError(503, str(exc), type="server_error") from exc
     finally:
-        state.loop.abort(stream)     # no-op when it finished
-    seq = stream.seq
+        state.engine.abort(stream)     # no-op when it finished
+    seq = stream
     content = text.delta(len(seq.output), True)
     choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
     if chat:
@@ -300,7 +333,7 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
-    text = _Text(state.engine, stream)
+    text = _Text(state, stream)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -322,12 +355,12 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
             async for progress in stream.updates():
                 delta = text.delta(progress.num_tokens, progress.finished)
                 if progress.finished:
-                    seq = stream.seq
+                    seq = stream
                     yield event([choice(delta, finish_reason(seq.finish_reason))], _usage(seq))
                     if include_usage:
                         yield event([], _usage(seq))
                 elif continuous_usage:
-                    yield event([choice(delta, None)], _usage(stream.seq, progress.num_tokens))
+                    yield event([choice(delta, None)], _usage(stream, progress.num_tokens))
                 elif delta:
                     yield event([choice(delta, None)])
         except EngineStoppedError as exc:
@@ -335,7 +368,7 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
             yield f"data: {json.dumps(error.body())}\n\n"
         yield "data: [DONE]\n\n"
     finally:
-        state.loop.abort(stream)     # the client left early (or a no-op: it finished)
+        state.engine.abort(stream)     # the client left early (or a no-op: it finished)
 
 
 def _usage(seq, num_tokens: int | None = None) -> dict:

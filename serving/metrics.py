@@ -1,47 +1,47 @@
 """The server's Prometheus metrics (``/metrics``), in a registry of its own.
 
-Counts that the engine keeps (queue lengths, KV blocks, prefix-cache lookups) are read at scrape time
-by a collector; latencies and token counts are recorded as requests run.
+Counts that the engine core keeps (queue lengths, KV blocks, prefix-cache lookups) come with each of
+its output batches and are read at scrape time; latencies and token counts are recorded in this front
+end as its requests' tokens arrive (with several front ends, each counts its own requests).
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from anydev.core import InferEngine
-from anydev.core.sequence import Sequence
+from .async_engine import AsyncEngine, RequestStream
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
                     1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 
 
 class _EngineCollector:
-    def __init__(self, engine: InferEngine):
+    """The engine core's counters as its latest batch gave them."""
+
+    def __init__(self, engine: AsyncEngine):
         self.engine = engine
 
     def collect(self):
-        engine = self.engine
-        scheduler, blocks = engine.scheduler, engine.block_manager
+        stats = self.engine.stats
         yield GaugeMetricFamily("anydev_requests_running", "Requests holding KV blocks and being stepped",
-                                value=len(scheduler.running))
+                                value=stats.running)
         yield GaugeMetricFamily("anydev_requests_waiting", "Requests waiting to be admitted (or preempted)",
-                                value=len(scheduler.waiting))
-        yield GaugeMetricFamily("anydev_kv_blocks_used", "KV cache blocks held by requests", value=blocks.num_used)
-        yield GaugeMetricFamily("anydev_kv_blocks_total", "KV cache blocks", value=blocks.num_blocks)
+                                value=stats.waiting)
+        yield GaugeMetricFamily("anydev_kv_blocks_used", "KV cache blocks held by requests", value=stats.kv_blocks_used)
+        yield GaugeMetricFamily("anydev_kv_blocks_total", "KV cache blocks", value=stats.kv_blocks_total)
         yield GaugeMetricFamily("anydev_prefix_cache_blocks", "Full KV blocks in the prefix cache",
-                                value=blocks.num_cached_blocks)
+                                value=stats.prefix_cache_blocks)
         yield GaugeMetricFamily("anydev_prefix_cache_hit_rate",
-                                "Share of prompt tokens found in the prefix cache", value=blocks.hit_rate)
+                                "Share of prompt tokens found in the prefix cache", value=stats.prefix_cache_hit_rate)
         yield CounterMetricFamily("anydev_prefix_cache_queried_tokens", "Prompt tokens looked up in the prefix cache",
-                                  value=blocks.queried_tokens)
+                                  value=stats.prefix_cache_queried_tokens)
         yield CounterMetricFamily("anydev_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache",
-                                  value=blocks.hit_tokens)
-        yield CounterMetricFamily("anydev_preemptions", "Requests preempted for KV blocks",
-                                  value=scheduler.num_preemptions)
+                                  value=stats.prefix_cache_hit_tokens)
+        yield CounterMetricFamily("anydev_preemptions", "Requests preempted for KV blocks", value=stats.preemptions)
 
 
 class ServerMetrics:
-    def __init__(self, engine: InferEngine):
+    def __init__(self, engine: AsyncEngine):
         self.registry = CollectorRegistry()
         self.registry.register(_EngineCollector(engine))
         self.prompt_tokens = Counter("anydev_prompt_tokens", "Prompt tokens of finished requests",
@@ -60,14 +60,14 @@ class ServerMetrics:
         self.itl = Histogram("anydev_inter_token_latency_seconds", "Time between a request's successive tokens",
                              buckets=_LATENCY_BUCKETS, registry=self.registry)
 
-    # called from the engine loop's thread
+    # called by the AsyncEngine as tokens arrive
     def first_token(self, seconds: float) -> None:
         self.ttft.observe(seconds)
 
     def next_token(self, seconds: float) -> None:
         self.itl.observe(seconds)
 
-    def finished(self, seq: Sequence) -> None:
+    def finished(self, seq: RequestStream) -> None:
         self.prompt_tokens.inc(len(seq.prompt))
         self.generation_tokens.inc(len(seq.output))
         self.requests.labels(seq.finish_reason or "unknown").inc()

@@ -3,17 +3,27 @@
     anydev serve --device cpu                         # the embedded demo model, on 127.0.0.1:8000
     anydev serve --device nvidia --model /models/Llama-3.2-1B --tp 2 --api-key "$KEY"
 
+Two kinds of process: the engine core (scheduler, executor, step loop; serving/engine_core.py) and
+the front end (HTTP, tokenizing, detokenizing, stop strings, streaming; serving/app.py), which talk
+over ZMQ. With ``--api-server-count 1`` (the default) this process is the front end; with N > 1 it
+starts N front-end processes on the one port and watches them.
+
 Ctrl-C or SIGTERM stops accepting connections, lets the requests in flight finish for up to
-``--drain-seconds``, aborts the rest (their clients get an error, not a cut connection), says how many
-KV blocks are still in use (0: nothing leaked), frees the engine and exits 0.
+``--drain-seconds``, aborts the rest (their clients get an error, not a cut connection); the engine
+core then says how many KV blocks are still in use (0: nothing leaked), frees the engine and exits 0.
+If the engine core dies or fails, requests in flight end with an error, new ones get 503, and the
+server exits non-zero within seconds, so that a supervisor can restart it.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import ipaddress
+import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import socket
 import sys
 import threading
 from contextlib import contextmanager
@@ -37,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $ANYDEV_API_KEY; none: open)")
     p.add_argument("--metrics-need-key", action="store_true", help="/metrics needs the API key too")
+    p.add_argument("--api-server-count", type=int, default=1,
+                   help="HTTP front-end processes sharing the one engine core and the one port (default 1)")
     engine = p.add_argument_group("engine")
     engine.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")
     engine.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
@@ -73,20 +85,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
         import prometheus_client  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError as exc:
         raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client ({exc.name} is not "
                                 "installed): pip install fastapi uvicorn prometheus-client") from exc
 
-    from anydev.core import EngineConfig, InferEngine
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core import EngineConfig
     from anydev.plugin_api import load_backend
 
-    from .app import create_app
-    from .connection import guarded_h11_protocol
-    from .limits import ServerLimits
+    from .engine_core import EngineCoreProcess
 
-    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs"):
+    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs", "api_server_count"):
         if getattr(args, name) < 1:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
@@ -105,41 +114,157 @@ def run(args: argparse.Namespace) -> int:
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
-    checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
-    model_name = args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
+    tokenizer = _open_tokenizer(args.model)     # an unreadable model fails here, before the engine core starts
     config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_num_batched_tokens=args.max_num_batched_tokens,
                           enable_prefix_caching=not args.no_prefix_caching,
                           enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager,
                           executor=executor)
-    with InferEngine(checkpoint, config, progress=True) as engine:
-        limits = ServerLimits(max_body_bytes=args.max_body_bytes,
-                              max_prompt_tokens=args.max_prompt_tokens or engine.max_model_len,
-                              max_tokens=args.max_tokens_limit, max_waiting=args.max_waiting,
-                              request_timeout=args.request_timeout,
-                              metrics_need_key=args.metrics_need_key)
-        app = create_app(engine, model_name, limits, args.api_key)
+    core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
+    try:
+        info = core.start()
+        model_name = _model_name(args)
         ranks = f"{args.tp}" if args.pp == 1 else f"{args.tp * args.pp} (tp {args.tp} x pp {args.pp})"
-        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks} ({executor}), {engine.num_blocks} KV blocks of "
-              f"{args.block_size} tokens, context {engine.max_model_len}", flush=True)
-        state = app.state.anydev
-        protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
-                                        lambda reason: state.metrics.dropped.labels(reason).inc())
-        # h11 (not httptools, even where installed): the read/send timeouts and the 64 KiB limit on a
-        # request head are set on it. Past the drain, uvicorn's own cancelling is only a backstop:
-        # the server aborts the requests itself first, so that their handlers answer an error.
-        server = _server_class()(uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
-            timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
-            h11_max_incomplete_event_size=64 * 1024))
-        server.drain_seconds, server.abort_in_flight = args.drain_seconds, state.loop.abort_all
+        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
+              f"{info.block_size} tokens, context {info.max_model_len}; engine core pid {core.process.pid}, "
+              f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
-        server.run()
-        blocks, scheduler = engine.block_manager, engine.scheduler
-        print(f"anydev serve: stopped with {blocks.num_used} of {blocks.num_blocks} KV blocks in use, "
-              f"{len(scheduler.running)} requests running and {len(scheduler.waiting)} waiting", flush=True)
+        if args.api_server_count == 1:
+            serve_front_end(args, core.link(), 0, tokenizer)
+        else:
+            _supervise(args, core)
+    finally:
+        core.stop(timeout=30)
     return 0
+
+
+def _open_tokenizer(model: str | None):
+    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+
+    return (demo_checkpoint() if model is None else open_checkpoint(model)).tokenizer
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    return args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
+
+
+def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock: socket.socket | None = None,
+                    supervisor=None) -> None:
+    """Serve HTTP in this process as front end ``index`` of the engine core at ``link`` (on ``sock``
+    when given, else binding ``--host``/``--port``) until SIGTERM or Ctrl-C, or until the engine core
+    fails: then raises :class:`EngineCoreError` (the command exits non-zero). ``supervisor``: a
+    connection whose end (the supervising process is gone) stops this front end."""
+    import uvicorn
+
+    from .app import create_app
+    from .async_engine import AsyncEngine
+    from .connection import guarded_h11_protocol
+    from .engine_core import EngineCoreError
+    from .limits import ServerLimits
+
+    limits = ServerLimits(max_body_bytes=args.max_body_bytes,
+                          max_prompt_tokens=args.max_prompt_tokens or link.info.max_model_len,
+                          max_tokens=args.max_tokens_limit, max_waiting=args.max_waiting,
+                          request_timeout=args.request_timeout, metrics_need_key=args.metrics_need_key)
+    client = AsyncEngine(link, client_index=index)
+    app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
+    state = app.state.anydev
+    protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
+                                    lambda reason: state.metrics.dropped.labels(reason).inc())
+    # h11 (not httptools, even where installed): the read/send timeouts and the 64 KiB limit on a
+    # request head are set on it. Past the drain, uvicorn's own cancelling is only a backstop:
+    # the server aborts the requests itself first, so that their handlers answer an error.
+    server = _server_class()(uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
+        timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
+        h11_max_incomplete_event_size=64 * 1024))
+    server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
+    client.on_failure.append(server.engine_failed)
+    if supervisor is not None:
+        threading.Thread(target=_stop_when_closed, args=(supervisor, server), daemon=True).start()
+    server.run(sockets=[sock] if sock is not None else None)
+    if client.failure is not None:
+        raise EngineCoreError(f"{client.failure}; the server stopped (exit non-zero: a supervisor may restart it)")
+
+
+def _stop_when_closed(connection, server) -> None:
+    try:
+        connection.recv()
+    except (EOFError, OSError):
+        pass
+    server.should_exit = True
+
+
+# ---- several front ends ----------------------------------------------------------------------------
+def _supervise(args: argparse.Namespace, core) -> None:
+    """Run ``--api-server-count`` front-end processes on one listening socket (the kernel spreads the
+    connections) until each has exited. SIGTERM and Ctrl-C are passed on to them (each drains). A
+    front end that dies alone is reported; the others and the engine core serve on. Raises
+    :class:`EngineCoreError` when the engine core died or a front end failed."""
+    from .engine_core import EngineCoreError
+
+    listener = _bind(args.host, args.port)
+    context = multiprocessing.get_context("spawn")
+    supervisor_read, supervisor_write = context.Pipe(duplex=False)
+    procs = [context.Process(target=_front_end_main, name=f"anydev-front-end-{i}",
+                             args=(args, core.link(describe=False), i, core.client_lifeline(i), listener, supervisor_read))
+             for i in range(args.api_server_count)]
+    for proc in procs:
+        proc.start()
+    listener.close()                         # the front ends hold it now; the port goes with the last of them
+    supervisor_read.close()
+    for i in range(len(procs)):
+        core.client_lifeline(i).close()      # each front end holds its own
+
+    def pass_on(signum, frame):
+        for proc in procs:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        running = {proc.sentinel: proc for proc in procs}
+        while running:
+            for ended in multiprocessing.connection.wait(list(running)):
+                proc = running.pop(ended)
+                proc.join()
+                if proc.exitcode != 0 and core.process.is_alive():
+                    print(f"anydev serve: {proc.name} exited with code {proc.exitcode}; the others serve on",
+                          file=sys.stderr, flush=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        supervisor_write.close()
+    if not core.process.is_alive() and core.process.exitcode != 0:
+        raise EngineCoreError(f"{core.describe_exit()}; the server stopped (exit non-zero: a supervisor may restart it)")
+    failed = [proc.name for proc in procs if proc.exitcode != 0]
+    if failed:
+        raise EngineCoreError(f"front ends {', '.join(failed)} exited with an error")
+
+
+def _front_end_main(args, link, index, lifeline, listener, supervisor) -> None:
+    """A front-end process: serve on the inherited ``listener``; ``lifeline`` is held until it ends
+    (the engine core aborts its requests when it goes)."""
+    from anydev.core.errors import run_command
+
+    tokenizer = _open_tokenizer(args.model)
+    code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor)
+    sys.exit(code or 0)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise EngineConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
 
 
 def exposure_warning(host: str, api_key: str | None) -> str | None:
@@ -169,6 +294,12 @@ def _server_class():
 
         drain_seconds: float = 0.0
         abort_in_flight = None
+
+        def engine_failed(self, reason: str) -> None:
+            """The engine core failed or died: its requests have ended with an error; stop serving
+            (after a moment, so that those errors reach their clients)."""
+            print(f"anydev serve: {reason}; stopping", file=sys.stderr, flush=True)
+            asyncio.get_running_loop().call_later(0.5, setattr, self, "should_exit", True)
 
         async def shutdown(self, sockets=None):
             timer = asyncio.get_running_loop().call_later(self.drain_seconds, self._drain_over)

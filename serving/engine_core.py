@@ -1,0 +1,378 @@
+"""The engine core: an :class:`InferEngine`'s scheduler, executor and step loop, fed over ZMQ.
+
+Front ends (the HTTP processes, or any :class:`~anydev.serving.async_engine.AsyncEngine`) send
+requests and aborts to one ROUTER socket; after each step the core sends each front end one
+:class:`EngineOutputs` batch with its requests' new token ids and finish reasons. Sends never wait:
+the socket's queues are unbounded, so a slow front end only delays itself, never the steps.
+
+The core runs in a process of its own (:class:`EngineCoreProcess`, what ``anydev serve`` starts) or
+on a thread (:class:`EngineCoreThread`, over an engine the caller made). Either way it has a
+*lifeline*: a pipe whose write end it holds until it ends, so that a front end sees it go (killed,
+crashed) at once as end-of-file on the read end. Each front end of a process core has a lifeline of
+its own the other way: when one dies, the core aborts that front end's requests and serves on.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+import zmq
+
+from anydev.core import EngineConfig, InferEngine
+from anydev.core.errors import EngineConfigError
+from anydev.core.sequence import Sequence
+from anydev.plugin_api.errors import AnydevError
+
+from .messages import (ENCODER, TO_CORE, AbortRequests, AddRequest, EngineFailure, EngineInfo, EngineOutputs,
+                       EngineStats, RequestOutput, Shutdown)
+
+#: How often an idle core wakes (to notice nothing; every event wakes it at once).
+_IDLE_POLL_MS = 1000
+#: Counters go to a front end with no news at most this often while the engine is busy.
+_STATS_EVERY_S = 0.1
+
+
+class EngineCoreError(AnydevError):
+    """The engine core could not start, or it died; the message says why."""
+
+
+def client_identity(index: int) -> bytes:
+    return b"frontend-%d" % index
+
+
+@dataclass
+class _Tracked:
+    client: bytes
+    request_id: str
+    seq: Sequence
+    deadline: float | None
+    sent: int = 0           # tokens already sent to the client
+
+
+@dataclass
+class EngineCore:
+    """The loop. ``clients`` are the identities it serves (it ends once each has sent
+    :class:`Shutdown` or lost its lifeline); ``lifelines`` maps some of them to the read end of their
+    lifeline pipe."""
+
+    engine: InferEngine
+    address: str
+    clients: set[bytes]
+    lifelines: dict[bytes, object] = field(default_factory=dict)
+    _requests: dict[tuple[bytes, str], _Tracked] = field(default_factory=dict)
+    _by_seq: dict[int, _Tracked] = field(default_factory=dict)
+    _pending: dict[bytes, list[RequestOutput]] = field(default_factory=dict)
+    _stats_sent: dict[bytes, float] = field(default_factory=dict)
+
+    def run(self) -> None:
+        """Serve until every client is gone. A step that raises is sent to every client as an
+        :class:`EngineFailure`, then re-raised."""
+        context = zmq.Context.instance()
+        self._socket = context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.SNDHWM, 0)      # never drop, never wait: a slow client only queues
+        self._socket.setsockopt(zmq.RCVHWM, 0)
+        self._socket.setsockopt(zmq.LINGER, 2000)
+        self._socket.bind(self.address)
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        for lifeline in self.lifelines.values():
+            poller.register(lifeline, zmq.POLLIN)
+        try:
+            while self.clients:
+                busy = self.engine.has_unfinished
+                events = dict(poller.poll(0 if busy else _IDLE_POLL_MS))
+                if self._socket in events:
+                    self._receive()
+                for identity, lifeline in list(self.lifelines.items()):
+                    if lifeline in events:
+                        poller.unregister(lifeline)
+                        del self.lifelines[identity]
+                        if identity in self.clients:
+                            print(f"anydev engine core: {identity.decode()} exited; its requests are aborted",
+                                  file=sys.stderr, flush=True)
+                            self._drop_client(identity)
+                if self.engine.has_unfinished:
+                    try:
+                        self._collect(self.engine.step())
+                    except Exception as exc:
+                        self._broadcast_failure(f"{type(exc).__name__}: {exc}")
+                        raise
+                self._expire(time.monotonic())
+                self._flush(events_seen=bool(events) or busy)
+        finally:
+            self._socket.close()
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def _receive(self) -> None:
+        while True:
+            try:
+                identity, payload = self._socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            message = TO_CORE.decode(payload)
+            if identity not in self.clients:
+                continue                      # a client that said goodbye (or an unknown one)
+            if isinstance(message, AddRequest):
+                self._add(identity, message)
+            elif isinstance(message, AbortRequests):
+                for request_id in message.request_ids:
+                    tracked = self._requests.get((identity, request_id))
+                    if tracked is not None:
+                        self._finish(tracked, message.reason, notify=False)
+            elif isinstance(message, Shutdown):
+                self._drop_client(identity)
+
+    def _add(self, client: bytes, message: AddRequest) -> None:
+        out = self._pending.setdefault(client, [])
+        waiting = len(self.engine.scheduler.waiting)
+        if message.max_waiting is not None and waiting >= message.max_waiting:
+            out.append(RequestOutput(message.request_id, [], error=f"the waiting queue is full ({message.max_waiting} "
+                                     "requests, --max-waiting)", error_kind="queue_full"))
+            return
+        try:
+            seq = self.engine.add_request(message.prompt_ids, message.sampling)
+        except EngineConfigError as exc:
+            out.append(RequestOutput(message.request_id, [], error=str(exc), error_kind="invalid"))
+            return
+        deadline = None if message.timeout is None else seq.arrival_time + message.timeout
+        tracked = _Tracked(client, message.request_id, seq, deadline)
+        self._requests[(client, message.request_id)] = tracked
+        self._by_seq[seq.seq_id] = tracked
+        out.append(RequestOutput(message.request_id, []))        # admitted
+
+    def _drop_client(self, client: bytes) -> None:
+        self.clients.discard(client)
+        self._pending.pop(client, None)
+        for tracked in [t for t in self._requests.values() if t.client == client]:
+            self._finish(tracked, "abort", notify=False)
+
+    # ---- outputs -----------------------------------------------------------------------------
+    def _collect(self, advanced: list[Sequence]) -> None:
+        for seq in advanced:
+            tracked = self._by_seq.get(seq.seq_id)
+            if tracked is None:
+                continue                      # aborted meanwhile, or a generate() call's own request
+            new = seq.output[tracked.sent:]
+            tracked.sent = len(seq.output)
+            reason = seq.finish_reason if seq.is_finished else None
+            self._pending.setdefault(tracked.client, []).append(RequestOutput(tracked.request_id, new, reason))
+            if reason is not None:
+                self._forget(tracked)
+
+    def _expire(self, now: float) -> None:
+        for tracked in [t for t in self._requests.values() if t.deadline is not None and now > t.deadline]:
+            self._finish(tracked, "timeout", notify=True)
+
+    def _finish(self, tracked: _Tracked, reason: str, notify: bool) -> None:
+        self.engine.abort(tracked.seq, reason)
+        self._forget(tracked)
+        if notify:
+            new = tracked.seq.output[tracked.sent:]
+            self._pending.setdefault(tracked.client, []).append(RequestOutput(tracked.request_id, new, reason))
+
+    def _forget(self, tracked: _Tracked) -> None:
+        self._requests.pop((tracked.client, tracked.request_id), None)
+        self._by_seq.pop(tracked.seq.seq_id, None)
+
+    def _flush(self, events_seen: bool) -> None:
+        """Send each client its outputs; a client with none gets the counters now and then (and
+        whenever the engine goes idle), so that its gauges follow."""
+        if not events_seen and not self._pending:
+            return
+        now, idle = time.monotonic(), not self.engine.has_unfinished
+        stats = self.stats()
+        for client in self.clients:
+            outputs = self._pending.pop(client, None)
+            if outputs is None and not idle and now - self._stats_sent.get(client, 0.0) < _STATS_EVERY_S:
+                continue
+            self._socket.send_multipart([client, ENCODER.encode(EngineOutputs(outputs or [], stats))])
+            self._stats_sent[client] = now
+        self._pending.clear()
+
+    def _broadcast_failure(self, message: str) -> None:
+        for client in self.clients:
+            self._socket.send_multipart([client, ENCODER.encode(EngineFailure(message))])
+
+    def stats(self) -> EngineStats:
+        scheduler, blocks = self.engine.scheduler, self.engine.block_manager
+        return EngineStats(running=len(scheduler.running), waiting=len(scheduler.waiting),
+                           kv_blocks_used=blocks.num_used, kv_blocks_total=blocks.num_blocks,
+                           prefix_cache_blocks=blocks.num_cached_blocks, prefix_cache_hit_rate=blocks.hit_rate,
+                           prefix_cache_queried_tokens=blocks.queried_tokens,
+                           prefix_cache_hit_tokens=blocks.hit_tokens, preemptions=scheduler.num_preemptions)
+
+
+def engine_info(engine: InferEngine) -> EngineInfo:
+    return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
+                      num_blocks=engine.num_blocks, block_size=engine.config.block_size)
+
+
+def final_counters(stats: EngineStats) -> str:
+    return (f"stopped with {stats.kv_blocks_used} of {stats.kv_blocks_total} KV blocks in use, {stats.running} "
+            f"requests running and {stats.waiting} waiting")
+
+
+@dataclass
+class CoreLink:
+    """What a front end needs to reach an engine core: its address, its info, and the read end of
+    its lifeline (a ``multiprocessing`` connection or a raw fd; end-of-file: the core is gone)."""
+
+    address: str
+    info: EngineInfo
+    lifeline: object
+    describe_exit: object = None      # () -> str, where the front end can see how the core ended
+
+    def lifeline_fd(self) -> int:
+        return self.lifeline if isinstance(self.lifeline, int) else self.lifeline.fileno()
+
+
+def new_address() -> str:
+    """An ipc:// address in a fresh private directory (removed with :func:`remove_address`)."""
+    return f"ipc://{tempfile.mkdtemp(prefix='anydev-core-')}/engine"
+
+
+def remove_address(address: str) -> None:
+    path = address.removeprefix("ipc://")
+    for target in (path, os.path.dirname(path)):
+        try:
+            os.unlink(target) if target == path else os.rmdir(target)
+        except OSError:
+            pass
+
+
+# ---- on a thread ---------------------------------------------------------------------------------
+class EngineCoreThread:
+    """The core on a thread of this process, over ``engine`` (which the caller closes). One client."""
+
+    def __init__(self, engine: InferEngine):
+        self.engine = engine
+        self.address = new_address()
+        self._read_end, self._write_end = os.pipe()
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="anydev-engine-core", daemon=True)
+
+    def start(self) -> CoreLink:
+        self._thread.start()
+        return CoreLink(self.address, engine_info(self.engine), self._read_end, self._describe)
+
+    def _run(self) -> None:
+        try:
+            EngineCore(self.engine, self.address, {client_identity(0)}).run()
+        except BaseException as exc:       # said to the client as EngineFailure; kept for join()
+            self.failure = exc
+        finally:
+            os.close(self._write_end)
+
+    def _describe(self) -> str:
+        return f"the engine core thread ended: {self.failure}" if self.failure else "the engine core thread ended"
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            os.close(self._read_end)
+            remove_address(self.address)
+
+
+# ---- in a process of its own ---------------------------------------------------------------------
+def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready) -> None:
+    """The engine core process: load, say ready (or why not) on ``ready``, serve, print the final
+    counters. Ctrl-C in the terminal reaches the whole process group: the core leaves it to the
+    front ends, which drain and then say :class:`Shutdown`."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+
+    try:
+        checkpoint = demo_checkpoint() if model is None else open_checkpoint(model)
+        engine = InferEngine(checkpoint, config, progress=True)
+    except AnydevError as exc:
+        ready.send(("failed", str(exc)))
+        sys.exit(1)
+    except BaseException as exc:
+        ready.send(("failed", f"{type(exc).__name__}: {exc}"))
+        raise
+    with engine:
+        ready.send(("ready", ENCODER.encode(engine_info(engine))))
+        core = EngineCore(engine, address, set(lifelines), lifelines)
+        try:
+            core.run()
+        except Exception as exc:
+            print(f"anydev engine core: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            raise
+        print(f"anydev engine core: {final_counters(core.stats())}", flush=True)
+
+
+class EngineCoreProcess:
+    """The core in a process of its own (spawned: no forked copy of this process's threads), serving
+    ``num_clients`` front ends. :meth:`start` returns once the engine is up, or raises
+    :class:`EngineCoreError` with the reason it could not start."""
+
+    def __init__(self, model: str | None, config: EngineConfig, num_clients: int = 1):
+        self.address = new_address()
+        context = multiprocessing.get_context("spawn")
+        self._ready_read, ready_write = context.Pipe(duplex=False)
+        self.client_lifelines = [context.Pipe(duplex=False) for _ in range(num_clients)]   # (core's read, client's write)
+        lifelines = {client_identity(i): read for i, (read, _) in enumerate(self.client_lifelines)}
+        self.process = context.Process(target=_core_process_main, name="anydev-engine-core",
+                                       args=(model, config, self.address, lifelines, ready_write))
+        self._ready_write = ready_write
+        self.info: EngineInfo | None = None
+
+    def start(self) -> EngineInfo:
+        self.process.start()
+        self._ready_write.close()                 # the core holds the only write end: EOF when it ends
+        for read, _ in self.client_lifelines:
+            read.close()                          # the core holds these read ends
+        try:
+            while not self._ready_read.poll(0.5):
+                if not self.process.is_alive():
+                    raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting")
+            try:
+                state, detail = self._ready_read.recv()
+            except EOFError:
+                self.process.join(5)
+                raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting") from None
+            if state != "ready":
+                raise EngineCoreError(detail)
+        except BaseException:
+            self.stop(timeout=10)
+            raise
+        self.info = msgspec.msgpack.decode(detail, type=EngineInfo)
+        return self.info
+
+    def link(self, describe: bool = True) -> CoreLink:
+        """The link for a front end; ``describe=False`` for one in another process (it cannot ask
+        this process how the core ended)."""
+        return CoreLink(self.address, self.info, self._ready_read, self.describe_exit if describe else None)
+
+    def client_lifeline(self, index: int):
+        """The write end the front end ``index`` holds for as long as it lives."""
+        return self.client_lifelines[index][1]
+
+    def describe_exit(self) -> str:
+        self.process.join(0.5)
+        code = self.process.exitcode
+        if code is None:
+            return "the engine core stopped answering"
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return f"the engine core process {how}"
+
+    def stop(self, timeout: float) -> int | None:
+        """Wait ``timeout`` s for the core to end (it does once its clients are gone), then kill it;
+        returns its exit code."""
+        if self.process.pid is not None:
+            self.process.join(timeout)
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join(5)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+        remove_address(self.address)
+        return self.process.exitcode

@@ -1,0 +1,103 @@
+"""What crosses between the front ends and the engine core (over ZMQ), as msgspec structs.
+
+Front end -> engine core: :class:`AddRequest`, :class:`AbortRequests`, :class:`Shutdown`.
+Engine core -> front end: :class:`EngineOutputs` (each request's new token ids and finish reason
+since the last message, and the core's counters), :class:`EngineFailure` (the core is going down).
+
+Why msgspec (not pickle, JSON or plain msgpack): it encodes and decodes typed structs to MessagePack
+several times faster than pickle or ``msgpack`` + hand-made dicts, validates what it decodes against
+the declared types (a malformed message is an error, not a half-built object), takes the engine's own
+:class:`SamplingParams` dataclass as a field type, and executes nothing while decoding (pickle would
+run whatever a peer sends). One tagged union per direction lets a socket carry several kinds.
+"""
+from __future__ import annotations
+
+import msgspec
+
+from anydev.core.sampling import SamplingParams
+
+
+# ---- front end -> engine core ------------------------------------------------------------------
+class AddRequest(msgspec.Struct, tag=True):
+    """Run ``prompt_ids``. ``max_waiting``: refuse it (``queue_full``) when that many requests
+    already wait for admission; ``timeout``: end it with finish reason "timeout" after that many
+    seconds. Stop strings are the front end's: ``sampling.stop`` is empty here."""
+
+    request_id: str
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    max_waiting: int | None = None
+    timeout: float | None = None
+
+
+class AbortRequests(msgspec.Struct, tag=True):
+    """End these requests now (their KV blocks come back); unknown or finished ids are ignored."""
+
+    request_ids: list[str]
+    reason: str = "abort"
+
+
+class Shutdown(msgspec.Struct, tag=True):
+    """This front end is done: the engine core aborts what it still runs for it; once no front end
+    is left, the core prints its final counters and exits."""
+
+
+ToCore = AddRequest | AbortRequests | Shutdown
+
+
+# ---- engine core -> front end ------------------------------------------------------------------
+class RequestOutput(msgspec.Struct, array_like=True):
+    """A request's news: ``new_token_ids`` since its last output; ``finish_reason`` once it is done
+    ("eos", "length", "stop", "abort", "timeout"); ``error`` when it was refused at once, with
+    ``error_kind`` "queue_full" (retry later) or "invalid" (the request cannot run). An output with
+    none of these is the acknowledgement that the request was admitted to the queue."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+
+
+class EngineStats(msgspec.Struct):
+    """The engine core's counters when it sent them (the server's gauges)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 0
+    prefix_cache_blocks: int = 0
+    prefix_cache_hit_rate: float = 0.0
+    prefix_cache_queried_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
+    preemptions: int = 0
+
+
+class EngineOutputs(msgspec.Struct, tag=True):
+    """One batch for one front end: every output since the last batch, then the counters."""
+
+    outputs: list[RequestOutput]
+    stats: EngineStats
+
+
+class EngineFailure(msgspec.Struct, tag=True):
+    """The engine core failed (a step raised) and exits; every request in flight is lost."""
+
+    message: str
+
+
+FromCore = EngineOutputs | EngineFailure
+
+
+class EngineInfo(msgspec.Struct):
+    """What the engine core says once its engine is up (the front ends' limits and banner)."""
+
+    max_model_len: int
+    vocab_size: int
+    num_blocks: int
+    block_size: int
+
+
+ENCODER = msgspec.msgpack.Encoder()
+TO_CORE = msgspec.msgpack.Decoder(ToCore)
+FROM_CORE = msgspec.msgpack.Decoder(FromCore)

@@ -1,0 +1,159 @@
+"""The engine core in its own process, and what happens when it fails: killed under load (SIGKILL),
+or a step that raises. Every client gets an answer or an error (an error event and [DONE] on a
+stream, 503 otherwise, never a 500), /health says 503, the server exits non-zero, nothing it started
+is left running, and its port is free again."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from starlette.testclient import TestClient
+
+from anydev.core import EngineConfig, InferEngine
+from anydev.core.checkpoint import demo_checkpoint
+from anydev.serving import ServerLimits, create_app
+from serve_support import MODEL, Server, request
+
+HEADERS = {"Content-Type": "application/json"}
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid`` (from /proc: each process's parent)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def still_running(pids: set[int], seconds: float = 30) -> list[int]:
+    """Those of ``pids`` still running after up to ``seconds`` (multiprocessing's resource tracker
+    ends a moment after the server)."""
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if running(pid)]
+
+
+def ask(port: int, stream: bool, outcome: list, index: int) -> None:
+    """A long request; ``outcome[index]``: ("answer", text) or ("error", status, last events)."""
+    body = json.dumps({"model": MODEL, "prompt": f"the device {index}", "max_tokens": 900, "ignore_eos": True,
+                       "stream": stream}).encode()
+    try:
+        status, _, text = request(f"http://127.0.0.1:{port}/v1/completions", "POST", body, HEADERS, timeout=60)
+    except OSError as exc:
+        outcome[index] = ("lost", repr(exc))
+        return
+    outcome[index] = (time.monotonic(), status, text)
+
+
+def test_sigkill_of_the_engine_core_under_load_ends_every_request_and_the_server():
+    srv = Server("--max-model-len", "1024")
+    core_pid = int(re.search(r"engine core pid (\d+)", srv.output()).group(1))
+    started = descendants(srv.proc.pid)
+    assert core_pid in started
+    outcome: list = [None] * 6
+    clients = [threading.Thread(target=ask, args=(srv.port, i % 2 == 0, outcome, i)) for i in range(6)]
+    for client in clients:
+        client.start()
+    try:
+        assert srv.wait_for_metric("anydev_requests_running", lambda v: v >= 6) >= 6
+        os.kill(core_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        for client in clients:
+            client.join(timeout=60)
+        code = srv.proc.wait(timeout=60)           # it exits by itself: no SIGTERM sent
+    finally:
+        for client in clients:
+            client.join(timeout=1)
+        srv.stop()
+    out = srv.output()
+    for i, result in enumerate(outcome):
+        assert result is not None and result[0] != "lost", (i, result, out)
+        done_at, status, text = result
+        assert done_at - killed < 5, (i, done_at - killed)
+        if i % 2 == 0:                               # streamed: events, an error event, then [DONE]
+            assert status == 200, text
+            events = [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+            assert events[-1] == "[DONE]", events[-3:]
+            error = json.loads(events[-2])["error"]
+            assert error["type"] == "server_error" and "engine core" in error["message"], error
+        else:
+            assert status == 503, text
+            assert "killed by signal 9" in json.loads(text)["error"]["message"]
+    assert code != 0, out
+    assert "killed by signal 9" in out
+    assert not still_running(started), out
+    with socket.socket() as s:                       # the port is free again
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", srv.port))
+
+
+def test_sigterm_stops_the_engine_core_too():
+    srv = Server("--max-model-len", "256")
+    started = descendants(srv.proc.pid)
+    code, out = srv.stop()
+    assert code == 0, out
+    assert re.search(r"stopped with 0 of \d+ KV blocks in use, 0 requests running and 0 waiting", out), out
+    assert not still_running(started), out
+
+
+@pytest.fixture(scope="module")
+def engine():
+    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=256, use_graphs=False)) as engine:
+        yield engine
+
+
+def test_a_step_that_raises_ends_streams_with_an_error_then_503s(engine, monkeypatch):
+    """The core on a thread over an engine whose 5th step raises: the stream in flight gets an
+    error event naming the failure and [DONE]; then /health, a whole answer and a new stream all
+    get 503 (never 500)."""
+    real_step, steps = engine.step, []
+
+    def failing_step():
+        steps.append(1)
+        if len(steps) == 5:
+            raise RuntimeError("device fault (injected)")
+        return real_step()
+
+    monkeypatch.setattr(engine, "step", failing_step)
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 50, "ignore_eos": True}
+    with TestClient(create_app(engine, MODEL, ServerLimits())) as api:
+        with api.stream("POST", "/v1/completions", json={**body, "stream": True}) as reply:
+            assert reply.status_code == 200
+            events = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        error = json.loads(events[-2])["error"]
+        assert error["type"] == "server_error" and "device fault (injected)" in error["message"]
+        assert len(events) - 2 <= 4                     # the tokens of the steps before it, then the error
+        health = api.get("/health")
+        assert health.status_code == 503 and "device fault" in health.json()["error"]["message"]
+        for stream in (False, True):
+            reply = api.post("/v1/completions", json={**body, "stream": stream})
+            assert reply.status_code == 503 and reply.json()["error"]["type"] == "server_error", reply.text
+    monkeypatch.undo()
+    for seq in list(engine.scheduler.running) + list(engine.scheduler.waiting):
+        engine.abort(seq)
