@@ -54,3 +54,16 @@ def test_step_profile_attributes_a_decode_step_to_its_ops(capsys):
     out = capsys.readouterr().out
     assert "== batch 1, context 8" in out
     assert "aten::mm" in out and "aten::index_select" in out   # the projections and the paged reads, profiled
+
+
+def test_linear_bench_times_every_method_for_every_gemm(tmp_path):
+    out = tmp_path / "linear.json"
+    assert load("linear_bench").main(["--device", "cpu", "--tiny", "--batches", "1,3", "--reps", "1", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    from anydev.plugin_api.weight_formats import WEIGHT_FORMATS
+    methods = {"torch bf16", "anydev bf16", *WEIGHT_FORMATS}
+    for batch in (1, 3):
+        for gemm in ("qkv", "o", "gate_up", "down", "lm_head", "per token"):
+            got = {r["method"] for r in rows if r["batch"] == batch and r["gemm"] == gemm}
+            assert got == methods, (batch, gemm, methods ^ got)
+    assert all(r["us"] > 0 for r in rows)

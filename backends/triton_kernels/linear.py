@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._weight_tiles import CODES, weight_tile
@@ -28,29 +28,41 @@ DENSE_MAX_ROWS = 16
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one call is launched: the blocks, and ``split`` slices of ``k_per_split`` inputs."""
+    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps."""
     block_m: int
     block_n: int
     block_k: int
     split: int
     k_per_split: int
+    num_warps: int = 4
+
+    @classmethod
+    def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4) -> "Plan":
+        """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
+        k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
+        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
-    """The fixed heuristic: one row at a time (GEMV) for ``M == 1``, ``tl.dot`` tiles of 16-64 rows
-    above; 32 outputs per program (64 with the dot); 256 inputs per tile (a K-quant block), 128 for a
-    dot over float32; then as many K slices as it takes to reach ``programs_to_fill(device)`` programs,
-    each slice at least 4 tiles long."""
-    block_m = 1 if M == 1 else 16 if M <= 16 else 32 if M <= 32 else 64
-    block_n = 32 if block_m == 1 else 64
-    block_k = 256 if block_m == 1 else 64
+    """The fixed heuristic (results/2026-12-01-h200-linear/ has the sweep it comes from).
+
+    ``M == 1``: a GEMV of 16 outputs per program and 8 warps, over tiles of 512 inputs for an element
+    per value (dense, int8, fp8), 256 for GGUF blocks (whose unpacking keeps more values live per
+    thread: 64 values a thread spilled registers on the H200). ``M > 1``: ``tl.dot`` tiles of 16-64
+    rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
+    within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
+    launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
+    if M == 1:
+        block_m, block_n, num_warps = 1, 16, 8
+        block_k = 256 if weight_format in BLOCK_FORMATS else 512
+    else:
+        block_m, block_n, block_k, num_warps = 16 if M <= 16 else 32 if M <= 32 else 64, 64, 64, 4
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
     while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
         split *= 2
-    k_per_split = triton.cdiv(tiles, split) * block_k
-    return Plan(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split)
+    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps)
 
 
 @triton.jit
@@ -84,15 +96,19 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
                  mask=(m[:, None] < M) & (n[None, :] < N))
 
 
-def _run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str, N: int) -> torch.Tensor:
+def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
+        p: Plan | None = None) -> torch.Tensor:
+    """``x @ W.T`` by this kernel family with plan ``p`` (default: :func:`plan`'s); ``weight_format``
+    "dense" for a float weight of ``x``'s dtype. (benchmarks/linear_bench.py sweeps plans through it.)"""
     check_last_dim_contiguous("x", x)
     if x.dim() != 2:
         raise InvalidArgumentError(f"x must be [T, K], got shape {tuple(x.shape)}")
     M, K = x.shape
+    N = weight.shape[0]
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
         return out
-    p = plan(M, N, K, weight_format, x.device)
+    p = p or plan(M, N, K, weight_format, x.device)
     partial = out if p.split == 1 else torch.empty((p.split, M, N), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
     _linear_kernel[grid](
@@ -100,7 +116,7 @@ def _run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, wei
         row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
-        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
+        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
     )
     if p.split > 1:
         torch.sum(partial, dim=0, out=out) if x.dtype == torch.float32 else out.copy_(partial.sum(dim=0))
@@ -113,9 +129,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or not weight.is_contiguous() or weight.dtype != x.dtype:
         raise InvalidArgumentError(f"weight must be contiguous [N, {x.shape[-1]}] {x.dtype}, got "
                                    f"{weight.dtype} {tuple(weight.shape)}")
-    return _run(x, weight, None, "dense", weight.shape[0])
+    return run(x, weight, None, "dense")
 
 
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str) -> torch.Tensor:
     check_weight(weight, scales, weight_format, x.shape[-1])
-    return _run(x, weight, scales, weight_format, weight.shape[0])
+    return run(x, weight, scales, weight_format)

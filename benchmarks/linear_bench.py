@@ -1,0 +1,204 @@
+"""Decode GEMMs side by side in one run: each projection of the 1B and 8B Llama shapes at batch 1 (and
+32), as torch's matmul on bf16 weights (cuBLAS on nvidia), the backend's ``linear`` on the same bf16
+weights, and its ``quantized_linear`` in every weight format; prints microseconds and the achieved
+bandwidth (weight bytes + activations over the time), and per model the GEMMs' time per token.
+
+    python benchmarks/linear_bench.py --device nvidia                         # the table
+    python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
+    TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
+
+Times: a device graph of one call per copy of the weights (as many copies as it takes to exceed 256 MB,
+so the L2 cache does not serve the weights), replayed ``--reps`` times; per call. On the cpu (no graphs),
+wall time of the same calls. ``--sweep`` times the Triton kernel's candidate plans (blocks, warps, K
+split) for the batch-1 GEMMs of a few formats and prints the best beside the heuristic's
+(``anydev.backends.triton_kernels.linear.plan``).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+
+import torch
+import torch.nn.functional as F
+
+from anydev.plugin_api import load_backend
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, WEIGHT_FORMATS, quantize_per_channel, row_bytes
+
+MODELS = {  # Llama-3.2-1B and Llama-3-8B: hidden, query heads, KV heads, head dim, MLP, vocabulary, layers
+    "1B": (2048, 32, 8, 64, 8192, 128256, 16),
+    "8B": (4096, 32, 8, 128, 14336, 128256, 32),
+}
+TINY = {"tiny": (256, 4, 2, 64, 512, 1024, 2)}
+#: Float16 fields of each GGUF block (byte offsets), filled with small values in random blocks.
+F16_FIELDS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}
+BYTES_PAST_L2 = 256 << 20
+
+
+def gemms(model) -> list[tuple[str, int, int]]:
+    """(name, N, K) of one layer's projections and the lm_head."""
+    hidden, heads, kv, d, mlp, vocab, _ = model
+    return [("qkv", (heads + 2 * kv) * d, hidden), ("o", hidden, heads * d), ("gate_up", 2 * mlp, hidden),
+            ("down", hidden, mlp), ("lm_head", vocab, hidden)]
+
+
+def make_weight(fmt: str, N: int, K: int, dev) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A random weight: bf16 (``dense``), per-channel quantized, or GGUF blocks of random bytes with
+    small float16 scales."""
+    if fmt == "dense":
+        return (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16(), None
+    if fmt in CHANNEL_FORMATS:
+        return quantize_per_channel(torch.randn(N, K, device=dev), fmt)
+    block = BLOCK_FORMATS[fmt]
+    blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), dtype=torch.uint8, device=dev)
+    for at in F16_FIELDS[fmt]:
+        value = (0.002 + 0.01 * torch.rand(blocks.shape[:2], device=dev)).half()
+        blocks[:, :, at:at + 2] = value.view(torch.uint8).view(*value.shape, 2)
+    return blocks.view(N, -1), None
+
+
+def weight_bytes(fmt: str, N: int, K: int) -> int:
+    return N * (2 * K if fmt == "dense" else row_bytes(fmt, K) + (4 if fmt in CHANNEL_FORMATS else 0))
+
+
+class Timer:
+    def __init__(self, dev, reps: int):
+        self.dev, self.reps = dev, reps
+
+    def __call__(self, calls) -> float:
+        """Microseconds per call of ``calls`` (one callable per weight copy)."""
+        for call in calls:
+            call()
+        if self.dev.type == "cpu":
+            start = time.perf_counter()
+            for _ in range(self.reps):
+                for call in calls:
+                    call()
+            return (time.perf_counter() - start) / (self.reps * len(calls)) * 1e6
+        module = getattr(torch, self.dev.type)
+        side = module.Stream()
+        side.wait_stream(module.current_stream())
+        with module.stream(side):
+            for call in calls:
+                call()
+        module.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for call in calls:
+                call()
+        graph.replay()
+        start, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
+        start.record()
+        for _ in range(self.reps):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / (self.reps * len(calls))
+
+
+def copies_of(fmt, N, K, dev, tiny):
+    count = 1 if tiny else max(1, min(16, -(-BYTES_PAST_L2 // weight_bytes(fmt, N, K))))
+    return [make_weight(fmt, N, K, dev) for _ in range(count)]
+
+
+def methods(kernels):
+    """(column name, format, call(x, weight, scales))."""
+    yield "torch bf16", "dense", lambda x, w, s: F.linear(x, w)
+    yield "anydev bf16", "dense", lambda x, w, s: kernels.linear(x, w)
+    for fmt in WEIGHT_FORMATS:
+        yield fmt, fmt, lambda x, w, s, fmt=fmt: kernels.quantized_linear(x, w, s, fmt)
+
+
+def table(args, kernels, dev, models) -> list[dict]:
+    timer = Timer(dev, args.reps)
+    rows = []
+    for (model_name, model), batch in itertools.product(models.items(), args.batches):
+        per_token = {}
+        print(f"\n== {model_name}, batch {batch}: us per call (TB/s)")
+        for name, N, K in gemms(model):
+            x = torch.randn(batch, K, device=dev).bfloat16()
+            cells = []
+            for column, fmt, call in methods(kernels):
+                weights = copies_of(fmt, N, K, dev, args.tiny)
+                us = timer([lambda w=w, s=s: call(x, w, s) for w, s in weights])
+                moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
+                rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "method": column,
+                             "us": us, "tb_per_s": moved / us / 1e6})
+                layers = 1 if name == "lm_head" else model[-1]
+                per_token[column] = per_token.get(column, 0.0) + us * layers
+                cells.append(f"{column} {us:8.1f} ({moved / us / 1e6:4.2f})")
+                del weights
+            print(f"{name:8} {N:6}x{K:<6} " + " | ".join(cells), flush=True)
+        print(f"GEMMs per token (ms) and the tok/s they bound: " + " | ".join(
+            f"{column} {us / 1e3:.3f} ({1e6 / us * batch:,.0f})" for column, us in per_token.items()))
+        for column, us in per_token.items():
+            rows.append({"model": model_name, "batch": batch, "gemm": "per token", "method": column, "us": us,
+                         "tokens_per_s_bound": 1e6 / us * batch})
+    return rows
+
+
+def sweep(args, dev, models) -> list[dict]:
+    """Batch 1: every candidate plan of the Triton family beside the heuristic's, per GEMM and format."""
+    from anydev.backends.triton_kernels import linear as triton_linear
+
+    timer = Timer(dev, args.reps)
+    rows = []
+    print("\n== plan sweep, batch 1: best plan vs the heuristic's (us)")
+    for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
+        for name, N, K in gemms(model)[:4]:
+            x = torch.randn(1, K, device=dev).bfloat16()
+            weights = copies_of(fmt, N, K, dev, args.tiny)
+            scales_fmt = "dense" if fmt == "dense" else fmt
+
+            def timed(p):
+                return timer([lambda w=w, s=s: triton_linear.run(x, w, s, scales_fmt, p) for w, s in weights])
+
+            chosen = triton_linear.plan(1, N, K, fmt, dev)
+            results = {chosen: timed(chosen)}
+            for bn, bk, warps, split in itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (1, 2, 4, 8, 16)):
+                p = triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
+                if p not in results:
+                    results[p] = timed(p)
+            best = min(results, key=results.get)
+            moved = weight_bytes(fmt, N, K)
+            print(f"{model_name} {name:8} {fmt:9} heuristic {results[chosen]:7.1f} ({moved / results[chosen] / 1e6:4.2f} TB/s) "
+                  f"{chosen}  best {results[best]:7.1f} ({moved / results[best] / 1e6:4.2f} TB/s) {best}", flush=True)
+            rows.append({"model": model_name, "gemm": name, "format": fmt, "heuristic": str(chosen),
+                         "heuristic_us": results[chosen], "best": str(best), "best_us": results[best]})
+    return rows
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="nvidia")
+    p.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[1, 32])
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--tiny", action="store_true", help="one small shape (a smoke run, e.g. under Triton's interpreter)")
+    p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans at batch 1")
+    p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
+    p.add_argument("--out", help="write the rows as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    backend = load_backend(args.device)
+    device = backend.device(0)
+    device.set_current()
+    dev = device.torch_device
+    kernels = backend.kernels()
+    print(kernels.describe())
+    models = TINY if args.tiny else MODELS
+    with torch.inference_mode():
+        rows = table(args, kernels, dev, models)
+        sweep_rows = sweep(args, dev, models) if args.sweep else []
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"device": args.device, "hardware": backend.runtime.hardware_label, "torch": torch.__version__,
+                       "kernels": kernels.describe(), "rows": rows, "sweep": sweep_rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
