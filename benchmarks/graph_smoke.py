@@ -21,9 +21,9 @@ import sys
 import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.errors import run_command
-from anydev.core.models.random_weights import llama_config, random_checkpoint
+from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from anydev.plugin_api import load_backend
 
 NEW_TOKENS = 48

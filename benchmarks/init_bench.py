@@ -38,12 +38,12 @@ import torch
 from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine_config import DTYPES, default_read_threads
 from anydev.core.errors import run_command
-from anydev.core.kv_cache import KVLayout
-from anydev.core.models.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
+from anydev.core.rank.kv_cache import KVLayout
+from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
 from anydev.core.test_hooks import TestHooks
 from anydev.core.timeline import PHASES, phase_seconds
-from anydev.core.weights import RankWeights
+from anydev.core.loading.weights import RankWeights
 from anydev.plugin_api import load_backend
 
 #: mode -> (EngineConfig.init_mode, KV zeroing: None = the init mode's own, "memset" or "host")
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     if args.model:
-        from anydev.core.checkpoint import open_checkpoint
+        from anydev.core.loading.checkpoint import open_checkpoint
 
         def fresh():   # a new memory map per measurement: none inherits page tables another filled
             return contextlib.closing(open_checkpoint(args.model))

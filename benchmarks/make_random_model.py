@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from anydev.core.engine_config import DTYPES
-from anydev.core.models.random_weights import (GGUF_TYPES, add_shape_arguments, config_from_arguments,
+from anydev.core.loading.random_weights import (GGUF_TYPES, add_shape_arguments, config_from_arguments,
                                                save_random_gguf, save_random_model)
 
 

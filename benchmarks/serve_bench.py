@@ -312,7 +312,7 @@ def run_case(args, server: Server, workload: str, config: str, jobs, rate: float
 def offline_saturation(args, prompts, warm_prompts) -> dict:
     """The same requests through InferEngine.generate_ids in this process (no server)."""
     from anydev.core import EngineConfig, InferEngine, SamplingParams
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
 
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
     config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, max_model_len=args.max_model_len,
@@ -338,7 +338,7 @@ def main(argv=None) -> int:
     unknown = set(workloads) - {"random", "shared", "mixed", "saturate"}
     if unknown:
         raise SystemExit(f"unknown workloads: {sorted(unknown)}")
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
     with (demo_checkpoint() if args.model is None else open_checkpoint(args.model)) as checkpoint:
         vocab = checkpoint.config.vocab_size
     rng = random.Random(args.seed)

@@ -21,7 +21,7 @@ import torch
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.errors import run_command
-from anydev.core.models.random_weights import LLAMA_1B, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
             num_hidden_layers=2)

@@ -16,7 +16,7 @@ KV_TARGET_MIN, KV_TARGET_MAX = 64 << 20, 1 << 30
 @functools.lru_cache(maxsize=None)
 def demo():
     """The embedded demo checkpoint (built in code, read-only, shared by every check)."""
-    from anydev.core.checkpoint import demo_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint
 
     return demo_checkpoint()
 

@@ -71,8 +71,7 @@ def ranks_meet_before_weights(tp: int, timeout_s: float):
     the machine's load; ranks initialised one after another cannot (the first waits for ranks that
     have not started) and fail after ``timeout_s``. It wraps the engine's per-rank weight loading.
     """
-    from anydev.core import rank_worker
-
+    from anydev.core.rank import rank_worker
     barrier = threading.Barrier(tp, timeout=timeout_s)
     original = rank_worker.RankWorker._load_weights
 

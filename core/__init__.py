@@ -1,7 +1,7 @@
 """The inference engine: Llama-family models over N tensor-parallel ranks on any anydev backend."""
 from .engine import EngineConfig, GenerationOutput, GenerationStats, InferEngine
 from .errors import EngineClosedError, EngineConfigError, EngineInitError
-from .sampling import SamplingParams
+from .sched.sampling import SamplingParams
 from .timeline import PHASES, PhaseRecord, format_timeline
 
 __all__ = [

@@ -7,7 +7,7 @@ import operator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint_errors import ModelLoadError
+from .loading.checkpoint_errors import ModelLoadError
 
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
 _ARCHITECTURE_CLASSES = {

@@ -27,18 +27,18 @@ import torch
 
 from anydev.plugin_api import load_backend
 
-from . import executor as executors
-from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
-from .dist import RankFailedError
-from .block_manager import BlockManager
+from .executors import executor as executors
+from .executors.abort import ABORT_WAIT_S, abort_communicators, close_communicators
+from .executors.dist import RankFailedError
+from .sched.block_manager import BlockManager
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
-from .graphs import batch_bucket, batch_buckets
-from .piecewise import token_bucket, token_buckets
-from .kernel_choice import select_kernels
+from .rank.graphs import batch_bucket, batch_buckets, device_graph
+from .rank.piecewise import token_bucket, token_buckets
+from .rank.kernel_choice import select_kernels
 from .models.pipeline import check_devices
-from .rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
-from .sampling import SamplingParams
-from .scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
+from .rank.rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
+from .sched.sampling import SamplingParams
+from .sched.scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
 from .test_hooks import TestHooks
 from .timeline import PHASES, PhaseRecord, Timeline
 from .engine_config import EngineConfig, resolve_dtype, default_read_threads, validate_config
@@ -100,7 +100,7 @@ class InferEngine:
         self._closed = False
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
         if self._owns_checkpoint:
-            from .checkpoint import open_checkpoint
+            from .loading.checkpoint import open_checkpoint
 
             self.checkpoint = open_checkpoint(checkpoint_or_path)
         else:
@@ -143,7 +143,7 @@ class InferEngine:
         hooks = self._hooks
         self.uses_graphs = config.use_graphs and config.pp == 1 and (hooks.graph_factory is not None
                                                                      or self.backend.supports("torch_graph"))
-        graph_factory = (hooks.graph_factory or _device_graph) if self.uses_graphs else None
+        graph_factory = (hooks.graph_factory or device_graph) if self.uses_graphs else None
 
         #: Block-table width: the blocks of one sequence of the longest context (graphs are captured
         #: at this width, so context length is no bucket).
@@ -600,11 +600,6 @@ def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
     if hooks.kv_zero not in ("memset", "host"):
         raise EngineConfigError(f"kv_zero must be 'memset' or 'host', got {hooks.kv_zero!r}")
     return hooks.kv_zero == "host"
-
-
-def _device_graph(stream, replay_eagerly):
-    """A decode graph from the device API (contract 1.1); device graphs replay without Python."""
-    return stream.create_graph()
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:

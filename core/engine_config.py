@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import executor as executors
+from .executors import executor as executors
 from .config import SUPPORTED_ARCHITECTURES
 from .errors import EngineConfigError
-from .kernel_choice import KERNEL_MODES
+from .rank.kernel_choice import KERNEL_MODES
 from .models.pipeline import check_pp
 from .models.sharding import check_tp
 from .test_hooks import TestHooks
@@ -65,7 +65,7 @@ class EngineConfig:
     async_steps: bool = True
     #: Where the ranks run (:mod:`.executor`): "threads" (one process), "mp" (one process per rank on
     #: this machine, started here) or "torchrun" (one process per rank started by torchrun; build the
-    #: engine on RANK 0, the other ranks run ``anydev.core.rank_process.follow``).
+    #: engine on RANK 0, the other ranks run ``anydev.core.executors.rank_process.follow``).
     executor: str = "threads"
 
 

@@ -70,8 +70,8 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
-    from anydev.core.executor import command_executor
+    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.executors.executor import command_executor
     from anydev.plugin_api import load_backend
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on

@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anydev.core import InferEngine
-from anydev.core.tokenizer import ChatTemplateError, Tokenizer
+from anydev.core.loading.tokenizer import ChatTemplateError, Tokenizer
 
 from .async_engine import AsyncEngine, EngineStoppedError, InvalidRequestError, QueueFullError, RequestStream
 from .limits import BodySizeLimit, ServerLimits

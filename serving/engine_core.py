@@ -27,7 +27,7 @@ import zmq
 
 from anydev.core import EngineConfig, InferEngine
 from anydev.core.errors import EngineConfigError
-from anydev.core.sequence import Sequence
+from anydev.core.sched.sequence import Sequence
 from anydev.plugin_api.errors import AnydevError
 
 from .messages import (ENCODER, TO_CORE, AbortRequests, AddRequest, EngineFailure, EngineInfo, EngineOutputs,
@@ -286,7 +286,7 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
     counters. Ctrl-C in the terminal reaches the whole process group: the core leaves it to the
     front ends, which drain and then say :class:`Shutdown`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
 
     try:
         checkpoint = demo_checkpoint() if model is None else open_checkpoint(model)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import msgspec
 
-from anydev.core.sampling import SamplingParams
+from anydev.core.sched.sampling import SamplingParams
 
 
 # ---- front end -> engine core ------------------------------------------------------------------

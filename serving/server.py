@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, args.api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    from anydev.core.executor import command_executor
+    from anydev.core.executors.executor import command_executor
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _open_tokenizer(model: str | None):
-    from anydev.core.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
 
     return (demo_checkpoint() if model is None else open_checkpoint(model)).tokenizer
 

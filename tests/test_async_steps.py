@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi", "a much longer prompt " * 6]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from anydev.core import hf_loader
-from anydev.core.checkpoint import ChatTemplateError, ModelLoadError, demo_checkpoint, open_checkpoint
+from anydev.core.loading import hf_loader
+from anydev.core.loading.checkpoint import ChatTemplateError, ModelLoadError, demo_checkpoint, open_checkpoint
 from anydev.core.config import expected_tensor_names
 from checkpoints import hf_state_dict, read_index, write_hf_checkpoint
 

@@ -95,7 +95,7 @@ def test_1_0_plugin_loads_on_the_1_5_host_without_torch_graph_kernels_send_recv_
         assert not backend.supports(call)
     with pytest.raises(NotSupportedError, match=r"send.*1\.3"):
         backend.runtime.send(0, 1, "float32", 1, 1, 1)
-    # No communicator abort: the engine keeps its old behaviour (see anydev.core.abort).
+    # No communicator abort: the engine keeps its old behaviour (see anydev.core.executors.abort).
     assert not backend.supports(ABORT_CALL)
     with pytest.raises(NotSupportedError, match=r"comm_abort.*1\.4"):
         backend.runtime.comm_abort(1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.plugin_api import UnknownBackendError, get_registry
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"

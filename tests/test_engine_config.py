@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.test_hooks import TestHooks
 from anydev.plugin_api import UnknownBackendError
 

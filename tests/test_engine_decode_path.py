@@ -10,9 +10,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.models.fusion import fused_views
-from anydev.core.scheduler import Sequence, build_step
+from anydev.core.sched.scheduler import Sequence, build_step
 
 BLOCK = 4
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.sampling import sample, sample_rows
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.sched.sampling import sample, sample_rows
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi"]
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from anydev.core import PHASES, EngineClosedError, EngineConfig, EngineConfigError, EngineInitError, InferEngine
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.rank_worker import RankWorker
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.rank.rank_worker import RankWorker
 from anydev.core.test_hooks import TestHooks
 from anydev.plugin_api import OutOfMemoryError, Stream, load_backend
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.engine import micro_batch_bounds
 from anydev.core.models.pipeline import PipelineConfigError, check_devices, stages
-from anydev.core.rank_worker import RankWorker
+from anydev.core.rank.rank_worker import RankWorker
 from checkpoints import write_hf_checkpoint
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi", "tell me about pipeline parallel inference"]

@@ -7,10 +7,10 @@ import threading
 import pytest
 
 from anydev.core import EngineClosedError, EngineConfig, InferEngine, SamplingParams
-from anydev.core import block_manager as bm
-from anydev.core.block_manager import BlockManager
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.sequence import Sequence
+from anydev.core.sched import block_manager as bm
+from anydev.core.sched.block_manager import BlockManager
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.sched.sequence import Sequence
 
 BLOCK = 4
 GREEDY = SamplingParams(max_new_tokens=12)

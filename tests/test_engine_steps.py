@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, InferEngine
-from anydev.core.scheduler import ScheduledStep
+from anydev.core.sched.scheduler import ScheduledStep
 from anydev.plugin_api.kernels import KERNEL_NAMES, REFERENCES, KernelSet
-from anydev.core.models.random_weights import llama_config, random_checkpoint
-from anydev.core.sampling import SamplingParams as Params
-from anydev.core.scheduler import Sequence
+from anydev.core.loading.random_weights import llama_config, random_checkpoint
+from anydev.core.sched.sampling import SamplingParams as Params
+from anydev.core.sched.scheduler import Sequence
 
 BLOCK = 4
 SHAPE = dict(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,

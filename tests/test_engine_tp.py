@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.models.random_weights import llama_config, random_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from checkpoints import write_hf_checkpoint
 
 PROMPTS = ["Hello, world!", "the model of the device is", "hi", "tell me about tensor parallel inference"]
@@ -93,7 +93,7 @@ def test_a_rank_whose_step_raises_stops_every_rank_with_its_error(monkeypatch):
     """Rank 1's step raises before its first all_reduce; rank 0 waits for it there. The engine
     aborts the communicators (contract 1.4), so rank 0 is freed: the step raises rank 1's error, the
     next one says the ranks were stopped, and close joins every rank thread."""
-    from anydev.core.dist import RankFailedError
+    from anydev.core.executors.dist import RankFailedError
     from anydev.plugin_api import load_backend
 
     monkeypatch.setattr(load_backend("cpu").runtime, "collective_timeout_s", 600.0)   # only the abort frees rank 0

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from anydev.core import EngineConfig, EngineInitError, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.dist import LaunchError, RankFailedError, launch_from_env
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.executors.dist import LaunchError, RankFailedError, launch_from_env
 from anydev.core.test_hooks import TestHooks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def tp1_tokens():
 
 
 def rank_processes() -> list[int]:
-    """Pids of this process's children that run a rank (``anydev.core.rank_process``), from /proc."""
+    """Pids of this process's children that run a rank (``anydev.core.executors.rank_process``), from /proc."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -42,7 +42,7 @@ def rank_processes() -> list[int]:
             continue
         parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), None)
         state = next((line.split()[1] for line in status.splitlines() if line.startswith("State:")), "")
-        if parent == str(os.getpid()) and b"anydev.core.rank_process" in cmdline and state != "Z":
+        if parent == str(os.getpid()) and b"anydev.core.executors.rank_process" in cmdline and state != "Z":
             found.append(int(entry.name))
     return found
 
@@ -129,8 +129,7 @@ def test_after_a_failure_rank_0_destroys_only_aborted_communicators(monkeypatch)
     """Closing right after a failure waits for the abort of rank 0's communicators before destroying
     them: destroying a live one whose peer died may never return (NCCL), and would race the abort
     (made slow here, so that a close that does not wait for it destroys first)."""
-    from anydev.core import executor
-
+    from anydev.core.executors import executor
     abort = executor.abort_communicators
 
     def slow_abort(comms, *args):
@@ -162,7 +161,7 @@ def test_a_hung_rank_is_named_and_rank_0s_own_thread_is_freed_by_the_abort(monke
     0 aborts its communicators (contract 1.4): its own worker thread is free again. The judge's kill
     of the hung process is held back, as for a rank of another machine (torchrun), so that only the
     abort can free rank 0."""
-    from anydev.core import executor
+    from anydev.core.executors import executor
     from anydev.plugin_api import load_backend
 
     monkeypatch.setenv("ANYDEV_DIST_HEARTBEAT_TIMEOUT", "4")

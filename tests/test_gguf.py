@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anydev.core.checkpoint import ModelLoadError, open_checkpoint
+from anydev.core.loading.checkpoint import ModelLoadError, open_checkpoint
 from anydev.core.config import expected_tensor_names
 from checkpoints import LLAMA_TEMPLATE, write_gguf_checkpoint
 
@@ -255,7 +255,7 @@ def test_a_rank_slice_decodes_only_its_part_and_equals_the_whole_tensor_cut(writ
 
 def test_per_shard_dequantization_touches_only_the_shards_blocks(written, monkeypatch):
     """At tp=2 a Q8_0 rank dequantizes half of each split tensor's blocks, a block of rows at a time."""
-    from anydev.core import gguf_loader
+    from anydev.core.loading import gguf_loader
     from anydev.core.models.sharding import rank_shard, slice_of
     model = written("Q8_0")
     calls = []

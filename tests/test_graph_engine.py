@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.graphs import GraphCaptureError, batch_bucket, batch_buckets
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.rank.graphs import GraphCaptureError, batch_bucket, batch_buckets
 from anydev.core.models.batch import pad_decode
-from anydev.core.scheduler import Sequence, build_step
+from anydev.core.sched.scheduler import Sequence, build_step
 from anydev.core.test_hooks import TestHooks
 
 BLOCK = 4

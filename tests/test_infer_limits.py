@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.tokenizer import InvalidTextError
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.loading.tokenizer import InvalidTextError
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from anydev.core.config import expected_tensor_names
-from anydev.core.models.random_weights import llama_config, save_random_model
+from anydev.core.loading.random_weights import llama_config, save_random_model
 from anydev.core.models.sharding import local_shape, rank_shard
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "init_bench.py"
@@ -46,7 +46,7 @@ def test_init_bench_reports_each_ranks_shard_alone_and_together(tmp_path):
 
 
 def test_init_bench_from_a_gguf_file_loads_dequantized_shards(tmp_path):
-    from anydev.core.models.random_weights import save_random_gguf
+    from anydev.core.loading.random_weights import save_random_gguf
     config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
     save_random_gguf(tmp_path / "model.gguf", config, "Q8_0")

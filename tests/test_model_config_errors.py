@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from anydev.core.checkpoint import ModelLoadError, open_checkpoint
+from anydev.core.loading.checkpoint import ModelLoadError, open_checkpoint
 from checkpoints import write_gguf_checkpoint, write_hf_checkpoint
 
 pytest.importorskip("transformers", reason="the test checkpoints are written through transformers")
@@ -60,7 +60,7 @@ def test_bad_hf_config_fields_are_named_with_the_file(hf_dir, tmp_path, change, 
 def test_bad_gguf_metadata_is_named_with_the_file(gguf_file, field, value, message):
     from gguf import GGUFReader
 
-    from anydev.core.gguf_loader import gguf_model_config, read_metadata
+    from anydev.core.loading.gguf_loader import gguf_model_config, read_metadata
 
     reader = GGUFReader(gguf_file)
     meta = read_metadata(reader)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from anydev.core import demo_model
-from anydev.core.checkpoint import ModelLoadError
+from anydev.core.loading import demo_model
+from anydev.core.loading.checkpoint import ModelLoadError
 
 ROOT = Path(__file__).resolve().parents[1]
 

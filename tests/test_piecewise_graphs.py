@@ -1,4 +1,4 @@
-"""Piecewise graphs (core/piecewise.py): steps that are not pure decodes replay L + 1 captured pieces
+"""Piecewise graphs (core/rank/piecewise.py): steps that are not pure decodes replay L + 1 captured pieces
 with the attentions run eagerly between them; the tokens equal those of the eager engine, on the cpu
 backend's real recording graphs (ANYDEV_CPU_GRAPHS) and at TP=2."""
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
-from anydev.core.piecewise import token_bucket, token_buckets
-from anydev.core.scheduler import Sequence, build_step
+from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.core.rank.piecewise import token_bucket, token_buckets
+from anydev.core.sched.scheduler import Sequence, build_step
 
 PROMPTS = [[5, 6, 7, 8, 9], list(range(1, 13)), list(range(20, 40)), list(range(40, 66)), list(range(70, 79))]
 GREEDY = SamplingParams(max_new_tokens=12)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anydev.core.sampling import SamplingParams, sample, sample_rows
+from anydev.core.sched.sampling import SamplingParams, sample, sample_rows
 
 
 @pytest.mark.parametrize("temperature, top_p", [(5e-324, 1.0), (1e-7, 0.9), (1.0, 5e-324), (0.7, 1e-300),

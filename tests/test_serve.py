@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from serve_support import FIGURES, KEY, MODEL, Server, request
 
 SYSTEM = ("You are the assistant of the device model. The user asks about the world and you answer with "

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from anydev.core import EngineConfig, InferEngine
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.serving import ServerLimits, create_app
 from anydev.serving.server import exposure_warning
 

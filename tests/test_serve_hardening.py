@@ -23,7 +23,7 @@ import openai
 import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from serve_support import FIGURES, KEY, MODEL, Server, request
 
 CONTEXT = 1024

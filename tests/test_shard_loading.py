@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from anydev.core import EngineConfig, InferEngine
-from anydev.core import safetensors_slices
-from anydev.core.checkpoint import open_checkpoint
+from anydev.core.loading import safetensors_slices
+from anydev.core.loading.checkpoint import open_checkpoint
 from anydev.core.config import expected_tensor_names
-from anydev.core.hf_loader import weight_map_of
-from anydev.core.models.random_weights import llama_config, save_random_model
+from anydev.core.loading.hf_loader import weight_map_of
+from anydev.core.loading.random_weights import llama_config, save_random_model
 from anydev.core.models.sharding import rank_shard, slice_of
-from anydev.core.safetensors_slices import SafetensorsFile
-from anydev.core.weights import RankWeights
+from anydev.core.loading.safetensors_slices import SafetensorsFile
+from anydev.core.loading.weights import RankWeights
 from anydev.plugin_api import Device, DeviceBuffer, HostBuffer, Stream
 
 # 8 heads over 4 KV heads, head_dim 32: tp=2 and 4 split the KV heads, tp=8 replicates them.

@@ -11,7 +11,7 @@ import torch
 
 from anydev.conformance.support import run_ranks
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.checkpoint import demo_checkpoint
+from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.plugin_api import Stream, load_backend
 
 CALLS = 200

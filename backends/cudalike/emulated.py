@@ -3,7 +3,7 @@
 The emulated runtimes (``conformance/emulated/``, built with gcc in CI) keep device memory in host
 memory. On them the real plugin code runs unchanged (cffi bindings, runtime calls, MCCL collectives);
 only the torch bridge differs: views are CPU tensors over the emulated device memory, and torch math
-runs on the host. :func:`~.runtime.open_runtime` picks this class only when the loaded library exports
+runs on the host. :func:`~.plugin.open_runtime` picks this class only when the loaded library exports
 ``anydevEmulatedRuntime``, which no vendor library does: on a real card the vendor's bridge
 (torch_musa, MetaX's torch) is used, or refused with its install hint, never this one. The runtime
 says it is emulated wherever it reports itself: ``hardware_label`` ("emulated runtime"),

@@ -27,19 +27,6 @@ UNIQUE_ID_BYTES = 128
 EMULATION_MARKER = "anydevEmulatedRuntime"
 
 
-def open_runtime(spec: VendorSpec) -> "CudaLikeRuntime":
-    """Load ``spec``'s runtime library and build its runtime: a :class:`CudaLikeRuntime`, or, only
-    when the library reports itself as anydev's emulated runtime, an ``EmulatedRuntime`` (the same
-    bindings, with a torch bridge onto CPU tensors, since its device memory is host memory)."""
-    library = load_library(ffi_for(spec.rt, spec.ccl), spec.runtime_library, spec.name, spec.sdk_roots,
-                           spec.lib_subdirs)
-    if bind_optional(library, EMULATION_MARKER) is not None:
-        from .emulated import EmulatedRuntime
-
-        return EmulatedRuntime(spec, library)
-    return CudaLikeRuntime(spec, library)
-
-
 @functools.lru_cache(maxsize=None)
 def ffi_for(rt: str, ccl: str) -> cffi.FFI:
     """One parsed FFI per (runtime prefix, collective prefix)."""
@@ -85,7 +72,7 @@ class CudaLikeRuntime(DeviceRuntime):
     contract_version = CONTRACT_VERSION
 
     def __init__(self, spec: VendorSpec, runtime_library: LoadedLibrary | None = None):
-        """``runtime_library``: the runtime, already loaded (by :func:`open_runtime`); else it is found here."""
+        """``runtime_library``: the runtime, already loaded (by :func:`~.plugin.open_runtime`); else it is found here."""
         self.spec = spec
         self.name = spec.name
         self.torch_device_type = spec.torch_bridge.device_type

@@ -64,7 +64,7 @@ class StepBatch:
 
     ``max_q_len`` (host int) is the most tokens one sequence feeds: 1 makes it a pure decode step.
     ``real_rows`` is set on a decode step padded to a graph's batch size: only its first
-    ``real_rows`` rows are sequences (see :mod:`anydev.core.graphs`). ``real_tokens`` is set on a
+    ``real_rows`` rows are sequences (see :mod:`anydev.core.rank.graphs`). ``real_tokens`` is set on a
     step padded to a token bucket of the piecewise graphs: only its first ``real_tokens`` tokens
     belong to sequences (the others write no KV). ``num_prev`` is the P of the
     module docstring; ``token_pool`` is ``[previous tokens | input_ids]`` once the step sits in a

@@ -13,7 +13,7 @@ FUSIONS = {
 
 
 def fused_views(weights, layers) -> dict[str, torch.Tensor]:
-    """Views of ``weights`` (a :class:`~anydev.core.weights.RankWeights`) over each fusable group:
+    """Views of ``weights`` (a :class:`~anydev.core.loading.weights.RankWeights`) over each fusable group:
     ``model.layers.{i}.<fused name>`` -> [sum of rows, cols]. A group whose parts are missing or not
     back to back in the buffer (alignment padding between them) is left out; the model then runs the
     parts one by one."""

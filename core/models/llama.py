@@ -2,7 +2,7 @@
 
 HF transformers' math on the rank's weight shard (see :mod:`.sharding`), over a flat packed step
 (:class:`.batch.StepBatch`), through the kernels of contract 1.2 (``kernels``: the backend's own or
-the references; see :mod:`anydev.core.kernel_choice`). Per layer: fused_add_rms_norm, the fused qkv
+the references; see :mod:`anydev.core.rank.kernel_choice`). Per layer: fused_add_rms_norm, the fused qkv
 matmul, rotary in place and write_kv (one fused kernel: rotary_write_kv), paged attention, o_proj,
 fused_add_rms_norm, the fused gate_up matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
 o_proj and down_proj, and the all-gather of the vocabulary-split lm_head's logits.

@@ -2,10 +2,10 @@
 
 * ``threads`` (the default): every rank a :class:`~.rank_worker.RankWorker` thread of this process.
 * ``mp``: one process per rank on this machine; this process is rank 0 and starts the others
-  (``python -m anydev.core.rank_process``) with torchrun's variables set, as torchrun would.
+  (``python -m anydev.core.executors.rank_process``) with torchrun's variables set, as torchrun would.
 * ``torchrun``: one process per rank started by torchrun (or any launcher setting its variables), on
   any number of machines; the process of ``RANK=0`` builds the engine, the others run
-  :func:`anydev.core.rank_process.follow`.
+  :func:`anydev.core.executors.rank_process.follow`.
 
 In both process executors rank 0 drives (:class:`ProcessRanks`): the engine sees a
 :class:`LocalRank` (its own RankWorker, whose every command is first broadcast to the others) and one
@@ -34,11 +34,11 @@ from typing import Callable
 from .abort import ABORT_WAIT_S, abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
                    check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
-from .errors import EngineConfigError, EngineInitError
-from .models.pipeline import stages
-from .models.sharding import rank_shard
-from .rank_worker import KVRequest, RankSetup
-from .timeline import PhaseRecord
+from ..errors import EngineConfigError, EngineInitError
+from ..models.pipeline import stages
+from ..models.sharding import rank_shard
+from ..rank.rank_worker import KVRequest, RankSetup
+from ..timeline import PhaseRecord
 
 EXECUTORS = ("threads", "mp", "torchrun")
 #: Commands the engine gives every rank; any other goes to the one rank it is submitted to.
@@ -120,15 +120,6 @@ def checkpoint_source(checkpoint):
                             "is no path; pass a model directory or .gguf path (or the embedded demo)")
 
 
-def open_source(source):
-    from .checkpoint import open_checkpoint
-
-    if isinstance(source, tuple):
-        build, args = source
-        return build(*args)
-    return open_checkpoint(source)
-
-
 def start_ranks(config, backend) -> "ProcessRanks":
     """Rank 0's side of a process executor (``config.executor`` is ``mp`` or ``torchrun``)."""
     if not backend.runtime.cross_process_collectives:
@@ -144,7 +135,7 @@ def start_ranks(config, backend) -> "ProcessRanks":
                           "MASTER_ADDR, MASTER_PORT): launch with torchrun, or use executor='mp' on one machine")
     if launch.rank != 0:
         raise LaunchError(f"this process is rank {launch.rank}: only rank 0 builds the engine; the other ranks run "
-                          "anydev.core.rank_process.follow() (test_infer.py and `anydev serve` do so themselves)")
+                          "anydev.core.executors.rank_process.follow() (test_infer.py and `anydev serve` do so themselves)")
     check_world_size(launch, config.tp, pp)
     return ProcessRanks.launched(launch)
 
@@ -196,7 +187,7 @@ class ProcessRanks:
         children = []
         try:
             for rank in range(1, world_size):
-                children.append(subprocess.Popen([sys.executable, "-m", "anydev.core.rank_process"],
+                children.append(subprocess.Popen([sys.executable, "-m", "anydev.core.executors.rank_process"],
                                                  env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))))
             store = connect_store(launch, timeout)
             return cls(launch, store, children, server)

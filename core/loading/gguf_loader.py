@@ -16,7 +16,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueTy
 from gguf.quants import dequantize
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, check_attention, normalize_rope_scaling, shape_int
+from ..config import ModelConfig, check_attention, normalize_rope_scaling, shape_int
 from .gguf_tokenizer import gguf_tokenizer
 from .tensor_slices import sliced_shape
 from .tokenizer import Tokenizer

@@ -19,9 +19,9 @@ import torch
 
 from anydev.plugin_api import Device, Stream
 
-from .config import expected_tensor_names
-from .models.pipeline import Stage
-from .models.sharding import RankShard, full_shape, local_shape, slice_of
+from ..config import expected_tensor_names
+from ..models.pipeline import Stage
+from ..models.sharding import RankShard, full_shape, local_shape, slice_of
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
 

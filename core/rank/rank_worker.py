@@ -15,21 +15,21 @@ from tqdm.auto import tqdm
 
 from anydev.plugin_api import Communicator, Device
 
-from .errors import EngineConfigError, EngineInitError
+from ..errors import EngineConfigError, EngineInitError
 from .graphs import DecodeGraphs
 from .piecewise import PiecewiseGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
-from .models.batch import StepBatch, packed_nbytes
+from ..models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
-from .models.fusion import fused_views
-from .models.llama import LlamaRank
-from .models.pipeline import Stage
-from .models.rope import inverse_frequencies
-from .models.sharding import RankShard
-from .sampling import SamplingParams, SeededGenerators, sample_rows
+from ..models.fusion import fused_views
+from ..models.llama import LlamaRank
+from ..models.pipeline import Stage
+from ..models.rope import inverse_frequencies
+from ..models.sharding import RankShard
+from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
-from .timeline import Timeline
-from .weights import DEFAULT_STAGING_BYTES, RankWeights
+from ..timeline import Timeline
+from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights
 
 
 class InitCancelled(Exception):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .graphs import GraphReplayError, capture_graph, close_graphs
-from .models.batch import StepBatch
+from ..models.batch import StepBatch
 
 SMALLEST_BUCKET = 16
 
@@ -61,7 +61,7 @@ class _Bucket:
 class PiecewiseGraphs:
     """One rank's piecewise graphs (see the module). ``new_graph(replay_eagerly)`` makes an empty
     device-API graph on the rank's stream (as for :class:`.graphs.DecodeGraphs`); ``model`` is the
-    rank's ``LlamaRank``; ``io`` its :class:`~anydev.core.step_io.StepIO`. Call on the rank's thread,
+    rank's ``LlamaRank``; ``io`` its :class:`~anydev.core.rank.step_io.StepIO`. Call on the rank's thread,
     inside its ``torch_stream()``."""
 
     def __init__(self, rank: int, new_graph: Callable, model, io, max_blocks: int, share_pool_with=None):

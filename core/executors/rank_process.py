@@ -1,7 +1,7 @@
 """A rank process other than rank 0: it builds its rank from rank 0's plan, then runs what rank 0
 sends until rank 0 says exit (see :mod:`.executor` and :mod:`.dist`).
 
-    python -m anydev.core.rank_process     # what executor="mp" starts, with torchrun's variables set
+    python -m anydev.core.executors.rank_process     # what executor="mp" starts, with torchrun's variables set
 
 ``test_infer.py`` and ``anydev serve`` call :func:`follow_and_exit` themselves on the ranks other
 than 0 when torchrun starts them.
@@ -20,8 +20,8 @@ from dataclasses import replace
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, ControlLost, Launch, LaunchError, RankFailedError, Watchdog,
                    connect_store, launch_from_env, print_error, seconds_from_env)
 from .abort import abort_communicators
-from .errors import EngineConfigError
-from .timeline import Timeline
+from ..errors import EngineConfigError
+from ..timeline import Timeline
 
 
 def follow_and_exit(launch: Launch) -> None:
@@ -88,16 +88,25 @@ def follow(launch: Launch) -> int:
         watchdog.stop()
 
 
+def open_source(source):
+    """The checkpoint of a rank plan's ``checkpoint``: a path, or the recipe of one built in code."""
+    from ..loading.checkpoint import open_checkpoint
+
+    if isinstance(source, tuple):
+        build, args = source
+        return build(*args)
+    return open_checkpoint(source)
+
+
 class _Rank:
     """This process's rank of one engine."""
 
     def __init__(self, launch: Launch, plan):
         from anydev.plugin_api import load_backend
 
-        from .engine import _device_graph
-        from .executor import open_source
-        from .kernel_choice import select_kernels
-        from .rank_worker import RankWorker
+        from ..rank.graphs import device_graph
+        from ..rank.kernel_choice import select_kernels
+        from ..rank.rank_worker import RankWorker
 
         config = plan.config
         self.backend = backend = load_backend(config.device)
@@ -110,7 +119,7 @@ class _Rank:
         device = backend.device(launch.local_rank)
         self.comm, self.pipe_comm = plan.join_communicators(device, launch.rank)
         setup = replace(plan.rank_setup(launch.rank, device, self.comm, self.checkpoint,
-                                        select_kernels(backend, config.kernels), _device_graph if plan.uses_graphs else None),
+                                        select_kernels(backend, config.kernels), device_graph if plan.uses_graphs else None),
                         pipe_comm=self.pipe_comm)
         self.timeline = Timeline()
         self._sent = 0
@@ -186,7 +195,7 @@ def main() -> None:
         print_error(str(exc))
         sys.exit(2)
     if launch is None or launch.rank == 0:
-        print_error("anydev.core.rank_process runs a rank other than 0 of a group: set RANK >= 1 and the other "
+        print_error("anydev.core.executors.rank_process runs a rank other than 0 of a group: set RANK >= 1 and the other "
                     "torchrun variables (executor='mp' does so)")
         sys.exit(2)
     follow_and_exit(launch)

@@ -68,7 +68,7 @@ def read_spans(source: SafetensorsFile, out: np.ndarray, offset: int, rows: int,
 
 
 class SafetensorsSlice:
-    """The slice ``cut`` of tensor ``name`` in ``source`` (see :mod:`anydev.core.tensor_slices`)."""
+    """The slice ``cut`` of tensor ``name`` in ``source`` (see :mod:`anydev.core.loading.tensor_slices`)."""
 
     def __init__(self, source: SafetensorsFile, name: str, cut):
         self.dtype, self.full_shape, begin, end = source.entry(name)

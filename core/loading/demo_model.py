@@ -12,7 +12,8 @@ import torch
 from tokenizers import AddedToken, Tokenizer as BackendTokenizer, decoders, models, pre_tokenizers, processors
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig
+from ..config import ModelConfig
+from .tensor_store import InMemoryStore
 from .tokenizer import Tokenizer
 
 BOS, EOS = "<s>", "</s>"
@@ -113,7 +114,6 @@ def demo_weights(config: ModelConfig, seed: int) -> dict[str, torch.Tensor]:
 
 def build_demo_model(seed: int = 0):
     """(config, tokenizer, store) of the demo model."""
-    from .checkpoint import InMemoryStore
     config = demo_config()
     backend = build_demo_tokenizer()
     if backend.get_vocab_size() > config.vocab_size:   # a bug in this file, caught on every run

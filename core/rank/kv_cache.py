@@ -12,7 +12,7 @@ import torch
 
 from anydev.plugin_api import Device, DeviceBuffer, Stream
 
-from .errors import EngineConfigError
+from ..errors import EngineConfigError
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from anydev.plugin_api.kernels import KernelSet
 
-from .errors import EngineConfigError
+from ..errors import EngineConfigError
 
 KERNEL_MODES = ("native", "reference")
 

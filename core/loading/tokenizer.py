@@ -15,7 +15,7 @@ import jinja2.ext
 import tokenizers
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from ..plugin_api.errors import AnydevError
+from ...plugin_api.errors import AnydevError
 
 
 class ChatTemplateError(AnydevError, ValueError):

@@ -13,7 +13,7 @@ import zlib
 import torch
 
 from ..config import expected_tensor_names
-from .sharding import full_shape
+from ..models.sharding import full_shape
 
 #: The ~1B Llama shape of the decode benchmark.
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -22,7 +22,7 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 
 def llama_config(max_position_embeddings: int = 4096, **shape):
     """A llama ModelConfig of the given shape (defaults: :data:`LLAMA_1B`)."""
-    from ..checkpoint import ModelConfig
+    from .checkpoint import ModelConfig
 
     dims = {**LLAMA_1B, **shape}
     return ModelConfig(
@@ -51,7 +51,7 @@ def config_from_arguments(args):
 
 
 class RandomStore:
-    """A TensorStore (see :mod:`anydev.core.checkpoint`) of seeded random weights, made on demand."""
+    """A TensorStore (see :mod:`anydev.core.loading.checkpoint`) of seeded random weights, made on demand."""
 
     def __init__(self, config, seed: int = 0):
         self.shapes = {name: full_shape(name, config) for name in expected_tensor_names(config)}
@@ -79,8 +79,8 @@ class RandomStore:
 
 def random_checkpoint(config=None, seed: int = 0, with_tokenizer: bool = False):
     """A Checkpoint of ``config`` (default: the ~1B llama shape) with random weights."""
-    from ..checkpoint import Checkpoint
-    from ..demo_model import build_demo_model
+    from .checkpoint import Checkpoint
+    from .demo_model import build_demo_model
 
     config = config or llama_config()
     tokenizer = build_demo_model()[1] if with_tokenizer else None
@@ -102,7 +102,7 @@ def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, sh
 
     from safetensors.torch import save_file
 
-    from ..demo_model import BOS, DEMO_CHAT_TEMPLATE, EOS, build_demo_tokenizer
+    from .demo_model import BOS, DEMO_CHAT_TEMPLATE, EOS, build_demo_tokenizer
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -158,8 +158,8 @@ def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> 
     import gguf
     import numpy as np
 
-    from ..demo_model import BOS, EOS, build_demo_tokenizer
-    from ..gguf_loader import gguf_name
+    from .demo_model import BOS, EOS, build_demo_tokenizer
+    from .gguf_loader import gguf_name
 
     if tensor_type not in GGUF_TYPES:
         raise ValueError(f"tensor type {tensor_type!r}: use one of {GGUF_TYPES}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .errors import EngineConfigError
+from ..errors import EngineConfigError
 
 
 GREEDY_BELOW = 1e-5

@@ -24,7 +24,7 @@ import torch
 
 from anydev.plugin_api import AnydevError
 
-from .models.batch import StepBatch, pad_decode
+from ..models.batch import StepBatch, pad_decode
 
 
 class GraphCaptureError(AnydevError):
@@ -61,7 +61,7 @@ class DecodeGraphs:
     ``forward`` is the model's forward (a device :class:`StepBatch` → logits). ``new_graph(replay_eagerly)``
     makes an empty device-API graph on the rank's stream (the real one ignores ``replay_eagerly``; a
     test double without device graphs calls it at replay). Inputs live in the rank's persistent
-    input buffer (``io``, a :class:`~anydev.core.step_io.StepIO`): every step is copied there, so a
+    input buffer (``io``, a :class:`~anydev.core.rank.step_io.StepIO`): every step is copied there, so a
     graph captured over it reads each step's inputs. Call on the rank's thread, inside its
     ``torch_stream()``.
     """
@@ -162,3 +162,8 @@ def _close_after_error(graph, error: Exception) -> None:
         graph.close()
     except Exception as close_error:  # attached to the capture error, which is the one raised
         error.add_note(f"closing the failed graph also failed: {type(close_error).__name__}: {close_error}")
+
+
+def device_graph(stream, replay_eagerly):
+    """A decode graph from the device API (contract 1.1); device graphs replay without Python."""
+    return stream.create_graph()

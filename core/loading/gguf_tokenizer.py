@@ -9,7 +9,7 @@ from __future__ import annotations
 from tokenizers import AddedToken, Regex, Tokenizer as BackendTokenizer, decoders, models, pre_tokenizers, processors
 
 from .checkpoint_errors import ModelLoadError
-from .config import union_ids
+from ..config import union_ids
 from .tokenizer import Tokenizer
 
 CONTROL, USER_DEFINED = 3, 4   # llama.cpp token types

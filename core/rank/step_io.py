@@ -18,8 +18,8 @@ import torch
 
 from anydev.plugin_api import Device, Stream
 
-from .models.batch import StepBatch
-from .staging import PinnedStaging
+from ..models.batch import StepBatch
+from ..loading.staging import PinnedStaging
 
 
 @dataclass(frozen=True)

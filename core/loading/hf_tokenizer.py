@@ -6,7 +6,7 @@ from pathlib import Path
 import tokenizers
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, read_json, union_ids
+from ..config import ModelConfig, read_json, union_ids
 from .tokenizer import Tokenizer
 
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")

@@ -1,7 +1,7 @@
 """The one error type every checkpoint problem is reported as."""
 from __future__ import annotations
 
-from ..plugin_api.errors import AnydevError
+from ...plugin_api.errors import AnydevError
 
 
 class ModelLoadError(AnydevError):

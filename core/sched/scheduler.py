@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .block_manager import BlockManager
-from .errors import SchedulerError
-from .models.batch import StepBatch
+from ..errors import SchedulerError
+from ..models.batch import StepBatch
 from .sequence import Sequence, Status
 
 __all__ = ["ScheduledStep", "Scheduler", "Sequence", "Status", "build_step"]

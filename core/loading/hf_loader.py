@@ -7,7 +7,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .checkpoint_errors import ModelLoadError
-from .config import ModelConfig, model_config_from_hf, read_json
+from ..config import ModelConfig, model_config_from_hf, read_json
 from .hf_tokenizer import load_hf_tokenizer
 from .safetensors_slices import SafetensorsFile, SafetensorsSlice
 from .tokenizer import Tokenizer

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .errors import SchedulerError
+from ..errors import SchedulerError
 from .sequence import Sequence
 
 
