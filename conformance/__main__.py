@@ -26,7 +26,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--device", action="append", metavar="NAME",
                         help="backend(s): a name, a comma list, or 'all' (default: $ANYDEV_DEVICE or cpu)")
     parser.add_argument("--tp", type=int, metavar="N",
-                        help="largest rank count for collectives, parallel init and inference (default: min(devices, 4))")
+                        help="largest rank count for collectives, parallel init and inference (default: the backend's device count)")
     parser.add_argument("--report", metavar="FILE", help="write the JSON report to FILE and the matrix next to it")
     parser.add_argument("-n", "--numprocesses", metavar="K", default="1",
                         help="run the checks in K worker processes (pytest-xdist; 'auto' = one per core; default 1). "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from anydev.conformance import crashes
-from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY
+from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY, RANKS_KEY
 from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import guarded, load_outcome, rank_counts, selected_backends
 from anydev.plugin_api import Backend, BackendUnavailableError, is_stub
@@ -25,7 +25,7 @@ def pytest_collection(session) -> None:
 
 
 def pytest_generate_tests(metafunc) -> None:
-    if "nranks" in metafunc.fixturenames:  # 1..N ranks per backend (N: --tp, else min(devices, 4))
+    if "nranks" in metafunc.fixturenames:  # 1, 2, 3 and N ranks per backend (N: --tp, else its device count)
         pairs = [(name, n) for name in selected_backends(metafunc.config) for n in rank_counts(metafunc.config, name)]
         metafunc.parametrize(("backend_name", "nranks"), pairs, ids=[f"{name}-{n}ranks" for name, n in pairs],
                              scope="session")
@@ -41,6 +41,8 @@ def pytest_collection_modifyitems(items) -> None:
             group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
             kind = CONTRACT_SHAPE if item.get_closest_marker("contract_shape") else BEHAVIOUR
             item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group), (KIND_KEY, kind)]
+            if "nranks" in params:
+                item.user_properties.append((RANKS_KEY, params["nranks"]))
 
 
 @pytest.hookimpl(wrapper=True)

@@ -21,11 +21,12 @@ def demo():
     return demo_checkpoint()
 
 
-def engine_ranks(backend, config, minimum: int = 1) -> int:
-    """The rank count of the engine checks (``--tp``, else min(devices, 4)); skips when it is below
-    ``minimum``, exceeds the devices, or does not split the demo model's heads."""
+def engine_ranks(backend, request, minimum: int = 1) -> int:
+    """The rank count of the engine checks (``--tp``, else the device count), recorded for the check
+    of ``request``; skips when it is below ``minimum``, exceeds the devices, or does not split the
+    demo model's heads."""
     require_torch_bridge(backend)
-    n = max_ranks(backend, config)
+    n = max_ranks(backend, request)
     if n < minimum:
         pytest.skip(f"needs {minimum} ranks; '{backend.name}' runs {n} here (set --tp on a machine with more devices)")
     require_devices(backend, n)

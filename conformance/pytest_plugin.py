@@ -10,7 +10,7 @@ Options (the long ``--anydev-*`` spellings are aliases):
 * ``--device NAME[,NAME]`` (repeatable), ``all`` for every registered backend, available or not;
   default ``$ANYDEV_DEVICE`` or ``cpu``.
 * ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
-  (default: min(device count, 4)).
+  (default: the backend's device count).
 * ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
 
 A run in which nothing ran is not a pass. Each backend gets a verdict: *certified* (nothing failed and
@@ -49,7 +49,7 @@ def pytest_addoption(parser) -> None:
     )
     group.addoption(
         "--tp", "--anydev-tp", dest="anydev_tp", type=int, default=None, metavar="N",
-        help="largest rank count of the collective/parallel-init/inference checks (default: min(device count, 4))",
+        help="largest rank count of the collective/parallel-init/inference checks (default: the backend's device count)",
     )
     group.addoption(
         "--report", "--anydev-report", dest="anydev_report", default=None, metavar="FILE",

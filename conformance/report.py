@@ -21,6 +21,7 @@ BACKEND_KEY = "anydev_backend"
 GROUP_KEY = "anydev_group"
 HARDWARE_KEY = "anydev_hardware"
 KIND_KEY = "anydev_kind"
+RANKS_KEY = "anydev_ranks"  # the rank count the check ran at (absent: 1)
 
 #: What a check shows. Behaviour: what the backend does (counted in the matrix's groups). Contract
 #: shape: a declaration, a signature, or anydev's own wrappers (argument checks, use after close),
@@ -50,6 +51,7 @@ class CheckResult:
     duration: float  # seconds, all phases
     hardware: str  # where it ran: the runtime's hardware_label, "unavailable" or "broken plugin"
     kind: str = BEHAVIOUR  # or CONTRACT_SHAPE
+    ranks: int = 1  # the rank count it ran at
 
 
 class ResultCollector:
@@ -86,6 +88,7 @@ class ResultCollector:
         result.duration += report.duration
         result.hardware = props.get(HARDWARE_KEY, result.hardware)
         result.kind = props.get(KIND_KEY, result.kind)
+        result.ranks = int(props.get(RANKS_KEY, result.ranks))
         if result.status == CRASHED:  # xdist's own report of the crash: already recorded
             return
         if report.failed:
@@ -141,6 +144,31 @@ def summarise(results: list[CheckResult]) -> dict[str, dict[str, Counter]]:
     return table
 
 
+RAN = (PASS, FAIL, CRASHED)
+
+
+def group_ranks(results: list[CheckResult]) -> dict[str, dict[str, list[int]]]:
+    """``{backend: {group: [rank counts its checks ran at]}}`` (skipped checks ran at none)."""
+    table: dict[str, dict[str, set[int]]] = {}
+    for r in results:
+        if r.status in RAN:
+            table.setdefault(r.backend, {}).setdefault(r.group, set()).add(r.ranks)
+    return {b: {g: sorted(n) for g, n in groups.items()} for b, groups in table.items()}
+
+
+def certified_ranks(results: list[CheckResult], backend: str) -> int:
+    """The most ranks at which a behaviour check of ``backend`` passed (0: none passed)."""
+    return max((r.ranks for r in results if r.backend == backend and r.status == PASS and r.kind == BEHAVIOUR), default=0)
+
+
+def verdict_text(results: list[CheckResult], backend: str, verdict: str) -> str:
+    """``certified at 4 ranks``; other verdicts as they are."""
+    if verdict != CERTIFIED:
+        return verdict
+    n = certified_ranks(results, backend)
+    return f"{CERTIFIED} at {n} rank{'s' if n != 1 else ''}"
+
+
 def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
     """``{backend: (verdict, reason)}``: a run in which no behaviour check ran certifies nothing."""
     out: dict[str, tuple[str, str]] = {}
@@ -173,7 +201,8 @@ def hardware_labels(results: list[CheckResult]) -> dict[str, str]:
 
 
 def matrix_cell(checks: list[CheckResult], width: int = 60) -> str:
-    """One cell: "12/12 pass", "3 fail, 9/12 pass", "skip: <reason>", "10/12 pass, 2 skip"."""
+    """One cell: "12/12 pass", "3 fail, 9/12 pass", "skip: <reason>", "10/12 pass, 2 skip"; with the
+    rank counts its checks ran at when any ran at more than one: "12/12 pass at 1,2,3,4 ranks"."""
     if not checks:
         return "-"
     counts = Counter(r.status for r in checks)
@@ -189,7 +218,8 @@ def matrix_cell(checks: list[CheckResult], width: int = 60) -> str:
     parts.append(f"{counts[PASS]}/{total} pass")
     if counts[SKIP]:
         parts.append(f"{counts[SKIP]} skip")
-    return ", ".join(parts)
+    ranks = sorted({r.ranks for r in checks if r.status in RAN})
+    return ", ".join(parts) + (f" at {','.join(map(str, ranks))} ranks" if ranks and ranks != [1] else "")
 
 
 def _cell_text(text: str, width: int) -> str:
@@ -221,7 +251,8 @@ def markdown_matrix(results: list[CheckResult]) -> str:
             if checks and all(r.status == SKIP for r in checks):
                 skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
         cells.append(matrix_cell([r for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE]))
-        lines.append(f"| {backend} | {labels.get(backend) or '-'} | {verdict[backend][0]} | " + " | ".join(cells) + " |")
+        shown = verdict_text(results, backend, verdict[backend][0])
+        lines.append(f"| {backend} | {labels.get(backend) or '-'} | {shown} | " + " | ".join(cells) + " |")
     crashed = [r for r in results if r.status == CRASHED]
     if crashed:
         lines += ["", "Crashed groups (the process died; the group's later checks were skipped):"]
@@ -288,7 +319,12 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
             for backend in sorted({r.backend for r in results})
         },
         "crashes": [asdict(c) for c in crashes],
-        "verdicts": {backend: {"verdict": v, "reason": why} for backend, (v, why) in verdicts(results).items()},
+        "ranks": group_ranks(results),
+        "verdicts": {
+            backend: {"verdict": v, "reason": why, "text": verdict_text(results, backend, v),
+                      "ranks": certified_ranks(results, backend) if v == CERTIFIED else None}
+            for backend, (v, why) in verdicts(results).items()
+        },
         "checks": [asdict(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")

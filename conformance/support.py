@@ -13,8 +13,8 @@ import pytest
 from anydev.plugin_api import Backend, BackendUnavailableError, NotSupportedError, get_registry
 from anydev.plugin_api.discovery import DEVICE_ENV
 
-#: Rank count of the collective, parallel-init and inference checks when ``--tp`` is not given.
-DEFAULT_MAX_RANKS = 4
+from anydev.conformance.report import RANKS_KEY
+
 #: A collective, an engine init or a fixture teardown that has not finished after this long is
 #: reported as hung (seconds; ``$ANYDEV_CONFORMANCE_HANG_TIMEOUT`` overrides it).
 HANG_TIMEOUT_S = float(os.environ.get("ANYDEV_CONFORMANCE_HANG_TIMEOUT") or 120.0)
@@ -40,14 +40,17 @@ def selected_backends(config) -> list[str]:
 
 
 def rank_counts(config, name: str) -> list[int]:
-    """1..N for backend ``name``, N from :func:`rank_limit`."""
-    return list(range(1, rank_limit(config, name) + 1))
+    """The rank counts of backend ``name``'s collective checks: 1, 2, 3 and N, as far as N, from
+    :func:`rank_limit` (a fault that appears only beyond 2 ranks, such as ranks placed wrongly from
+    the third on, shows at 3; one that appears only at the full count, at N)."""
+    top = rank_limit(config, name)
+    return sorted({n for n in (1, 2, 3, top) if n <= top})
 
 
 def rank_limit(config, name: str) -> int:
-    """The largest rank count of ``name``'s checks: ``--tp``, else min(its device count,
-    :data:`DEFAULT_MAX_RANKS`); 1 when it cannot count its devices (unavailable, broken, or a skeleton
-    whose ``device_count`` is a stub: its checks skip or fail on that anyway)."""
+    """The largest rank count of ``name``'s checks: ``--tp``, else its device count (the most ranks
+    it has); 1 when it cannot count its devices (unavailable, broken, or a skeleton whose
+    ``device_count`` is a stub: its checks skip or fail on that anyway)."""
     tp = config.getoption("anydev_tp")
     if tp:
         return tp
@@ -58,7 +61,7 @@ def rank_limit(config, name: str) -> int:
         count = outcome.device_count()
     except Exception:  # the checks themselves report it (the contract group calls device_count)
         return 1
-    return max(1, min(count, DEFAULT_MAX_RANKS))
+    return max(1, count)
 
 
 def load_outcome(name: str):
@@ -74,9 +77,18 @@ def load_outcome(name: str):
         return outcome
 
 
-def max_ranks(backend: Backend, config) -> int:
-    """``--tp`` if given, else min(device count, :data:`DEFAULT_MAX_RANKS`) (:func:`rank_limit`)."""
-    return config.getoption("anydev_tp") or min(backend.device_count(), DEFAULT_MAX_RANKS)
+def max_ranks(backend: Backend, request) -> int:
+    """``--tp`` if given, else the device count (:func:`rank_limit`); the check of ``request`` is
+    reported as run at that many ranks."""
+    n = request.config.getoption("anydev_tp") or backend.device_count()
+    record_ranks(request, n)
+    return n
+
+
+def record_ranks(request, n: int) -> None:
+    """Report the check of ``request`` as run at ``n`` ranks (checks parametrized by ``nranks`` are
+    recorded when collected)."""
+    request.node.user_properties.append((RANKS_KEY, n))
 
 
 def require_devices(backend: Backend, n: int) -> None:

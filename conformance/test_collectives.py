@@ -215,12 +215,12 @@ def test_broadcast(communicators, dtype):
 
 
 @pytest.mark.parametrize("dtype", REQUIRED_COLLECTIVE_DTYPES)
-def test_collectives_on_torch_tensors(backend, communicator_cache, pytestconfig, dtype):
+def test_collectives_on_torch_tensors(backend, communicator_cache, request, dtype):
     """On zero-copy torch views, inside one ``stream.torch_stream()`` block, as an engine's forward
     pass does: torch writes the input, then all_gather, broadcast and all_reduce (in place), then
     torch reads the result. Every step must see the one before it, on the largest rank count."""
     require_torch_bridge(backend)
-    n = max_ranks(backend, pytestconfig)
+    n = max_ranks(backend, request)
     require_devices(backend, n)
     key = (backend.name, n)
     if key not in communicator_cache:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from anydev.conformance.support import guarded, require_devices, run_ranks
+from anydev.conformance.support import guarded, record_ranks, require_devices, run_ranks
 from anydev.plugin_api import AnydevError, CollectiveAbortedError, CollectiveTimeoutError
 
 COUNT = 1031
@@ -63,13 +63,14 @@ def test_abort_of_an_idle_communicator_refuses_later_collectives(backend):
         _release(stream, buf)
 
 
-def test_abort_frees_a_rank_blocked_on_a_peer_that_never_joins(backend):
+def test_abort_frees_a_rank_blocked_on_a_peer_that_never_joins(backend, request):
     """Rank 0 enqueues an all_reduce and waits on its stream; rank 1 never joins. Two other threads
     abort both ranks' communicators at once (as the engine does with a broken group: an abort may
     wait for the node's other ranks to abort theirs, NCCL's can): rank 0's wait returns or raises
     (not a collective timeout) within ABORT_BOUND_S, later collectives are refused, and both
     communicators are destroyed."""
     require_devices(backend, 2)
+    record_ranks(request, 2)
     comms = backend.create_communicators([backend.device(0), backend.device(1)])
     comm = comms[0]
     comm.device.set_current()

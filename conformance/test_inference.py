@@ -9,6 +9,7 @@ transformers.
 from __future__ import annotations
 
 from anydev.conformance.engine_support import cpu_reference, engine_config, engine_ranks, greedy_tokens, prompt_ids
+from anydev.conformance.support import require_torch_bridge
 
 
 def mismatch(got: list[list[int]], expected: list[list[int]]) -> str:
@@ -19,23 +20,23 @@ def mismatch(got: list[list[int]], expected: list[list[int]]) -> str:
     return "" if len(got) == len(expected) else f"{len(got)} outputs for {len(expected)} prompts"
 
 
-def test_greedy_tokens_equal_the_cpu_reference(backend, pytestconfig):
-    engine_ranks(backend, pytestconfig)  # skips without the torch bridge
+def test_greedy_tokens_equal_the_cpu_reference(backend):
+    require_torch_bridge(backend)
     got = greedy_tokens(engine_config(backend, 1))
     expected = [list(t) for t in cpu_reference()]
     assert all(expected), "the cpu reference generated nothing"
     assert got == expected, mismatch(got, expected)
 
 
-def test_tensor_parallel_equals_one_rank(backend, pytestconfig):
-    tp = engine_ranks(backend, pytestconfig, minimum=2)
+def test_tensor_parallel_equals_one_rank(backend, request):
+    tp = engine_ranks(backend, request, minimum=2)
     one = greedy_tokens(engine_config(backend, 1))
     many = greedy_tokens(engine_config(backend, tp))
     assert many == one, f"TP={tp} vs TP=1: " + mismatch(many, one)
 
 
-def test_batch_of_different_lengths_equals_each_prompt_alone(backend, pytestconfig):
-    tp = engine_ranks(backend, pytestconfig)
+def test_batch_of_different_lengths_equals_each_prompt_alone(backend, request):
+    tp = engine_ranks(backend, request)
     prompts = prompt_ids()
     assert len({len(p) for p in prompts}) == len(prompts), "the prompts should differ in length"
     batched = greedy_tokens(engine_config(backend, tp), prompts)

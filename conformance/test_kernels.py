@@ -407,19 +407,20 @@ def test_quantized_linear_equals_the_reference(kernels, torch_device, dtype, wei
 
 # ---- the engine ----------------------------------------------------------------------------------
 
-def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(backend, kernels, pytestconfig):
+def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(backend, kernels):
     """The demo model (float32, one rank): greedy tokens with ``EngineConfig(kernels="native")``
     equal those with ``kernels="reference"``."""
     import dataclasses as dc
 
-    from anydev.conformance.engine_support import engine_config, engine_ranks, greedy_tokens
+    from anydev.conformance.engine_support import engine_config, greedy_tokens
+    from anydev.conformance.support import require_torch_bridge
     from anydev.core import EngineConfig
 
     if not kernels.native:
         pytest.skip(f"'{backend.name}' offers no native kernels: the engine runs the references either way")
     if "kernels" not in {f.name for f in dc.fields(EngineConfig)}:
         pytest.skip("this engine has no EngineConfig(kernels='native'|'reference') switch yet")
-    engine_ranks(backend, pytestconfig)
+    require_torch_bridge(backend)
     with_native = greedy_tokens(engine_config(backend, 1, kernels="native"))
     with_reference = greedy_tokens(engine_config(backend, 1, kernels="reference"))
     assert all(with_reference), "the reference run generated nothing"

@@ -3,7 +3,7 @@ allocates no host buffer as large as the KV cache; the engine is ready only afte
 finished; a failing rank raises, naming itself, and leaves no thread and no device memory behind.
 
 The engine runs the embedded demo model with a KV cache of 64 MiB .. 1 GiB per rank (see
-``engine_support.kv_num_blocks``), on ``--tp`` ranks (default min(devices, 4)).
+``engine_support.kv_num_blocks``), on ``--tp`` ranks (default: the device count).
 """
 from __future__ import annotations
 
@@ -86,8 +86,8 @@ def ranks_meet_before_weights(tp: int, timeout_s: float):
         rank_worker.RankWorker._load_weights = original
 
 
-def test_ranks_initialise_concurrently(backend, pytestconfig):
-    tp = engine_ranks(backend, pytestconfig, minimum=2)
+def test_ranks_initialise_concurrently(backend, request):
+    tp = engine_ranks(backend, request, minimum=2)
     blocks = kv_num_blocks(backend, tp)
     with ranks_meet_before_weights(tp, timeout_s=60):
         parallel, parallel_table = init_timeline(backend, tp, blocks, "parallel")
@@ -101,10 +101,10 @@ def test_ranks_initialise_concurrently(backend, pytestconfig):
         init_timeline(backend, tp, blocks, "serial")
 
 
-def test_kv_cache_reads_back_as_zeros(backend, pytestconfig):
+def test_kv_cache_reads_back_as_zeros(backend, request):
     """Where the allocator hands freed memory back (GPU runtimes), the dirtied memory makes this fail
     unless init zeroes the cache; the cpu backend's large allocations are fresh zero pages anyway."""
-    tp = engine_ranks(backend, pytestconfig)
+    tp = engine_ranks(backend, request)
     blocks = kv_num_blocks(backend, tp)
     dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
     engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
@@ -119,10 +119,10 @@ def test_kv_cache_reads_back_as_zeros(backend, pytestconfig):
         engine.close()
 
 
-def test_ready_only_after_device_work_finished(backend, pytestconfig):
+def test_ready_only_after_device_work_finished(backend, request):
     """Each rank's phases run in order, 'sync' ends before 'ready', and the KV cache read right after
     the constructor returns, on a fresh stream that waits for nothing, is already all zeros."""
-    tp = engine_ranks(backend, pytestconfig)
+    tp = engine_ranks(backend, request)
     blocks = kv_num_blocks(backend, tp)
     dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
     engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
@@ -147,11 +147,11 @@ def test_ready_only_after_device_work_finished(backend, pytestconfig):
         backend.device(0).set_current()
 
 
-def test_init_allocates_no_host_buffer_as_large_as_the_kv_cache(backend, pytestconfig):
+def test_init_allocates_no_host_buffer_as_large_as_the_kv_cache(backend, request):
     """Host memory peak during init, minus what the devices themselves hold when their memory is host
     memory (the cpu backend), stays below one rank's KV cache: the cache is zeroed on the device,
     never staged through a host buffer of zeros."""
-    tp = engine_ranks(backend, pytestconfig)
+    tp = engine_ranks(backend, request)
     config = engine_config(backend, tp, num_blocks=kv_num_blocks(backend, tp))
     start_engine(engine_config(backend, tp, num_blocks=8)).close()  # warm up: imports, contexts, pools
     try:
@@ -176,12 +176,12 @@ def test_init_allocates_no_host_buffer_as_large_as_the_kv_cache(backend, pytestc
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_failing_rank_raises_and_leaves_nothing_behind(backend, pytestconfig, phase):
+def test_failing_rank_raises_and_leaves_nothing_behind(backend, request, phase):
     from anydev.core import EngineInitError
     from anydev.core.timeline import PHASES as ENGINE_PHASES
 
     assert phase in ENGINE_PHASES, f"the engine no longer has phase {phase!r}: {ENGINE_PHASES}"
-    tp = engine_ranks(backend, pytestconfig)
+    tp = engine_ranks(backend, request)
     rank = tp - 1  # the last rank: the others have made progress and hold memory when it fails
     blocks = kv_num_blocks(backend, tp)
     start_engine(engine_config(backend, tp, num_blocks=blocks)).close()  # warm up pools and contexts

@@ -18,19 +18,20 @@ import pytest
 import torch
 
 from anydev.conformance.process_rank import COUNT, rank_input
-from anydev.conformance.support import require_devices
+from anydev.conformance.support import record_ranks, require_devices
 
 NRANKS = 2
 TIMEOUT_S = 120
 
 
-def test_collectives_across_processes(backend):
+def test_collectives_across_processes(backend, request):
     import torch.distributed as dist
 
     if not backend.runtime.cross_process_collectives:
         pytest.skip(f"'{backend.name}' ({backend.runtime.hardware_label}) joins communicators of one process only "
                     "(cross_process_collectives = False)")
     require_devices(backend, NRANKS)
+    record_ranks(request, NRANKS)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=TIMEOUT_S))
     env = dict(os.environ, OMP_NUM_THREADS="1")
     ranks = [subprocess.Popen([sys.executable, "-m", "anydev.conformance.process_rank", backend.name, str(rank),

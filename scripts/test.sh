@@ -21,8 +21,10 @@ echo "== unit tests"
 
 echo "== conformance suite"
 # cpu virtual devices of 1 GiB: less than a small CI machine's free memory, so that their free memory
-# is the backend's own accounting, not the host's (the failed-init leak checks compare it).
-ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} \
+# is the backend's own accounting, not the host's (the failed-init leak checks compare it). Four of
+# them: each backend is certified at its device count, and the cpu backend at 4 ranks (collectives at
+# 1, 2, 3 and 4), as the mutants runner runs it.
+ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} ANYDEV_CPU_DEVICES=${ANYDEV_CPU_DEVICES:-4} \
     "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" || status=1
 
 echo "== conformance kernels group: the Triton kernels under Triton's interpreter"

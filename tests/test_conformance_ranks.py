@@ -1,4 +1,4 @@
-"""Without ``--tp`` each backend's rank checks go up to min(its devices, 4), none generated beyond
+"""Without ``--tp`` each backend's rank checks go up to its device count, none generated beyond
 (so none skipped for want of devices), and the report states the rank count used and, beside
 anydev's contract version, the one each plugin declares."""
 import json

@@ -82,8 +82,8 @@ def test_reports_of_other_tests_are_ignored():
 
 # ---- the matrix and the JSON file ------------------------------------------------------------
 
-def result(backend, group, status, reason="", hardware="H200", kind="behaviour"):
-    return CheckResult(backend, f"{group}::{status}{reason}", group, status, reason, 0.1, hardware, kind)
+def result(backend, group, status, reason="", hardware="H200", kind="behaviour", ranks=1):
+    return CheckResult(backend, f"{group}::{status}{reason}", group, status, reason, 0.1, hardware, kind, ranks)
 
 
 def test_matrix_cells():
@@ -104,7 +104,19 @@ def test_markdown_matrix_rows_and_columns():
     lines = markdown_matrix(results).splitlines()
     assert lines[0] == "| backend | where it ran | verdict | contract | collectives | inference | contract shape |"
     assert lines[2] == "| cpu | host CPU | failed | 2/2 pass | 1 fail, 0/1 pass | - | - |"
-    assert lines[3] == "| moore | emulated runtime | certified | 1/1 pass | - | skip: needs torch_musa | - |"
+    assert lines[3] == "| moore | emulated runtime | certified at 1 rank | 1/1 pass | - | skip: needs torch_musa | - |"
+
+
+def test_the_matrix_and_the_verdict_say_at_how_many_ranks():
+    """Each group's cell lists the rank counts its checks ran at; the verdict names the most ranks
+    at which a behaviour check passed (skipped checks ran at none)."""
+    results = [result("cpu", "contract", "pass", ranks=1)] + [
+        result("cpu", "collectives", "pass", ranks=n) for n in (1, 2, 3, 8)
+    ] + [result("cpu", "inference", "skip", "heads do not split", ranks=16)]
+    lines = markdown_matrix(results).splitlines()
+    assert lines[2] == "| cpu | H200 | certified at 8 ranks | 1/1 pass | 4/4 pass at 1,2,3,8 ranks | skip: heads do not split | - |"
+    failing = results + [result("cpu", "collectives", "fail", "wrong order", ranks=3)]
+    assert markdown_matrix(failing).splitlines()[2].split(" | ")[2] == "failed"
 
 
 def test_contract_shape_checks_are_counted_apart_and_certify_nothing():
@@ -125,10 +137,13 @@ def test_json_report_fields(tmp_path):
     assert document["command"] == "python -m anydev.conformance"
     assert document["hardware"] == {"cpu": "host CPU", "nvidia": "unavailable"}
     assert document["summary"] == {"cpu": {"memory": {"pass": 1}}, "nvidia": {"memory": {"skip": 1}}}
-    assert document["verdicts"] == {"cpu": {"verdict": "certified", "reason": "1 behaviour checks passed"},
-                                    "nvidia": {"verdict": "not certified", "reason": "no behaviour check ran: no libcudart"}}
+    assert document["verdicts"] == {
+        "cpu": {"verdict": "certified", "reason": "1 behaviour checks passed", "text": "certified at 1 rank", "ranks": 1},
+        "nvidia": {"verdict": "not certified", "reason": "no behaviour check ran: no libcudart", "text": "not certified",
+                   "ranks": None}}
+    assert document["ranks"] == {"cpu": {"memory": [1]}}
     for check in document["checks"]:
-        assert set(check) == {"backend", "check", "group", "status", "reason", "duration", "hardware", "kind"}
+        assert set(check) == {"backend", "check", "group", "status", "reason", "duration", "hardware", "kind", "ranks"}
     assert md_path == tmp_path / "out" / "report.md"
     assert "| nvidia | unavailable | not certified | skip: no libcudart | - |" in md_path.read_text()
 

@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m anydev.conformance.mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("-j", "--jobs", type=int, default=max(1, min(2, os.cpu_count() or 1)), help="runs at a time (default: 2)")
-    parser.add_argument("--tp", type=int, default=2, help="largest rank count of the collective and engine checks (default: 2)")
+    parser.add_argument("--tp", type=int, default=4, help="largest rank count of the collective and engine checks "
+                        "(default: 4, as CI certifies the cpu backend; collectives run at 1, 2, 3 and 4 ranks)")
     parser.add_argument("--modules", default="", help="extra mutant modules to import (comma-separated import names)")
     parser.add_argument("--list", action="store_true", help="list the mutants and their faults, run nothing")
     args = parser.parse_args(argv)

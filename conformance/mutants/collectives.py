@@ -92,3 +92,23 @@ class CollectivesOutsideStreamOrder(CpuRuntime):
             queue = self._comm_queues[comm] = StreamWorker(-comm, communicator.device)
         queue.enqueue(request.kind, lambda: communicator.group.run(communicator.rank, request))
 
+
+
+@mutant("all-gather-wrong-beyond-2-ranks", checks=["test_collectives.py::test_all_gather"])
+class AllGatherWrongBeyondTwoRanks(CpuRuntime):
+    """all_gather is right on 1 and 2 ranks; on 3 or more it swaps the parts of the last two ranks
+    (caught only where collectives run at 3 ranks or more)."""
+
+    def all_gather(self, send, recv, count, dtype, comm, stream):
+        super().all_gather(send, recv, count, dtype, comm, stream)
+        nranks = self._comm("all_gather", comm).group.nranks
+        part = count * DTYPE_SIZES[dtype]
+
+        def swap_last_two():
+            last, before = recv + (nranks - 1) * part, recv + (nranks - 2) * part
+            data = ctypes.string_at(before, 2 * part)
+            ctypes.memmove(before, data[part:], part)
+            ctypes.memmove(last, data[:part], part)
+
+        if nranks > 2 and part:
+            self._enqueue(stream, self._stream("all_gather", stream), "all_gather", swap_last_two)
