@@ -1,3 +1,3 @@
-from anydev.cli import main
+from anydev.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from anydev.plugin_api import AnydevError, BackendUnavailableError, Registry, is_stub
+from anydev.plugin_api import BackendUnavailableError, Registry, is_stub
 from anydev.plugin_api.version import format_version
 
 
@@ -187,10 +186,9 @@ def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from anydev.core.errors import run_command
     from anydev.serving import server
 
-    return run_command(server.run, args)
+    return server.run(args)
 
 
 register(Subcommand("serve", "serve a model over the OpenAI HTTP API (FastAPI + uvicorn)",
@@ -212,11 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        return SUBCOMMANDS[args.command].run(args)
-    except AnydevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130   # as shells report SIGINT
+    from anydev.exits import run_command   # one line and the exit code for errors, signals, broken pipes
+
+    return run_command(SUBCOMMANDS[args.command].run, args)
+
+
+def entry() -> None:
+    """The ``anydev`` command (console script and ``python -m anydev``)."""
+    from anydev.exits import exit_process
+
+    exit_process(main())

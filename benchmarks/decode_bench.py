@@ -37,7 +37,7 @@ import time
 import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
-from anydev.core.errors import run_command
+from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
 #: A shape too small to keep any device busy: its step time is host overhead (and a fast cpu smoke).
@@ -303,4 +303,4 @@ def _device_name(torch_device) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -16,13 +16,12 @@ The first differing position is printed: an early one (token 0-2) points at a re
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.core.errors import run_command
+from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from anydev.plugin_api import load_backend
 
@@ -89,4 +88,4 @@ def _tokens(checkpoint, device: str, tp: int, prompts, use_graphs: bool):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -37,7 +37,7 @@ import torch
 
 from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine_config import DTYPES, default_read_threads
-from anydev.core.errors import run_command
+from anydev.exits import exit_process, run_command
 from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
@@ -319,4 +319,4 @@ def _shape(model) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import sys
 import time
 
 import torch
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
-from anydev.core.errors import run_command
+from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
@@ -102,4 +101,4 @@ def _all_threads() -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, wait
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 import torch
 
+from anydev import interrupts
 from anydev.plugin_api import load_backend
 
 from .executors import executor as executors
@@ -106,9 +108,11 @@ class InferEngine:
         else:
             self.checkpoint = checkpoint_or_path
         try:
+            interrupts.engine_live(self)   # a Ctrl-C from here on waits for a safe point (see .interrupts)
             self._start(progress)
         except BaseException:
             self._closed = True
+            interrupts.engine_gone(self, unwinding=True)
             if getattr(self, "_procs", None) is not None:   # failed before its ranks were released
                 self._procs.close()
             if self._owns_checkpoint:
@@ -222,7 +226,7 @@ class InferEngine:
     def _wait_for_init(self, futures) -> None:
         """Wait for the ranks' init; on the first failure stop the others and raise it."""
         try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            done, _ = interrupts.wait(futures, return_when=FIRST_EXCEPTION)
         except BaseException:   # e.g. Ctrl-C while waiting: stop every rank before unwinding
             self._cancel.set()
             wait(futures)
@@ -363,7 +367,7 @@ class InferEngine:
 
     def _read_tokens(self, ticket) -> list[int]:
         """The sampled tokens of a launched step, read on the sampling rank's thread."""
-        return self.sampler.submit(self.sampler.read_tokens, ticket).result()
+        return interrupts.result(self.sampler.submit(self.sampler.read_tokens, ticket))
 
     def _take_tokens(self, launched: "_Launched", tokens: list[int]) -> list[Sequence]:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
@@ -514,7 +518,7 @@ class InferEngine:
         The other ranks may wait for it in a collective forever: when they are threads of this process
         and the backend can abort communicators (contract 1.4), every communicator is aborted and
         their steps end too (the engine is then unusable)."""
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        done, _ = interrupts.wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]
         if not failed:
             return
@@ -560,6 +564,7 @@ class InferEngine:
         finally:
             if self._owns_checkpoint:
                 self.checkpoint.close()
+            interrupts.engine_gone(self, unwinding=sys.exc_info()[0] is not None)
 
     def _check_open(self) -> None:
         if self._closed:

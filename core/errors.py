@@ -1,9 +1,6 @@
 """Errors the engine raises at its boundaries (configuration, rank initialisation)."""
 from __future__ import annotations
 
-import sys
-from typing import Callable
-
 from anydev.plugin_api.errors import AnydevError
 
 
@@ -29,24 +26,6 @@ class EngineInitError(AnydevError):
 
     def __reduce__(self):   # crosses processes (the process executors)
         return EngineInitError, (self.rank, self.phase, self.cause)
-
-
-#: Exit code after Ctrl-C, as shells report a process ended by SIGINT (128 + 2).
-INTERRUPTED_EXIT = 130
-
-
-def run_command(run: Callable[..., int], *args) -> int:
-    """Run a command-line entry point: an :class:`AnydevError` becomes one ``error: ...`` line on
-    stderr and exit code 2, Ctrl-C one ``interrupted`` line and exit code 130, not a traceback
-    (``run`` has released what it holds on the way out). Other exceptions are bugs and propagate."""
-    try:
-        return run(*args)
-    except AnydevError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT
 
 
 class EngineClosedError(AnydevError):

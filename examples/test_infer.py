@@ -16,13 +16,11 @@ Any anydev error prints one line, ``error: ...``, and exits with 2.
 """
 from __future__ import annotations
 
+from anydev.exits import exit_process, run_command   # first: a Ctrl-C while torch loads is one line too
+
 import argparse
 import os
 import sys
-
-from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
-from anydev.core.engine_config import validate_config
-from anydev.core.errors import run_command
 
 DEFAULT_PROMPT = "Hello, world! What is a device?"
 
@@ -66,11 +64,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    return run_command(run, parse_args(argv))
+    return run_command(lambda: run(parse_args(argv)))
 
 
 def run(args) -> int:
+    from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.core.engine_config import validate_config
     from anydev.core.executors.executor import command_executor
     from anydev.plugin_api import load_backend
 
@@ -195,4 +195,4 @@ def raise_config(message: str):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

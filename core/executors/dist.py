@@ -40,6 +40,8 @@ HEARTBEAT_TIMEOUT_ENV = "ANYDEV_DIST_HEARTBEAT_TIMEOUT"
 HEARTBEAT_INTERVAL_S = 0.5
 #: How often rank 0, waiting for a command to reach a rank, looks whether a failure was seen meanwhile.
 INTERRUPT_POLL_S = 0.1
+#: The longest pause between two looks for a rank's reply in the store.
+REPLY_POLL_S = 0.05
 
 
 class LaunchError(AnydevError):
@@ -232,17 +234,18 @@ class ControlGroup:
 
 
 def wait_reply(store, seq: int, rank: int, failed: threading.Event):
-    """Rank 0: rank ``rank``'s reply to message ``seq``; returns None early when ``failed`` is set."""
-    key = f"reply/{seq}/{rank}"
-    while not failed.is_set():
-        try:
-            store.wait([key], timedelta(seconds=0.5))
-        except Exception:  # the store's timeout: look at ``failed`` again
-            continue
-        value = pickle.loads(store.get(key))
-        store.delete_key(key)
-        return value
-    return None
+    """Rank 0: rank ``rank``'s reply to message ``seq``; returns None early when ``failed`` is set.
+
+    The key is polled (every 1 ms at first, backing off to ``REPLY_POLL_S``): a store ``wait`` that
+    times out makes c10d log two "waitForInput ... timed out" warnings each time."""
+    key, pause = f"reply/{seq}/{rank}", 0.001
+    while not store.check([key]):
+        if failed.wait(pause):
+            return None
+        pause = min(2 * pause, REPLY_POLL_S)
+    value = pickle.loads(store.get(key))
+    store.delete_key(key)
+    return value
 
 
 def failure_reports(store, world_size: int) -> dict[int, str]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Callable
 
+from anydev import interrupts
 from .abort import ABORT_WAIT_S, abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
                    check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
@@ -227,7 +228,11 @@ class ProcessRanks:
         thread.start()
         deadline = time.monotonic() + timeout + 5
         while thread.is_alive():
-            thread.join(0.2)
+            try:
+                interrupts.join(thread, 0.2)
+            except interrupts.Interrupted:
+                _kill(self._children)
+                raise
             dead = [(r, c.returncode) for r, c in enumerate(self._children, 1) if c.poll() is not None]
             if dead or time.monotonic() > deadline:
                 _kill(self._children)
@@ -261,7 +266,7 @@ class ProcessRanks:
                 joined.set_exception(exc)
 
         threading.Thread(target=join, name="anydev-comm-join", daemon=True).start()
-        wait([joined, *remote], return_when=FIRST_EXCEPTION)
+        interrupts.wait([joined, *remote], return_when=FIRST_EXCEPTION)
         for rank, future in enumerate(remote, 1):
             if future.done() and future.exception() is not None:
                 exc = future.exception()

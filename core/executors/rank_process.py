@@ -26,7 +26,9 @@ from ..timeline import Timeline
 
 def follow_and_exit(launch: Launch) -> None:
     """Run this rank until rank 0 ends the group, then end the process (never returns): exit code 0
-    after a normal end, 1 when a rank failed, 2 for a bad launch."""
+    after a normal end, 1 when a rank failed, 2 for a bad launch. Ctrl-C is ignored here: it reaches
+    every process of the group at once, and rank 0 ends the group (one line, from rank 0 alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         code = follow(launch)
     except LaunchError as exc:
