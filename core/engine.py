@@ -108,7 +108,7 @@ class InferEngine:
         else:
             self.checkpoint = checkpoint_or_path
         try:
-            interrupts.engine_live(self)   # a Ctrl-C from here on waits for a safe point (see .interrupts)
+            interrupts.engine_live(self)   # a Ctrl-C from here on waits for a safe point (see anydev.interrupts)
             self._start(progress)
         except BaseException:
             self._closed = True

@@ -28,7 +28,7 @@ def test_a_signal_with_no_engine_live_raises_at_once():
 
 def test_a_signal_while_an_engine_runs_waits_for_its_next_wait_and_close_joins_every_rank():
     from anydev.core import EngineConfig, InferEngine, SamplingParams
-    from anydev.core.checkpoint import demo_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint
 
     with interrupts.handled():
         engine = InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=2, num_blocks=16, max_model_len=64))
@@ -44,7 +44,7 @@ def test_a_signal_while_an_engine_runs_waits_for_its_next_wait_and_close_joins_e
 
 def test_a_signal_recorded_outside_any_wait_is_raised_when_the_engine_closes():
     from anydev.core import EngineConfig, InferEngine
-    from anydev.core.checkpoint import demo_checkpoint
+    from anydev.core.loading.checkpoint import demo_checkpoint
 
     with interrupts.handled():
         engine = InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=2, num_blocks=16, max_model_len=64))
