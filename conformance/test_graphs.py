@@ -99,3 +99,53 @@ def test_replay_reads_changed_inputs(stream, graph_setup):
                                msg="after the input changed, replay still gives the old result (replay ignores changed inputs)")
     torch.testing.assert_close(to_host(stream, y), expected_first + expected_second,
                                msg="two replays did not both update y in place")
+
+
+def wide_work(x: torch.Tensor, acc: torch.Tensor, half: torch.Tensor):
+    """What engines capture beyond arithmetic: dtype conversions (to bfloat16 and back, and a copy_
+    into a captured bfloat16 buffer), a copy (clone), views (view, transpose, slice), reductions (a sum
+    over a dimension and a max over everything) and an in-place update of a captured buffer."""
+    rounded = x.to(torch.bfloat16).to(torch.float32)
+    half.copy_(x)
+    grid = rounded.clone().view(64, 64).t()
+    rows = grid.sum(dim=1)
+    peak = grid[:, 1:].amax()
+    acc[:64].mul_(0.5).add_(rows)
+    return rounded, rows, peak
+
+
+def test_replay_recomputes_conversions_copies_views_and_reductions(backend, device, stream):
+    """Captured once, replayed on one input and again after the input changed: every output (and the
+    in-place accumulation, over both replays) equals the same work run eagerly on the host. A graph
+    that froze its conversions or copies at capture time would give the first input's values."""
+    require_graphs(backend)
+    buffers = [device.alloc(N * 4), device.alloc(N * 4), device.alloc(N * 2)]
+    x, acc = (b.as_tensor(torch.float32, (N,)) for b in buffers[:2])
+    half = buffers[2].as_tensor(torch.bfloat16, (N,))
+    graph = None
+    try:
+        with stream.torch_stream():  # warm-up on scratch copies, outside the capture
+            wide_work(x.clone(), acc.clone(), half.clone())
+        stream.synchronize()
+        graph = stream.create_graph()
+        first, second = host_input(5), host_input(6)
+        fill(stream, x, first)
+        fill(stream, acc, torch.zeros(N))
+        with graph.capture():
+            outputs = wide_work(x, acc, half)
+        graph.replay()
+        fill(stream, x, second)
+        graph.replay()
+        expected_acc, expected_half = torch.zeros(N), torch.empty(N, dtype=torch.bfloat16)
+        wide_work(first, expected_acc, expected_half)
+        expected = wide_work(second, expected_acc, expected_half)
+        for name, got, want in zip(("conversion to bfloat16 and back", "sum over a view", "max over a slice"), outputs, expected):
+            torch.testing.assert_close(to_host(stream, got), want, msg=f"{name}: replay after the input changed differs from eager")
+        torch.testing.assert_close(to_host(stream, half), expected_half, msg="copy_ into a bfloat16 buffer differs from eager")
+        torch.testing.assert_close(to_host(stream, acc), expected_acc, msg="in-place update of a captured buffer differs from eager")
+    finally:
+        stream.synchronize()
+        if graph is not None:
+            graph.close()
+        for b in buffers:
+            b.free()

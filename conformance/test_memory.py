@@ -178,6 +178,22 @@ def test_free_waits_for_queued_work(device, stream, long_work):
     assert landed, "free() returned before the work queued on the buffer had run (free must wait, as cudaFree does)"
 
 
+def test_free_returns_after_the_devices_queued_work(device, stream, long_work):
+    """``free`` waits, checked by an event rather than by data (a second, independent check): an
+    event recorded behind long work, before a memset of the buffer, is done when ``free`` returns."""
+    buf = device.alloc(1 << 20)
+    long_work.enqueue(stream, final_value=0)
+    queued = stream.record()
+    try:
+        stream.memset_async(buf, 0x3C)
+        buf.free()
+        done = queued.query()
+        stream.synchronize()
+    finally:
+        queued.close()
+    assert done is True, "free() returned while work queued on the buffer's device before it was still running"
+
+
 def test_torch_views_see_the_bytes_at_their_offset(backend, device, stream):
     """``as_tensor(offset=...)`` views the device bytes at that offset: reads see what a copy put
     there, and torch writes land there."""

@@ -1,6 +1,7 @@
 """Parallel init: the engine's ranks initialise concurrently; the KV cache reads back as zeros; init
 allocates no host buffer as large as the KV cache; the engine is ready only after the device work
-finished; a failing rank raises, naming itself, and leaves no thread and no device memory behind.
+finished (both zero checks fill the cache's memory with a non-zero pattern first, by copies, when it is
+allocated); a failing rank raises, naming itself, and leaves no thread and no device memory behind.
 
 The engine runs the embedded demo model with a KV cache of 64 MiB .. 1 GiB per rank (see
 ``engine_support.kv_num_blocks``), on ``--tp`` ranks (default: the device count).
@@ -10,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -49,18 +51,57 @@ def init_timeline(backend, tp: int, num_blocks: int, mode: str):
         engine.close()
 
 
-def dirty_device_memory(backend, tp: int, nbytes: int) -> None:
-    """Fill ``nbytes`` on each device with 0xFF and free it, so that an allocator that hands the same
-    memory back gives the KV cache non-zero bytes unless the engine zeroes them."""
+DIRTY = 0xA5  # the pattern the zero checks fill memory with before the engine gets it
+
+
+def fill_with_pattern(device, buf, nbytes: int | None = None) -> None:
+    """Fill ``buf`` with :data:`DIRTY` by host-to-device copies (not a memset: a broken memset must
+    not be able to blind the check that the engine's zeroing memset works)."""
+    nbytes = buf.nbytes if nbytes is None else nbytes
+    pattern = np.full(min(nbytes, 16 * MiB), DIRTY, dtype=np.uint8)
+    stream = device.create_stream()
+    try:
+        for offset in range(0, nbytes, pattern.size):
+            chunk = min(pattern.size, nbytes - offset)
+            stream.memcpy_async(buf, pattern, chunk, dst_offset=offset)
+        stream.synchronize()
+    finally:
+        stream.close()
+
+
+def dirty_device_memory(backend, tp: int, nbytes: int, cycles: int = 2) -> None:
+    """Fill ``nbytes`` on each device with :data:`DIRTY` and free it, ``cycles`` times, so that an
+    allocator that hands the same memory back gives the KV cache non-zero bytes unless the engine
+    zeroes them."""
     for index in range(tp):
         device = backend.device(index)
-        stream = device.create_stream()
-        buf = device.alloc(nbytes)
-        stream.memset_async(buf, 0xFF)
-        stream.synchronize()
-        buf.free()
-        stream.close()
+        for _ in range(cycles):
+            buf = device.alloc(nbytes)
+            fill_with_pattern(device, buf)
+            buf.free()
     backend.device(0).set_current()
+
+
+@contextlib.contextmanager
+def allocations_dirtied(min_bytes: int):
+    """Every device allocation of at least ``min_bytes`` made inside the block (the engine's KV
+    caches) is filled with :data:`DIRTY` before its caller gets it: whether freed memory reads back
+    as zeros (fresh pages of a host-memory backend) cannot hide an engine that zeroes too little."""
+    from anydev.plugin_api.objects.device import Device
+
+    original = Device.alloc
+
+    def alloc_dirtied(device, nbytes):
+        buf = original(device, nbytes)
+        if nbytes >= min_bytes:
+            fill_with_pattern(device, buf)
+        return buf
+
+    Device.alloc = alloc_dirtied
+    try:
+        yield
+    finally:
+        Device.alloc = original
 
 
 @contextlib.contextmanager
@@ -102,12 +143,15 @@ def test_ranks_initialise_concurrently(backend, request):
 
 
 def test_kv_cache_reads_back_as_zeros(backend, request):
-    """Where the allocator hands freed memory back (GPU runtimes), the dirtied memory makes this fail
-    unless init zeroes the cache; the cpu backend's large allocations are fresh zero pages anyway."""
+    """The KV cache's memory holds a non-zero pattern before the engine zeroes it (filled when it is
+    allocated, and the device memory dirtied and freed before init), so every byte must be zeroed by
+    init, whatever freed memory reads back as."""
     tp = engine_ranks(backend, request)
     blocks = kv_num_blocks(backend, tp)
-    dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
-    engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
+    kv_bytes = blocks * kv_block_bytes(tp)
+    dirty_device_memory(backend, tp, nbytes=kv_bytes + 16 * MiB)
+    with allocations_dirtied(min_bytes=kv_bytes):
+        engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
     try:
         for rank in range(tp):
             cache = engine.kv_cache_to_host(rank)
@@ -124,8 +168,10 @@ def test_ready_only_after_device_work_finished(backend, request):
     the constructor returns, on a fresh stream that waits for nothing, is already all zeros."""
     tp = engine_ranks(backend, request)
     blocks = kv_num_blocks(backend, tp)
-    dirty_device_memory(backend, tp, nbytes=blocks * kv_block_bytes(tp) + 16 * MiB)
-    engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
+    kv_bytes = blocks * kv_block_bytes(tp)
+    dirty_device_memory(backend, tp, nbytes=kv_bytes + 16 * MiB)
+    with allocations_dirtied(min_bytes=kv_bytes):
+        engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
     try:
         for rank in range(tp):  # read first: nothing else may give the device time to catch up
             device = backend.device(rank)

@@ -54,6 +54,23 @@ def test_order_across_streams_through_an_event(device, stream, long_work):
         other.close()
 
 
+def test_a_stream_waiting_on_an_event_finishes_after_it(device, stream, long_work):
+    """stream_wait_event, checked by events rather than by data (a second, independent check): once
+    a stream that waits on an event recorded behind long work has synchronized, that event is done."""
+    other = device.create_stream()
+    try:
+        long_work.enqueue(stream, final_value=3)
+        with stream.record() as done:
+            other.wait(done)
+            other.synchronize()
+            assert done.query() is True, (
+                "a stream that waits on an event finished while the event was still pending (stream_wait_event ignored?)"
+            )
+    finally:
+        stream.synchronize()
+        other.close()
+
+
 def test_query_reports_running_then_done(stream, long_work):
     long_work.enqueue(stream, final_value=9)
     with stream.record() as event:
@@ -153,6 +170,45 @@ def test_elapsed_time_matches_the_work(device, stream, long_work):
             f"the work take between {low * 1e3:.3f} and {high * 1e3:.3f} ms"
         )
     assert results[4] > results[1], f"four times the work took {results[4] * 1e3:.3f} ms, once {results[1] * 1e3:.3f} ms"
+
+
+def test_elapsed_time_covers_a_wait_on_another_stream(device, stream, long_work):
+    """elapsed_ms by another route (a second, independent check): timing events on an idle second
+    stream around its wait for long work on the first. The start completes before the host first
+    sees it done (``h1``); the end completes after the host last saw the long work running (``h2``)
+    and before it sees the end done (``h3``, with ``h0`` before the start was recorded). So
+    ``h2 - h1 <= elapsed <= h3 - h0``, in milliseconds: a time in seconds is 1000 times too small."""
+    slack = 2e-3
+    other = device.create_stream()
+    start, end = device.create_event(timing=True), device.create_event(timing=True)
+    try:
+        h0 = time.perf_counter()
+        other.record(start)
+        long_work.enqueue(stream, final_value=4)
+        with stream.record() as work_done:
+            other.wait(work_done)
+            other.record(end)
+            poll(start.query, "the start event on an idle stream")
+            h1 = h2 = time.perf_counter()
+            while True:
+                before = time.perf_counter()
+                if work_done.query():
+                    break
+                h2 = before
+                time.sleep(0.001)
+            end.synchronize()
+            h3 = time.perf_counter()
+        elapsed = start.elapsed_ms(end) / 1000.0
+        assert h2 - h1 - slack <= elapsed <= h3 - h0 + slack, (
+            f"elapsed_ms around a wait for long work says {elapsed * 1e3:.3f} ms, but the host saw the wait take "
+            f"between {(h2 - h1) * 1e3:.3f} and {(h3 - h0) * 1e3:.3f} ms (a time in seconds, not milliseconds?)"
+        )
+    finally:
+        stream.synchronize()
+        other.synchronize()
+        start.close()
+        end.close()
+        other.close()
 
 
 def test_independent_streams_overlap(device, stream, long_work):

@@ -20,7 +20,8 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "errors-swallowed", "free-no-wait", "alloc-on-device-0", "graph-replay-stale",
     "recv-never-writes", "send-wrong-peer", "recv-last-message-first", "send-reads-at-call", "send-first-mib-only",
     "comm-abort-frees-no-waiter", "comm-abort-noop",
-    "d2h-copy-unordered", "all-gather-wrong-beyond-2-ranks",
+    "d2h-copy-unordered", "all-gather-wrong-beyond-2-ranks", "kv-memset-first-page", "graph-freezes-conversions",
+    "elapsed-time-in-seconds",
     "quantized-linear-int8-scale-of-next-row", "quantized-linear-q4-k-next-block",     # issue 21
     "quantized-linear-q4-0-nibbles-swapped",
 }
@@ -86,3 +87,31 @@ def test_cpu_device_graphs_pass_the_graph_checks(tmp_path):
 
     checks = json.loads(report_file.read_text())["checks"]
     assert len(checks) >= 3 and {c["status"] for c in checks} == {"pass"} and {c["group"] for c in checks} == {"graphs"}
+
+
+#: Faults that one check alone used to catch, each with its two independent checks (issue 23).
+TWO_CHECKS = {
+    "wait-event-ignored": ("test_order_across_streams_through_an_event", "test_a_stream_waiting_on_an_event_finishes_after_it"),
+    "elapsed-time-in-seconds": ("test_elapsed_time_matches_the_work", "test_elapsed_time_covers_a_wait_on_another_stream"),
+    "free-no-wait": ("test_free_waits_for_queued_work", "test_free_returns_after_the_devices_queued_work"),
+}
+
+
+def test_single_check_faults_are_caught_by_two_independent_checks(tmp_path):
+    """Each of these mutants fails both of its checks, so one flaky or skipped check cannot let it through."""
+    import json
+
+    report_file = tmp_path / "report.json"
+    names = [name for pair in TWO_CHECKS.values() for name in pair]
+    done = subprocess.run(
+        [sys.executable, "-m", "anydev.conformance", "--anydev-mutant", ",".join(TWO_CHECKS),
+         "--device", ",".join(f"mutant-{m}" for m in TWO_CHECKS), "--report", str(report_file),
+         "--", "-q", "-k", " or ".join(names)],
+        env={**os.environ, "ANYDEV_CPU_DEVICE_MEMORY": "1GiB"}, capture_output=True, text=True, timeout=600,
+    )
+    assert report_file.exists(), done.stdout[-3000:] + done.stderr[-2000:]
+    status = {(c["backend"], c["check"].split("::")[1].split("[")[0]): c["status"]
+              for c in json.loads(report_file.read_text())["checks"]}
+    for mutant_name, checks in TWO_CHECKS.items():
+        for check in checks:
+            assert status.get((f"mutant-{mutant_name}", check)) == "fail", (mutant_name, check, status)

@@ -28,6 +28,14 @@ class ElapsedTimeConstant(CpuRuntime):
         return 1.0
 
 
+@mutant("elapsed-time-in-seconds", checks=["test_streams_events.py"])
+class ElapsedTimeInSeconds(CpuRuntime):
+    """event_elapsed_ms returns the time in seconds, not milliseconds."""
+
+    def event_elapsed_ms(self, start, end):
+        return super().event_elapsed_ms(start, end) / 1000.0
+
+
 @mutant("wait-event-ignored", checks=["test_streams_events.py"])
 class WaitEventIgnored(CpuRuntime):
     """stream_wait_event checks its handles and does not make the stream wait."""
