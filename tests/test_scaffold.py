@@ -56,6 +56,19 @@ def test_skeleton_has_the_package_layout_and_entry_point(skeleton):
         assert (skeleton / relative).is_file(), relative
 
 
+@pytest.mark.parametrize("which", ["skeleton", "prefix_skeleton"])
+def test_skeletons_depend_on_cffi_only_when_their_code_imports_it(request, which):
+    """Neither skeleton binds a library with cffi itself (the stubs bind nothing; the CUDA-like core is
+    anydev's, which brings cffi): their pyproject does not depend on it."""
+    import re
+
+    root = request.getfixturevalue(which)
+    dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    imports_cffi = any(re.search(r"^\s*(import cffi|from cffi)", f.read_text(), re.MULTILINE) for f in root.rglob("*.py"))
+    assert any(d.startswith("cffi") for d in dependencies) == imports_cffi, (root.name, dependencies)
+    assert {"anydev", "torch"} <= set(dependencies), dependencies
+
+
 def test_skeleton_is_discovered_through_its_entry_point_and_loads(skeleton):
     registry = Registry()
     assert "scaffoldtest" in registry.plugins, registry.broken.get("scaffoldtest")
