@@ -59,6 +59,28 @@ def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
     assert rank_processes() == []   # the rank process ended with the engine
 
 
+def test_mp_ranks_take_every_step_from_the_shared_memory_queue_without_pickle(tp1_tokens, monkeypatch):
+    """The ranks of rank 0's machine read its messages from the shared-memory queue (no gloo group is
+    formed for them): every step is written there, as a step message (b"S"), not a pickle."""
+    from anydev.core.executors.shm_queue import MessageQueue
+
+    kinds = []
+    put = MessageQueue.put
+
+    def counting_put(self, parts, *args, **kwargs):
+        kinds.append(bytes(parts[0]))
+        return put(self, parts, *args, **kwargs)
+
+    monkeypatch.setattr(MessageQueue, "put", counting_put)
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
+        control = engine._procs.control
+        assert (control.local_ranks, control.remote_ranks) == ([1], [])
+        outputs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))
+    assert [o.token_ids for o in outputs] == tp1_tokens
+    assert kinds.count(b"S") >= NEW_TOKENS   # one step per new token at least (a prefill, then decodes)
+    assert set(kinds) == {b"S", b"P"}        # setup, init, close: pickled
+
+
 def test_rank_0_destroys_its_communicator_while_the_other_ranks_destroy_theirs():
     """A collective library's destroy may wait for every rank of the communicator (NCCL's can
     within a node): rank 0 must tell the other ranks to close before it destroys its own, or both

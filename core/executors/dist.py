@@ -3,13 +3,14 @@
 A group of rank processes is started by torchrun (or any launcher that sets its variables: ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) or by anydev itself
 (``executor="mp"``, :mod:`.executor`). Rank 0 drives: it runs the scheduler and sends every other rank
-what to run. Everything but the activations goes through torch.distributed:
+what to run, through torch.distributed and shared memory (the activations aside):
 
 * the **c10d TCPStore** at ``MASTER_ADDR:MASTER_PORT``: replies to rank 0, failure reports,
-  heartbeats;
-* a **gloo process group** (:class:`ControlGroup`): rank 0's commands, each one pickled message
-  broadcast as a uint8 tensor (a step's packed :class:`~.models.batch.StepBatch` travels as its raw
-  bytes).
+  heartbeats, and where each rank runs;
+* :class:`ControlGroup`: rank 0's commands, each written once into a shared-memory queue that the
+  ranks of rank 0's machine read, and broadcast over gloo to the ranks of other machines (a step
+  travels as its packed :class:`~anydev.core.models.batch.StepBatch` bytes and a msgpack header, anything else
+  pickled).
 
 The activations' all_reduce/all_gather run on the backend's own communicator, made from a unique id
 that rank 0 sends in its first message. :class:`Watchdog` makes a rank that dies, hangs or fails
@@ -17,7 +18,6 @@ visible to the others within seconds.
 """
 from __future__ import annotations
 
-import io
 import os
 import pickle
 import socket
@@ -32,6 +32,9 @@ import torch
 
 from anydev.plugin_api.errors import AnydevError
 
+from .shm_queue import MessageQueue, ReaderStuck, WriterGone
+from .step_message import decode, dumps, encode
+
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 #: Seconds to reach the store and form the control group (a rank that starts later than this fails).
 CONNECT_TIMEOUT_ENV = "ANYDEV_DIST_CONNECT_TIMEOUT"
@@ -42,6 +45,11 @@ HEARTBEAT_INTERVAL_S = 0.5
 INTERRUPT_POLL_S = 0.1
 #: The longest pause between two looks for a rank's reply in the store.
 REPLY_POLL_S = 0.05
+#: "0": this rank takes rank 0's messages by gloo even on rank 0's machine (containers that share
+#: no /dev/shm).
+CONTROL_SHM_ENV = "ANYDEV_CONTROL_SHM"
+#: Seconds rank 0 waits for a rank of its machine to read its earlier messages before naming it stuck.
+QUEUE_TIMEOUT_ENV = "ANYDEV_CONTROL_QUEUE_TIMEOUT"
 
 
 class LaunchError(AnydevError):
@@ -164,41 +172,87 @@ class ControlLost(AnydevError):
 
 
 class ControlGroup:
-    """Rank 0's messages to every rank (a gloo broadcast), replies and failure reports (the store).
+    """Rank 0's messages to every rank, replies and failure reports (the store).
 
-    Messages are pickled; tensors inside travel as their raw bytes."""
+    Rank 0 writes each message once into a shared-memory queue (:mod:`.shm_queue`) that the
+    ranks of its machine read; the ranks of other machines take it from a gloo broadcast among rank 0
+    and them. Which rank is where comes from the store at start. Messages are bytes of
+    :mod:`.step_message`: steps without pickle."""
 
     def __init__(self, launch: Launch, store, timeout_s: float):
-        import torch.distributed as dist
-
         self.launch = launch
         self.rank, self.world_size = launch.rank, launch.world_size
         self.store = store
+        self.queue_wait_s = seconds_from_env(QUEUE_TIMEOUT_ENV, 60.0)
+        self.local_ranks, self.remote_ranks = _split_by_host(launch, store, timeout_s)
+        self._queue: MessageQueue | None = None
+        self._pg = None
+        if self.local_ranks and (self.rank == 0 or self.rank in self.local_ranks):
+            self._queue = self._join_queue(timeout_s)
+        if self.remote_ranks and (self.rank == 0 or self.rank in self.remote_ranks):
+            self._pg = self._join_gloo(timeout_s)
+
+    def _join_queue(self, timeout_s: float) -> MessageQueue:
+        if self.rank == 0:
+            queue = MessageQueue.create(self.local_ranks)
+            try:
+                self.store.set("control/queue", queue.name)
+                queue.wait_for_readers(timeout_s)
+            except ReaderStuck as exc:
+                queue.close()
+                raise LaunchError(f"{exc}: every rank of this machine must start and reach /dev/shm; set "
+                                  f"{CONTROL_SHM_ENV}=0 on ranks that share no /dev/shm with rank 0") from None
+            queue.unlink()   # every reader has it mapped: nothing is left in /dev/shm whatever happens next
+            return queue
         try:
-            self._pg = dist.ProcessGroupGloo(dist.PrefixStore("control/", store), self.rank, self.world_size,
-                                             timedelta(seconds=timeout_s))
+            self.store.wait(["control/queue"], timedelta(seconds=timeout_s))
+            name = self.store.get("control/queue").decode()
+            return MessageQueue.attach(name, self.local_ranks.index(self.rank), self.rank)
         except Exception as exc:
-            raise LaunchError(f"rank {self.rank} could not form the gloo control group of {self.world_size} ranks "
-                              f"through {launch.store_address} within {timeout_s:g} s ({_first_line(exc)}); "
+            raise LaunchError(f"rank {self.rank} could not open rank 0's message queue within {timeout_s:g} s "
+                              f"({_first_line(exc)}); set {CONTROL_SHM_ENV}=0 on ranks that share no /dev/shm "
+                              "with rank 0") from None
+
+    def _join_gloo(self, timeout_s: float):
+        import torch.distributed as dist
+
+        members = [0, *self.remote_ranks]
+        try:
+            return dist.ProcessGroupGloo(dist.PrefixStore("control/gloo/", self.store), members.index(self.rank),
+                                         len(members), timedelta(seconds=timeout_s))
+        except Exception as exc:
+            raise LaunchError(f"rank {self.rank} could not form the gloo control group of ranks {members} "
+                              f"through {self.launch.store_address} within {timeout_s:g} s ({_first_line(exc)}); "
                               "every rank must start, and reach the others (GLOO_SOCKET_IFNAME picks the "
                               "network interface)") from None
 
     # ---- rank 0 -> everyone ---------------------------------------------------------------------
     def send(self, message, interrupt: threading.Event | None = None) -> None:
-        """Rank 0: broadcast ``message`` to every rank. A rank that hangs (alive, its sockets open) holds
-        the broadcast back: once ``interrupt`` is set (a failure was seen) it raises ControlLost instead."""
-        payload = torch.frombuffer(bytearray(_dumps(message)), dtype=torch.uint8)
-        self._broadcast(torch.tensor([payload.numel()], dtype=torch.int64), interrupt)
-        self._broadcast(payload, interrupt)
+        """Rank 0: send ``message`` to every rank. A rank that hangs (alive, its sockets open) holds the
+        gloo broadcast back: once ``interrupt`` is set (a failure was seen) it raises ControlLost
+        instead; a rank of this machine that died or hung is a :class:`QueueError` naming it."""
+        if self._queue is None and self._pg is None:   # a group of rank 0 alone
+            return
+        parts = encode(message)
+        if self._queue is not None:
+            self._queue.put(parts, self.queue_wait_s, interrupt)
+        if self._pg is not None:
+            payload = torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8)
+            self._broadcast(torch.tensor([payload.numel()], dtype=torch.int64), interrupt)
+            self._broadcast(payload, interrupt)
 
     def receive(self):
         """Ranks other than 0: the next message of rank 0 (blocks)."""
+        if self._queue is not None:
+            try:
+                return decode(self._queue.get())
+            except WriterGone as exc:
+                raise ControlLost(str(exc)) from exc
         size = torch.zeros(1, dtype=torch.int64)
         self._broadcast(size)
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
         self._broadcast(payload)
-        return pickle.loads(payload.numpy().tobytes())
-
+        return decode(bytearray(payload.numpy().tobytes()))
     def _broadcast(self, tensor: torch.Tensor, interrupt: threading.Event | None = None) -> None:
         import torch.distributed as dist
 
@@ -222,7 +276,7 @@ class ControlGroup:
 
     # ---- everyone -> rank 0 ---------------------------------------------------------------------
     def reply(self, seq: int, value) -> None:
-        self.store.set(f"reply/{seq}/{self.rank}", _dumps(value))
+        self.store.set(f"reply/{seq}/{self.rank}", dumps(value))
 
     def report_failure(self, reason: str) -> None:
         """Tell every rank that this one failed (read by their watchdogs)."""
@@ -230,7 +284,37 @@ class ControlGroup:
         self.store.add("failures", 1)
 
     def close(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
         self._pg = None
+
+
+def host_identity(rank: int, environ: Mapping[str, str] = os.environ) -> str:
+    """What ranks of one machine (one /dev/shm) share: the host name and boot id; a rank with
+    ``ANYDEV_CONTROL_SHM=0`` gets one of its own (it takes rank 0's messages by gloo)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    own = f"/rank{rank}" if environ.get(CONTROL_SHM_ENV) == "0" else ""
+    return f"{socket.gethostname()}/{boot}{own}"
+
+
+def _split_by_host(launch: Launch, store, timeout_s: float) -> tuple[list[int], list[int]]:
+    """(the ranks other than 0 on rank 0's machine, the others), as every rank tells the store."""
+    store.set(f"control/host/{launch.rank}", host_identity(launch.rank))
+    keys = [f"control/host/{r}" for r in range(launch.world_size)]
+    try:
+        store.wait(keys, timedelta(seconds=timeout_s))
+    except Exception as exc:
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        raise LaunchError(f"rank(s) {', '.join(map(str, missing))} did not join the group of {launch.world_size} "
+                          f"through {launch.store_address} within {timeout_s:g} s ({_first_line(exc)}); every rank "
+                          f"must start ({CONNECT_TIMEOUT_ENV} sets the wait)") from None
+    hosts = [store.get(key).decode() for key in keys]
+    local = [r for r in range(1, launch.world_size) if hosts[r] == hosts[0]]
+    return local, [r for r in range(1, launch.world_size) if hosts[r] != hosts[0]]
 
 
 def wait_reply(store, seq: int, rank: int, failed: threading.Event):
@@ -304,29 +388,6 @@ class Watchdog:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-class _Pickler(pickle.Pickler):
-    """Tensors travel as plain bytes."""
-
-    def reducer_override(self, obj):
-        if isinstance(obj, torch.Tensor):
-            host = obj.detach().cpu().contiguous()
-            return _tensor, (host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b"",
-                             host.dtype, tuple(host.shape))
-        return NotImplemented
-
-
-def _dumps(value) -> bytes:
-    buffer = io.BytesIO()
-    _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(value)
-    return buffer.getvalue()
-
-
-def _tensor(data: bytes, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).view(shape)
 
 
 def _first_line(exc: BaseException) -> str:

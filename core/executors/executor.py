@@ -343,7 +343,8 @@ class ProcessRanks:
             if sent_error is None:
                 made = self._futures(seq, name, wants_reply, target, claimer)
         if sent_error is not None:
-            self._on_failure(-1, f"sending '{name}' to the other ranks failed: {sent_error}")
+            # a rank of this machine that died or stopped reading is named by the queue (QueueError.rank)
+            self._on_failure(getattr(sent_error, "rank", -1), f"sending '{name}' to the other ranks failed: {sent_error}")
             raise self._wait_verdict() from sent_error
         return made
 
