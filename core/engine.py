@@ -328,6 +328,12 @@ class InferEngine:
             self.scheduler.finish(seq, reason)
 
     @property
+    def weight_descriptions(self) -> list[str]:
+        """One line per rank: its weights' formats and bytes on the device (see ``RankWeights.describe``)."""
+        return [f"rank {i} weights: {worker.weights.stats.formats}" for i, worker in enumerate(self.workers)
+                if worker.weights is not None]
+
+    @property
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work
 

@@ -14,6 +14,7 @@ from .models.pipeline import check_pp
 from .models.sharding import check_tp
 from .test_hooks import TestHooks
 from .timeline import PHASES
+from .loading.weights import QUANTIZATIONS
 
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -67,6 +68,11 @@ class EngineConfig:
     #: this machine, started here) or "torchrun" (one process per rank started by torchrun; build the
     #: engine on RANK 0, the other ranks run ``anydev.core.executors.rank_process.follow``).
     executor: str = "threads"
+    #: Projection weights on the device: None keeps what the checkpoint stores (GGUF blocks that
+    #: ``quantized_linear`` reads stay quantized); "int8" or "fp8" quantize a float checkpoint per
+    #: output channel while it loads, on each rank's device; "dequantize" turns GGUF blocks into
+    #: ``dtype`` (the reference to compare with). See :mod:`.weights`.
+    quantization: str | None = None
 
 
 def default_read_threads(tp: int) -> int:
@@ -118,6 +124,9 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
     if not isinstance(config.piecewise_max_tokens, int) or isinstance(config.piecewise_max_tokens, bool) \
             or config.piecewise_max_tokens < 0:
         raise EngineConfigError(f"piecewise_max_tokens must be an integer >= 0, got {config.piecewise_max_tokens!r}")
+    if config.quantization is not None and config.quantization not in QUANTIZATIONS:
+        raise EngineConfigError(f"quantization {config.quantization!r} is not supported; use one of "
+                                f"{', '.join(QUANTIZATIONS)} (or none: the checkpoint's own format)")
     if not isinstance(config.async_steps, bool):
         raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
     executors.validate_executor(config)

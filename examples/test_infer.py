@@ -58,6 +58,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--executor", default=None, choices=("threads", "mp", "torchrun"),
                    help="where the ranks run: threads of this process, mp (a process per rank, started here) or "
                         "torchrun (this process is one rank; the default when torchrun started it); default threads")
+    p.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
+                   help="int8/fp8: quantize a float checkpoint per output channel while loading; dequantize: "
+                        "GGUF blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")
     p.add_argument("--kernels", default="native", choices=("native", "reference"),
                    help="native: the backend's kernels where it has them (default); reference: the torch references")
     return p.parse_args(argv)
@@ -85,7 +88,7 @@ def run(args) -> int:
     config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
                           num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
                           max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager,
-                          kernels=args.kernels, executor=executor)
+                          kernels=args.kernels, executor=executor, quantization=args.quantization)
     validate_config(config, checkpoint.config)   # the settings and the prompt are checked before any weights load
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
@@ -100,6 +103,7 @@ def run(args) -> int:
               + (f" ({len(engine.graph_buckets)} captured at start-up in {engine.capture_seconds:.3f} s)"
                  if engine.uses_graphs else ""))
         print(engine.kernels_description)
+        print("\n".join(engine.weight_descriptions))
         print("init timeline:")
         print(format_timeline(engine.timeline))
         outputs = engine.generate(prompts, sampling, use_chat_template=use_template)
@@ -110,6 +114,10 @@ def run(args) -> int:
         print(f"prefill: {stats.prefill_tokens} tokens, {stats.prefill_tokens_per_s:.1f} tokens/s")
         print(f"decode:  {stats.decode_tokens} tokens, {stats.decode_tokens_per_s:.1f} tokens/s")
         if not is_demo:
+            return 0
+        if args.quantization in ("int8", "fp8"):
+            print(f"reference checks: skipped (weights quantized to {args.quantization}; the float references "
+                  "would not give the same tokens)")
             return 0
         greedy = SamplingParams(max_new_tokens)
         if sampling.is_greedy and engine.dtype.is_floating_point and str(engine.dtype) == "torch.float32":

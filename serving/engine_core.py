@@ -211,7 +211,8 @@ class EngineCore:
 
 def engine_info(engine: InferEngine) -> EngineInfo:
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
-                      num_blocks=engine.num_blocks, block_size=engine.config.block_size)
+                      num_blocks=engine.num_blocks, block_size=engine.config.block_size,
+                      weights=engine.weight_descriptions)
 
 
 def final_counters(stats: EngineStats) -> str:

@@ -96,6 +96,7 @@ class EngineInfo(msgspec.Struct):
     vocab_size: int
     num_blocks: int
     block_size: int
+    weights: list[str] = []     # per rank: the weights' formats and device bytes
 
 
 ENCODER = msgspec.msgpack.Encoder()

@@ -61,6 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     engine.add_argument("--no-chunked-prefill", action="store_true",
                         help="prefill whole prompts in steps of their own (decodes wait for them)")
     engine.add_argument("--enforce-eager", action="store_true", help="decode without device graphs")
+    engine.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
+                        help="int8/fp8: quantize a float checkpoint per output channel while loading; dequantize: "
+                             "GGUF blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB): 413")
     limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt (default: the context): 400")
@@ -120,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                           max_num_batched_tokens=args.max_num_batched_tokens,
                           enable_prefix_caching=not args.no_prefix_caching,
                           enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager,
-                          executor=executor)
+                          executor=executor, quantization=args.quantization)
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
         info = core.start()
@@ -129,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"anydev serve: model '{model_name}' on {args.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
               f"{info.block_size} tokens, context {info.max_model_len}; engine core pid {core.process.pid}, "
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
+        for line in info.weights:
+            print(f"anydev serve: {line}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
         if args.api_server_count == 1:
             serve_front_end(args, core.link(), 0, tokenizer)

@@ -129,7 +129,7 @@ def test_no_fused_view_when_the_parts_are_not_back_to_back(engine):
     weights = engine.workers[0].weights
 
     class Moved:   # the same weights with k_proj of layer 0 said to live elsewhere
-        dtype, buffer = weights.dtype, weights.buffer
+        dtype, buffer, formats, tensors, row_bytes = weights.dtype, weights.buffer, {}, weights.tensors, weights.row_bytes
         offsets = dict(weights.offsets)
         name = "model.layers.0.self_attn.k_proj.weight"
         offsets[name] = (offsets[name][0] + 256, offsets[name][1])

@@ -52,6 +52,15 @@ def test_demo_with_pipeline_stages_matches_the_cpu_reference(capsys):
     assert "tokens match the cpu reference: yes (greedy, float32: cpu tp=2 pp=2 vs cpu tp=1)" in out
 
 
+def test_quantized_demo_says_each_ranks_weight_format_and_bytes(capsys):
+    assert load_cli().main(["--tp", "2", "--quantization", "int8", "--max-new-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    for rank in (0, 1):
+        line = next(line for line in out.splitlines() if line.startswith(f"rank {rank} weights: "))
+        assert "float32 " in line and "int8 " in line and line.endswith(" MB"), line
+    assert "reference checks: skipped (weights quantized to int8" in out
+
+
 def test_moore_on_a_machine_without_it_is_one_line_naming_libmusart():
     result = run_script("--device", "moore")
     assert result.returncode == 2

@@ -106,7 +106,7 @@ class RankPlan:
                          self.serial_zero, self.progress, kernels, self.max_model_len, self.fail_at, graph_factory,
                          staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
                          max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
-                         stage=stage)
+                         stage=stage, quantization=c.quantization)
 
 
 def checkpoint_source(checkpoint):

@@ -58,6 +58,20 @@ class Checkpoint:
             return reader(name, cut)
         return HostTensorSlice(self._store.load(name), cut)
 
+    def stored_format(self, name: str, cut) -> str | None:
+        """The quantized block format (of :mod:`anydev.plugin_api.weight_formats`) in which the part
+        ``cut`` of tensor ``name`` can be read as stored, by :meth:`stored_blocks`; None when it has none
+        (float tensors; a GGUF cut that splits blocks)."""
+        formats = getattr(self._store, "stored_format", None)
+        return formats(name, cut) if formats is not None else None
+
+    def stored_blocks(self, name: str, cut) -> TensorSlice:
+        """The part ``cut`` of tensor ``name`` as its stored blocks: rows of ``row_bytes`` uint8 (only
+        where :meth:`stored_format` names a format)."""
+        if self.stored_format(name, cut) is None:
+            raise ModelLoadError(f"{self.source}: tensor '{name}' (part {cut}) is not stored in a block format")
+        return self._store.tensor_slice(name, cut, blocks=True)
+
     def close(self) -> None:
         self._store.close()
 

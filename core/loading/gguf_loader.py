@@ -1,7 +1,8 @@
 """Reading a GGUF file (llama.cpp's format): weights in HF layout, config and tokenizer from metadata.
 
 Weights: every tensor type the ``gguf`` package can dequantize; F32/F16/BF16 keep their dtype,
-quantized types come back as float32. llama.cpp's converter permutes the rows of q_proj/k_proj for
+quantized types come back as float32, or, for the block formats ``quantized_linear`` reads
+(:data:`anydev.plugin_api.weight_formats.BLOCK_FORMATS`), as their stored bytes (``blocks=True``). llama.cpp's converter permutes the rows of q_proj/k_proj for
 its rotary layout (llama architecture only); we undo that, so tensors equal HF's.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
+
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
 from .checkpoint_errors import ModelLoadError
 from ..config import ModelConfig, check_attention, normalize_rope_scaling, shape_int
@@ -128,10 +131,22 @@ class GGUFStore:
         piece.read_rows(0, piece.shape[0], out.view(-1).view(torch.uint8).numpy())
         return out
 
-    def tensor_slice(self, name: str, cut) -> GGUFSlice:
+    def tensor_slice(self, name: str, cut, blocks: bool = False) -> GGUFSlice:
         if self._reader is None:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
-        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path)
+        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks)
+
+    def stored_format(self, name: str, cut) -> str | None:
+        """The block format (a name of ``BLOCK_FORMATS``) tensor ``name`` is stored in, when its part
+        ``cut`` is whole rows of whole blocks (what ``quantized_linear`` reads as stored); else None."""
+        tensor = self._tensors[name]
+        fmt = tensor.tensor_type.name.lower()
+        if fmt not in BLOCK_FORMATS or len(tensor.shape) != 2:
+            return None
+        elems = BLOCK_FORMATS[fmt].elems
+        if cut is not None and cut[0] == 1 and (cut[1] % elems or cut[2] % elems):
+            return None
+        return fmt
 
     def close(self) -> None:
         self._reader = None   # drops the memory map once no loaded tensor refers to it
@@ -143,9 +158,11 @@ class GGUFSlice:
     rows at a time from the bytes of those rows only: along a row, only the quantization blocks the
     cut covers (a cut that splits a block decodes whole rows, then narrows). Quantized types are
     dequantized on the host, per block, by the thread that reads it; F32/F16/BF16 keep their dtype.
-    ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads."""
+    ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads. ``blocks``: rows of
+    stored bytes instead (dtype uint8, ``row_bytes`` bytes a row; the cut must be whole blocks, see
+    :meth:`GGUFStore.stored_format`)."""
 
-    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path):
+    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False):
         self.full_shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
         self.shape = sliced_shape(self.full_shape, cut)
         self._tensor, self._path = tensor, path
@@ -164,6 +181,13 @@ class GGUFSlice:
             else:
                 self._narrow = (start, length)
         self._head_rows = self.full_shape[0] // permuted_heads if permuted_heads else None
+        self.blocks = blocks
+        if blocks:
+            if self._narrow is not None or len(self.full_shape) != 2:
+                raise ModelLoadError(f"{path}: tensor '{tensor.name}': the slice {cut} is not whole blocks of "
+                                     f"{block} values; it cannot be kept in its stored format")
+            self.dtype = torch.uint8
+            self.row_bytes = self._raw[:1, self._columns].shape[1]
 
     def _file_rows(self, first: int, count: int):
         """Rows of the file holding HF rows ``[first, first + count)`` of the slice."""
@@ -176,6 +200,9 @@ class GGUFSlice:
         return head * self._head_rows + b * 2 + half
 
     def read_rows(self, first: int, count: int, out: np.ndarray) -> None:
+        if self.blocks:
+            out.reshape(count, self.row_bytes)[:] = self._raw[self._file_rows(first, count), self._columns]
+            return
         if len(self.full_shape) == 1:   # norms and biases: small, decoded whole
             decoded = decode_tensor(self._tensor, self._path)
             if self._head_rows is not None:

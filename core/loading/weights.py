@@ -5,6 +5,12 @@ into its own pinned staging buffers, a block of rows at a time and several reade
 and copies each block to the device asynchronously on its stream while the next block is read. A dtype
 change (say a float32 or float16 checkpoint run in bfloat16) happens on the device after the copy, so
 the host only ever holds stored bytes, and never more than the staging buffers.
+
+Projection weights may stay quantized (``formats``, see :func:`projection_formats`): GGUF blocks are
+copied as stored (no host dequantization); ``int8``/``fp8_e4m3`` quantize a float checkpoint per output
+channel on the device, a block of rows at a time, as it loads. They become
+:class:`~anydev.core.models.quantized.QuantizedWeight` values of ``tensors``; per-channel scales sit
+after all the weights, in the same order (so fused projections span their parts' scales too).
 """
 from __future__ import annotations
 
@@ -18,9 +24,12 @@ import numpy as np
 import torch
 
 from anydev.plugin_api import Device, Stream
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, quantize_per_channel
+from anydev.plugin_api.weight_formats import row_bytes as format_row_bytes
 
 from ..config import expected_tensor_names
 from ..models.pipeline import Stage
+from ..models.quantized import QuantizedWeight
 from ..models.sharding import RankShard, full_shape, local_shape, slice_of
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
@@ -30,19 +39,45 @@ _ALIGN = 256
 DEFAULT_STAGING_BYTES = 128 << 20
 #: A block is split among the reader threads in parts of at least this many bytes.
 _MIN_PART_BYTES = 1 << 20
+#: The linear layers whose weight may be quantized (the lm_head too, when it is not the embedding).
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+#: ``quantization`` values: quantize per channel while loading (``fp8`` is ``fp8_e4m3``), or
+#: dequantize GGUF blocks to the dtype (the reference to compare with); None keeps what is stored.
+QUANTIZATIONS = {"int8": "int8", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "dequantize": None}
+
+
+def projection_formats(checkpoint, names, shard: RankShard, quantization: str | None) -> dict[str, str]:
+    """HF name -> weight format of each projection weight of ``names`` that stays quantized on the
+    rank: all of them in ``int8``/``fp8_e4m3`` when ``quantization`` asks for it; else those a GGUF
+    file stores in a block format ``quantized_linear`` reads, where the rank's part is whole blocks
+    (unless ``quantization`` is "dequantize")."""
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)} (or none)")
+    formats = {}
+    for name in names:
+        if not name.endswith(".weight") or name.rsplit(".", 2)[-2] not in PROJECTIONS:
+            continue
+        if quantization in ("int8", "fp8", "fp8_e4m3"):
+            formats[name] = QUANTIZATIONS[quantization]
+        elif quantization is None:
+            stored = checkpoint.stored_format(name, slice_of(name, shard))
+            if stored is not None:
+                formats[name] = stored
+    return formats
 
 
 @dataclass
 class LoadStats:
     """Where one rank's weight load spent its time (seconds on the rank's thread)."""
 
-    stored_bytes: int = 0        # bytes copied host→device: the checkpoint's dtype (GGUF quants: float32)
+    stored_bytes: int = 0        # bytes copied host→device: the checkpoint's dtype (GGUF quants: float32, or their blocks)
     device_bytes: int = 0        # bytes of weights on the device (the engine's dtype)
     seconds: float = 0.0         # the whole load, until the last copy (and conversion) finished
     open_seconds: float = 0.0    # opening each tensor's slice (headers, shape checks)
     read_seconds: float = 0.0    # filling staging buffers from the checkpoint (GGUF: dequantizing too)
     wait_seconds: float = 0.0    # waiting for a staging buffer the device was still copying from
     blocks: int = 0
+    formats: str = ""            # the weights' formats and device bytes (RankWeights.describe)
 
     @property
     def gbps(self) -> float:
@@ -53,27 +88,63 @@ class LoadStats:
 class RankWeights:
     """The weight shard of one rank: ``tensors`` maps HF names to device tensors (views of one buffer)."""
 
-    def __init__(self, device: Device, config, shard: RankShard, dtype: torch.dtype, stage: Stage | None = None):
-        """``stage``: load only that pipeline stage's tensors (see :mod:`.models.pipeline`); None: all."""
-        itemsize = torch.empty((), dtype=dtype).element_size()
+    def __init__(self, device: Device, config, shard: RankShard, dtype: torch.dtype, stage: Stage | None = None,
+                 formats: dict[str, str] | None = None):
+        """``stage``: load only that pipeline stage's tensors (see :mod:`.models.pipeline`); None: all.
+        ``formats``: the weight format of each projection kept quantized (:func:`projection_formats`)."""
         self.device = device
         self.dtype = dtype
         self.shard = shard
         self.config = config
         self.stats = LoadStats()
+        self.formats = dict(formats or {})
         self.offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
+        self.scale_offsets: dict[str, int] = {}
         total = 0
         for name in expected_tensor_names(config):
             if stage is not None and not stage.holds(name, config.tie_word_embeddings):
                 continue
             shape = local_shape(name, config, shard)
             self.offsets[name] = (total, shape)
-            total += -(-math.prod(shape) * itemsize // _ALIGN) * _ALIGN
+            total += _aligned(shape[0] * self.row_bytes(name, shape))
+        self.formats = {name: fmt for name, fmt in self.formats.items() if name in self.offsets}
+        for name, fmt in self.formats.items():
+            if fmt in CHANNEL_FORMATS:
+                self.scale_offsets[name] = total
+                total += _aligned(self.offsets[name][1][0] * 4)
         self.nbytes = total
         self.buffer = device.alloc(total)
-        self.tensors: dict[str, torch.Tensor] = {
-            name: self.buffer.as_tensor(dtype, shape, offset) for name, (offset, shape) in self.offsets.items()
-        }
+        self.tensors: dict[str, torch.Tensor | QuantizedWeight] = {name: self._view(name) for name in self.offsets}
+
+    def row_bytes(self, name: str, shape: tuple[int, ...]) -> int:
+        """Device bytes of one row of ``name`` (one element for a 1-D one)."""
+        fmt = self.formats.get(name)
+        if fmt is None:
+            return math.prod(shape[1:]) * torch.empty((), dtype=self.dtype).element_size()
+        return format_row_bytes(fmt, shape[1])
+
+    def _view(self, name: str):
+        offset, shape = self.offsets[name]
+        fmt = self.formats.get(name)
+        if fmt is None:
+            return self.buffer.as_tensor(self.dtype, shape, offset)
+        if fmt in CHANNEL_FORMATS:
+            scales = self.buffer.as_tensor(torch.float32, shape[:1], self.scale_offsets[name])
+            return QuantizedWeight(self.buffer.as_tensor(CHANNEL_FORMATS[fmt], shape, offset), scales, fmt, shape[1])
+        data = self.buffer.as_tensor(torch.uint8, (shape[0], format_row_bytes(fmt, shape[1])), offset)
+        return QuantizedWeight(data, None, fmt, shape[1])
+
+    def describe(self) -> str:
+        """The formats of the weights and their bytes on the device, e.g. ``bfloat16 35 tensors 0.52 GB,
+        q4_k 154 tensors 0.61 GB; 1.13 GB``."""
+        counts: dict[str, list[int]] = {}
+        for name, tensor in self.tensors.items():
+            fmt = self.formats.get(name) or str(self.dtype).removeprefix("torch.")
+            entry = counts.setdefault(fmt, [0, 0])
+            entry[0] += 1
+            entry[1] += tensor.nbytes
+        parts = [f"{fmt} {n} tensors {_size(size)}" for fmt, (n, size) in counts.items()]
+        return f"{', '.join(parts)}; {_size(sum(size for _, size in counts.values()))}"
 
     def load(self, checkpoint, stream: Stream, check_cancel: Callable[[], None], on_bytes: Callable[[int], None],
              staging_bytes: int = DEFAULT_STAGING_BYTES, read_threads: int = 1) -> LoadStats:
@@ -91,7 +162,7 @@ class RankWeights:
                 t = time.perf_counter()
                 piece = self._open(checkpoint, name, shape)
                 self.stats.open_seconds += time.perf_counter() - t
-                if piece.dtype != self.dtype and scratch is None:
+                if self._converts(name, piece) and scratch is None:
                     scratch = self.device.alloc(staging.buffer_bytes)
                 self._copy(piece, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
         finally:
@@ -103,12 +174,16 @@ class RankWeights:
                 if scratch is not None:
                     scratch.close()
         self.stats.seconds = time.perf_counter() - start
+        self.stats.formats = self.describe()
         return self.stats
 
     def _open(self, checkpoint, name: str, shape: tuple[int, ...]) -> TensorSlice:
         from .checkpoint import ModelLoadError
 
-        piece = checkpoint.tensor_slice(name, slice_of(name, self.shard))
+        if self.formats.get(name) in BLOCK_FORMATS:
+            piece = checkpoint.stored_blocks(name, slice_of(name, self.shard))
+        else:
+            piece = checkpoint.tensor_slice(name, slice_of(name, self.shard))
         expected = full_shape(name, self.config)
         if tuple(piece.full_shape) != expected:
             raise ModelLoadError(
@@ -122,8 +197,9 @@ class RankWeights:
     def _copy(self, piece: TensorSlice, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes):
         """The slice block by block: read into a staging buffer, copy to the device (then convert there)."""
         shape = piece.shape
-        rows, in_row = shape[0], row_bytes(piece)
-        out_row = math.prod(shape[1:]) * torch.empty((), dtype=self.dtype).element_size()
+        fmt = self.formats.get(name)
+        rows, in_row = shape[0], piece.row_bytes if fmt in BLOCK_FORMATS else row_bytes(piece)
+        out_row = self.row_bytes(name, shape)
         per_block = staging.buffer_bytes // in_row
         if per_block < 1:
             raise ValueError(f"a row of {name} ({in_row} bytes) does not fit a staging buffer of "
@@ -138,8 +214,14 @@ class RankWeights:
             self.stats.wait_seconds += t_read - t
             self.stats.read_seconds += time.perf_counter() - t_read
             dst_offset = offset + first * out_row
-            if piece.dtype == self.dtype:
+            if not self._converts(name, piece):
                 stream.memcpy_async(self.buffer, host, count * in_row, dst_offset=dst_offset)
+            elif fmt in CHANNEL_FORMATS:   # quantized on the device, per row, in stream order after the copy
+                stream.memcpy_async(scratch, host, count * in_row)
+                with stream.torch_stream():
+                    data, scales = quantize_per_channel(scratch.as_tensor(piece.dtype, (count, *shape[1:])), fmt)
+                    self.buffer.as_tensor(data.dtype, data.shape, dst_offset).copy_(data)
+                    self.buffer.as_tensor(torch.float32, (count,), self.scale_offsets[name] + 4 * first).copy_(scales)
             else:   # the conversion runs on the device, in stream order after the copy
                 stream.memcpy_async(scratch, host, count * in_row)
                 with stream.torch_stream():
@@ -165,6 +247,21 @@ class RankWeights:
         for future in futures:
             future.result()
 
+    def _converts(self, name: str, piece: TensorSlice) -> bool:
+        """Whether the stored rows change on the device (a dtype change, or quantization)."""
+        fmt = self.formats.get(name)
+        if fmt is None:
+            return piece.dtype != self.dtype
+        return fmt in CHANNEL_FORMATS
+
     def close(self) -> None:
         self.tensors = {}
         self.buffer.close()
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.2f} MB"
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN

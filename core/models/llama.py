@@ -1,8 +1,9 @@
 """The Llama-family decoder (llama, mistral, qwen2) on one tensor-parallel rank.
 
 HF transformers' math on the rank's weight shard (see :mod:`.sharding`), over a flat packed step
-(:class:`.batch.StepBatch`), through the kernels of contract 1.2 (``kernels``: the backend's own or
-the references; see :mod:`anydev.core.rank.kernel_choice`). Per layer: fused_add_rms_norm, the fused qkv
+(:class:`.batch.StepBatch`), through the kernels of the contract (``kernels``: the backend's own or
+the references; see :mod:`anydev.core.rank.kernel_choice`), the projections by ``linear`` or, for a
+quantized weight, ``quantized_linear`` (:mod:`.quantized`). Per layer: fused_add_rms_norm, the fused qkv
 matmul, rotary in place and write_kv (one fused kernel: rotary_write_kv), paged attention, o_proj,
 fused_add_rms_norm, the fused gate_up matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
 o_proj and down_proj, and the all-gather of the vocabulary-split lm_head's logits.
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from .batch import StepBatch
 from .pipeline import Stage
+from .quantized import linear
 from .sharding import RankShard
 
 
@@ -125,11 +127,11 @@ class LlamaRank:
         T = x.shape[0]
         d, heads, kv_heads = self.shard.head_dim, self.shard.num_heads, self.shard.num_kv_heads
         if w["qkv"] is None:
-            q = F.linear(x, w["q"], w["q_bias"]).view(T, heads, d)
-            key = F.linear(x, w["k"], w["k_bias"]).view(T, kv_heads, d)
-            value = F.linear(x, w["v"], w["v_bias"]).view(T, kv_heads, d)
+            q = self._linear(x, w["q"], w["q_bias"]).view(T, heads, d)
+            key = self._linear(x, w["k"], w["k_bias"]).view(T, kv_heads, d)
+            value = self._linear(x, w["v"], w["v_bias"]).view(T, kv_heads, d)
         else:
-            qkv = F.linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
+            qkv = self._linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
             q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
         k = self.kernels
         # one fused kernel where the backend offers it, else rotary_embedding then write_kv
@@ -150,7 +152,7 @@ class LlamaRank:
     def _after_attention(self, i: int, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """Layer i from its attention output on: o_proj (all-reduced), the MLP norm, the MLP."""
         w = self.layers[i]
-        x = self._reduced(F.linear(attn, w["o"]))
+        x = self._reduced(self._linear(attn, w["o"]))
         if w["o_bias"] is not None:
             x = x + w["o_bias"]
         self.kernels.fused_add_rms_norm(x, residual, w["mlp_norm"], self.config.rms_norm_eps)
@@ -159,10 +161,14 @@ class LlamaRank:
     def _mlp(self, w, x) -> torch.Tensor:
         """down(silu(gate(x)) * up(x)); on a TP rank a partial sum, all-reduced here."""
         if w["gate_up"] is None:
-            gate_up = torch.cat((F.linear(x, w["gate"]), F.linear(x, w["up"])), dim=-1)
+            gate_up = torch.cat((self._linear(x, w["gate"]), self._linear(x, w["up"])), dim=-1)
         else:
-            gate_up = F.linear(x, w["gate_up"])
-        return self._reduced(F.linear(self.kernels.silu_and_mul(gate_up), w["down"]))
+            gate_up = self._linear(x, w["gate_up"])
+        return self._reduced(self._linear(self.kernels.silu_and_mul(gate_up), w["down"]))
+
+    def _linear(self, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """A projection: a float or a quantized weight (see :mod:`.quantized`), through the kernels."""
+        return linear(self.kernels, x, weight, bias)
 
     def _reduced(self, partial: torch.Tensor) -> torch.Tensor:
         if self.all_reduce is not None:
@@ -171,7 +177,7 @@ class LlamaRank:
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """[B, vocab]: this rank's vocabulary slice, all-gathered when the lm_head is split."""
-        local = F.linear(x, self.lm_head)                                   # [B, vocab / tp]
+        local = self._linear(x, self.lm_head)                               # [B, vocab / tp]
         if not self.shard.vocab_part:
             return local
         tp, (B, part) = self.shard.tp, local.shape

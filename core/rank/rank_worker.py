@@ -29,7 +29,8 @@ from ..models.sharding import RankShard
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
 from ..timeline import Timeline
-from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights
+from ..config import expected_tensor_names
+from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights, projection_formats
 
 
 class InitCancelled(Exception):
@@ -71,6 +72,7 @@ class RankSetup:
     max_blocks: int = 1                     # block-table width: blocks of one sequence of the longest context
     stage: Stage | None = None              # the pipeline stage of this rank (None: every layer, pp=1)
     pipe_comm: Communicator | None = None   # every rank of every stage, for send/recv between stages (pp > 1)
+    quantization: str | None = None         # projection weights: see .weights.QUANTIZATIONS (None: as stored)
 
 
 class RankWorker:
@@ -143,7 +145,8 @@ class RankWorker:
 
     def _load_weights(self) -> None:
         s = self.setup
-        self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage)
+        formats = projection_formats(s.checkpoint, expected_tensor_names(s.checkpoint.config), s.shard, s.quantization)
+        self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage, formats)
         with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
                   position=self.rank, leave=True, disable=not s.progress) as bar:
             self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,

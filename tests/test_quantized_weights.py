@@ -1,0 +1,93 @@
+"""Quantized projection weights through the engine (cpu, float32, the reference kernels): GGUF blocks
+kept as stored on each rank give the same greedy tokens as the same file dequantized to float32, at
+TP=1, TP=2 (rows and columns of blocks sharded) and PP=2; each rank says its weights' formats and
+bytes; int8/fp8 quantize a float checkpoint per output channel while it loads, exactly as quantizing
+the float weights first would."""
+from __future__ import annotations
+
+import pytest
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.loading.checkpoint import Checkpoint, demo_checkpoint
+from anydev.core.loading.tensor_store import InMemoryStore
+from anydev.core.models.quantized import QuantizedWeight
+from anydev.plugin_api.weight_formats import dequantize, quantize_per_channel
+from checkpoints import write_gguf_checkpoint
+
+pytest.importorskip("transformers")     # write_gguf_checkpoint builds the model with transformers
+
+PROMPTS = [[5, 9, 13], [7] * 11, list(range(3, 30))]
+GREEDY = SamplingParams(max_new_tokens=10)
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class Run:
+    """One engine's greedy tokens of PROMPTS, its ranks' weight lines, and rank 0's projections:
+    their formats (None: a float tensor) and bytes."""
+
+    def __init__(self, model, **config):
+        with InferEngine(model, EngineConfig(block_size=8, max_model_len=64, **config)) as engine:
+            self.tokens = [out.token_ids for out in engine.generate_ids(PROMPTS, GREEDY)]
+            self.described = engine.weight_descriptions
+            held = engine.workers[0].weights.tensors
+            projections = {name: t for name, t in held.items() if name.rsplit(".", 2)[-2] in PROJECTIONS}
+            self.formats = {name: t.weight_format if isinstance(t, QuantizedWeight) else None
+                            for name, t in projections.items()}
+            self.projection_bytes = sum(t.nbytes for t in projections.values())
+
+
+@pytest.fixture(scope="module", params=["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
+def gguf_file(request, tmp_path_factory):
+    return request.param, write_gguf_checkpoint(tmp_path_factory.mktemp("q") / f"{request.param}.gguf", request.param).path
+
+
+def test_gguf_blocks_kept_quantized_give_the_dequantized_files_greedy_tokens(gguf_file):
+    tensor_type, path = gguf_file
+    kept, reference = Run(path), Run(path, quantization="dequantize")
+    assert kept.tokens == reference.tokens and all(reference.tokens)
+    fmt = tensor_type.lower()
+    assert set(reference.formats.values()) == {None} and set(kept.formats.values()) == {fmt}
+    assert kept.described[0].startswith("rank 0 weights: float32 ") and f"{fmt} " in kept.described[0], kept.described
+    ratio = kept.projection_bytes / reference.projection_bytes      # against float32; bf16 is half of that
+    assert ratio * 2 <= {"q8_0": 34 / 64, "q6_k": 210 / 512}.get(fmt, 0.32), ratio
+
+
+@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])
+def test_gguf_blocks_kept_quantized_are_sharded_by_rows_columns_and_layers(gguf_file, layout):
+    """TP=2 splits q/k/v/gate/up by rows and o/down by columns, in whole blocks (a Q4_K/Q6_K block of
+    256 values is wider than half of o_proj's 256 inputs, so that one stays float32 on the ranks);
+    PP=2 gives each stage its layers' blocks."""
+    tensor_type, path = gguf_file
+    whole, split = Run(path), Run(path, **layout)
+    assert split.tokens == whole.tokens
+    assert len(split.described) == 2 and all(f"{tensor_type.lower()} " in line for line in split.described), split.described
+    if layout.get("tp") == 2:
+        o, down = (split.formats[f"model.layers.0.{name}.weight"] for name in ("self_attn.o_proj", "mlp.down_proj"))
+        assert down == tensor_type.lower()                 # 512 inputs: 256 a rank, whole blocks
+        assert o == (None if tensor_type in ("Q4_K", "Q6_K") else tensor_type.lower())
+
+
+def round_trip_checkpoint(weight_format: str) -> Checkpoint:
+    """The demo model with every projection (and the lm_head) replaced by its per-channel round trip."""
+    demo = demo_checkpoint()
+    tensors = {}
+    for name in demo.tensor_names():
+        tensor = demo.load(name)
+        if tensor.dim() == 2 and (name.rsplit(".", 2)[-2] in PROJECTIONS or name == "lm_head.weight"):
+            tensor = dequantize(*quantize_per_channel(tensor, weight_format), weight_format, tensor.shape[1])
+        tensors[name] = tensor
+    return Checkpoint(demo.config, demo.tokenizer, InMemoryStore(tensors), "demo, round trip")
+
+
+@pytest.mark.parametrize("quantization,weight_format", [("int8", "int8"), ("fp8", "fp8_e4m3")])
+def test_quantization_while_loading_equals_quantizing_the_float_weights_first(quantization, weight_format):
+    quantized, round_trip = Run(demo_checkpoint(), quantization=quantization), Run(round_trip_checkpoint(weight_format))
+    assert quantized.tokens == round_trip.tokens and all(quantized.tokens)
+    assert f"{weight_format} " in quantized.described[0]
+    assert set(quantized.formats.values()) == {weight_format}
+
+
+def test_an_unknown_quantization_is_refused_naming_the_choices():
+    from anydev.core import EngineConfigError
+
+    with pytest.raises(EngineConfigError, match="quantization 'int4' is not supported; use one of int8, fp8"):
+        InferEngine(demo_checkpoint(), EngineConfig(quantization="int4"))
