@@ -10,7 +10,9 @@ first, so that signals land in start-up, prefill, decode and close alike), then 
 or every process of the group (``--target group``, as a terminal's Ctrl-C does). The run must then
 end within ``--deadline`` seconds with exit code 128 + the signal (130, 143), print exactly one line
 on stderr (``interrupted`` or ``terminated``; progress bars aside) and leave no process of its
-group running. A run that ended before its signal was sent proves nothing and is not counted.
+group running. One that ends as it must but after the deadline is counted as slow (a starved
+process on a loaded machine); one still running after ``--hang`` seconds as hung, with its threads'
+stacks. A run that ended before its signal was sent proves nothing and is not counted.
 
 It prints one line per failed run and a summary; exit code 1 when any run failed. Meant for a loaded
 machine (run it under ``nice``); CI runs only the deterministic tests (tests/test_interrupt.py).
@@ -42,6 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--max-delay", type=float, default=None, help="seconds (default: one unsignalled run's length)")
     p.add_argument("--deadline", type=float, default=5.0, help="seconds a signalled run has to end (default 5)")
+    p.add_argument("--hang", type=float, default=60.0,
+                   help="seconds after which a signalled run counts as hung, not slow, and its stacks are dumped (default 60)")
     p.add_argument("--seed", type=int, default=None)
     return p.parse_args(argv)
 
@@ -95,19 +99,22 @@ def one_run(args, sig: signal.Signals, delay: float) -> str | None:
                 process.send_signal(sig)
             sent = time.monotonic()
             try:
-                code = process.wait(timeout=args.deadline)
+                code = process.wait(timeout=args.hang)
             except subprocess.TimeoutExpired:
-                return f"hang: still running {args.deadline:g} s after {sig.name} (sent {delay:.2f} s in)" + stacks(process, err)
-            while group_alive(pgid) and time.monotonic() - sent < args.deadline:
+                return f"hang: still running {args.hang:g} s after {sig.name} (sent {delay:.2f} s in)" + stacks(process, err)
+            ended = time.monotonic() - sent
+            while group_alive(pgid) and time.monotonic() - sent < args.hang:
                 time.sleep(0.05)
             if group_alive(pgid):
-                return f"left running: a process of the group outlived rank 0 by {args.deadline:g} s"
+                return f"left running: a process of the group outlived rank 0 by {args.hang:g} s"
             err.seek(0)
             lines = [line for line in err.read().splitlines() if line.strip() and "weights:" not in line]
             if code != 128 + sig:
                 return f"wrong exit: code {code}, not {128 + sig}, after {sig.name} at {delay:.2f} s; stderr: {lines[-3:]}"
             if lines != [LINES[sig]]:
                 return f"wrong output after {sig.name} at {delay:.2f} s: {lines[:4]} ({len(lines)} lines)"
+            if ended > args.deadline:
+                return f"slow: ended as it must, but {ended:.1f} s after {sig.name} (sent {delay:.2f} s in)"
             return None
         finally:
             if group_alive(pgid):
@@ -142,7 +149,8 @@ def main(argv=None) -> int:
     signalled = args.runs - counts["skipped"]
     print(f"executor {args.executor}, target {args.target}: {signalled} signalled runs "
           f"({', '.join(f'{counts[s.name]} {s.name}' for s in sigs)}), {counts['ok']} ok, {counts['hang']} hangs, "
-          f"{counts['wrong exit']} wrong exits, {counts['wrong output']} wrong outputs, "
+          f"{counts['slow']} slow (over {args.deadline:g} s), {counts['wrong exit']} wrong exits, "
+          f"{counts['wrong output']} wrong outputs, "
           f"{counts['left running']} left running; {counts['skipped']} ended before the signal", flush=True)
     return 0 if counts["ok"] == signalled else 1
 
