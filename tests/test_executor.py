@@ -114,9 +114,9 @@ def test_a_failing_rank_process_names_itself_and_leaves_no_process():
     assert rank_processes() == []
 
 
-def generating_mp_engine() -> InferEngine:
-    """A tp=2 mp engine with one long request under way (a few steps run)."""
-    engine = InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"))
+def generating_mp_engine(tp: int = 2) -> InferEngine:
+    """A ``tp``-rank mp engine with one long request under way (a few steps run)."""
+    engine = InferEngine(demo_checkpoint(), EngineConfig(tp=tp, executor="mp"))
     seq = engine.add_request([5, 9, 33, 70, 12], SamplingParams(max_new_tokens=200, ignore_eos=True))
     for _ in range(4):
         engine.step()
@@ -142,6 +142,18 @@ def test_killing_a_rank_mid_generation_stops_the_run_naming_it():
         # abort only; on cpu gloo also sees the closed sockets, so the hung-rank check below is the one
         # that only the abort passes)
         assert engine.workers[0]._worker.submit(lambda: "free").result(timeout=60) == "free"
+    finally:
+        engine.close()
+    assert rank_processes() == []
+
+
+def test_a_killed_rank_is_named_not_the_rank_that_lost_it_first():
+    # rank 1's collectives fail on the dead rank 2 and it ends too, maybe before rank 0 looks
+    engine = generating_mp_engine(tp=4)
+    try:
+        os.kill(engine._procs._children[1].pid, signal.SIGKILL)
+        failure = step_until_failure(engine)
+        assert failure.rank == 2 and "SIGKILL" in str(failure), failure
     finally:
         engine.close()
     assert rank_processes() == []

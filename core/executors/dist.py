@@ -283,6 +283,11 @@ class ControlGroup:
         self.store.set(f"failed/{self.rank}", reason.encode())
         self.store.add("failures", 1)
 
+    def report_stopped(self, cause: int) -> None:
+        """Record that this rank ends because rank ``cause`` failed: rank 0 then names ``cause``,
+        not this rank, even when this one's process is seen dead first."""
+        self.store.set(f"stopped/{self.rank}", str(cause).encode())
+
     def close(self) -> None:
         if self._queue is not None:
             self._queue.close()
@@ -330,6 +335,11 @@ def wait_reply(store, seq: int, rank: int, failed: threading.Event):
     value = pickle.loads(store.get(key))
     store.delete_key(key)
     return value
+
+
+def stopped_ranks(store, world_size: int) -> set[int]:
+    """The ranks that ended because another rank failed (see :meth:`ControlGroup.report_stopped`)."""
+    return {r for r in range(world_size) if store.check([f"stopped/{r}"])}
 
 
 def failure_reports(store, world_size: int) -> dict[int, str]:

@@ -34,7 +34,7 @@ from typing import Callable
 from anydev import interrupts
 from .abort import ABORT_WAIT_S, abort_communicators
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
-                   check_world_size, connect_store, failure_reports, launch_from_env, seconds_from_env, wait_reply)
+                   check_world_size, connect_store, failure_reports, launch_from_env, stopped_ranks, seconds_from_env, wait_reply)
 from ..errors import EngineConfigError, EngineInitError
 from ..models.pipeline import stages
 from ..models.sharding import rank_shard
@@ -442,11 +442,13 @@ class ProcessRanks:
             deaths = {r: f"its heartbeat stopped (the process died or hung; the group's collectives failed: {reason})"
                       for r in self._stalled(STALL_S)}
         try:
-            reports = failure_reports(self._new_client(), self.world_size)
+            client = self._new_client()
+            reports, stopped = failure_reports(client, self.world_size), stopped_ranks(client, self.world_size)
         except Exception:
-            reports = {}
-        if deaths:
-            first = min(deaths)
+            reports, stopped = {}, set()
+        if deaths:   # the first to die, not the first to notice: not one that ended because a peer had
+            caused = {r for r in deaths if r in stopped or _lost_peers(reports.get(r, ""))}
+            first = min(set(deaths) - caused or deaths)
             reason = deaths[first] + (f"; it reported: {reports[first]}" if first in reports else "")
         elif reports:   # a rank's own error before the collectives failed on its peers because of it
             primary = {r: text for r, text in reports.items() if not _lost_peers(text)} or reports

@@ -49,7 +49,7 @@ def follow(launch: Launch) -> int:
     timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
     control = ControlGroup(launch, connect_store(launch, timeout), timeout)
     rank: _Rank | None = None
-    watchdog = Watchdog(launch, lambda: connect_store(launch, timeout), [0], _stop_now(launch, lambda: rank))
+    watchdog = Watchdog(launch, lambda: connect_store(launch, timeout), [0], _stop_now(launch, lambda: rank, control))
     try:
         while True:
             try:
@@ -163,11 +163,16 @@ def _portable(exc: BaseException, rank: int) -> BaseException:
         return RankFailedError(rank, f"{type(exc).__name__}: {exc}")
 
 
-def _stop_now(launch: Launch, current_rank):
-    """The watchdog's reaction to another rank's failure: abort this rank's communicators (its thread
-    may be blocked in a collective with the failed rank; contract 1.4, where the backend can), then
-    end the process. ``current_rank()`` is this process's :class:`_Rank`, or None."""
+def _stop_now(launch: Launch, current_rank, control: ControlGroup):
+    """The watchdog's reaction to another rank's failure: record that this rank stops because of it,
+    abort this rank's communicators (its thread may be blocked in a collective with the failed rank;
+    contract 1.4, where the backend can), then end the process. ``current_rank()`` is this process's
+    :class:`_Rank`, or None."""
     def stop(rank: int, reason: str) -> None:
+        try:
+            control.report_stopped(rank)
+        except Exception:  # the store is gone with rank 0: nobody is left to name the rank to
+            pass
         print_error(f"rank {launch.rank} stops: rank {rank} failed: {reason}")
         mine = current_rank()
         if mine is not None:
