@@ -277,8 +277,8 @@ class InferEngine:
         tokenizer = self.checkpoint.tokenizer
         if tokenizer is None:
             raise EngineConfigError(f"{self.checkpoint.source} has no tokenizer; call generate_ids with token ids")
-        if isinstance(prompts, str) or not all(isinstance(p, str) for p in prompts):
-            raise EngineConfigError("prompts must be a list of strings")
+        if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
+            raise EngineConfigError(f"prompts must be a list of strings, got {_kind(prompts)}")
         return self.generate_ids([tokenizer.encode_prompt(p, use_chat_template) for p in prompts], sampling)
 
     def generate_ids(self, prompt_ids: list[list[int]], sampling: SamplingParams | None = None) -> list[GenerationOutput]:
@@ -287,8 +287,9 @@ class InferEngine:
         steps until its own are done (steps run one at a time, whoever calls them; each advances every
         running request). Raises :class:`EngineClosedError` when the engine is closed meanwhile."""
         self._check_open()
-        sampling = sampling or SamplingParams()
-        sampling.validate()
+        sampling = _checked_sampling(sampling)
+        if not isinstance(prompt_ids, (list, tuple)):
+            raise EngineConfigError(f"prompt_ids must be a list of token-id lists, got {_kind(prompt_ids)}")
         checked = [self._checked_prompt(i, ids, sampling) for i, ids in enumerate(prompt_ids)]
         before = self._stats_snapshot()
         seqs = [self.add_request(ids, sampling, index=i) for i, ids in enumerate(checked)]
@@ -309,8 +310,7 @@ class InferEngine:
         """Queue one request; it joins the running batch at the next step. The returned
         :class:`Sequence` grows its ``output`` as steps run; ``is_finished`` says when it is done."""
         self._check_open()
-        sampling = sampling or SamplingParams()
-        sampling.validate()
+        sampling = _checked_sampling(sampling)
         with self._lock:
             if index is None:
                 index, self._next_id = self._next_id, self._next_id + 1
@@ -324,6 +324,8 @@ class InferEngine:
     def abort(self, seq: Sequence, reason: str = "abort") -> None:
         """Stop ``seq`` now, its ``finish_reason`` set to ``reason``; its KV blocks go back at once
         (a step already running for it is ignored)."""
+        if not isinstance(seq, Sequence):
+            raise EngineConfigError(f"abort takes the Sequence that add_request returned, got {_kind(seq)}")
         with self._lock:
             self.scheduler.finish(seq, reason)
 
@@ -461,6 +463,8 @@ class InferEngine:
     def _checked_prompt(self, index: int, ids, sampling: SamplingParams) -> list[int]:
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
         vocab = self.checkpoint.config.vocab_size
+        if not isinstance(ids, (list, tuple)):
+            raise EngineConfigError(f"prompt {index} must be a list of token ids, got {_kind(ids)}")
         ids = list(ids)
         if not ids:
             raise EngineConfigError(f"prompt {index} is empty")
@@ -611,6 +615,20 @@ def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
     if hooks.kv_zero not in ("memset", "host"):
         raise EngineConfigError(f"kv_zero must be 'memset' or 'host', got {hooks.kv_zero!r}")
     return hooks.kv_zero == "host"
+
+
+def _checked_sampling(sampling) -> SamplingParams:
+    """``sampling`` (default: greedy) once :meth:`SamplingParams.validate` passed it."""
+    sampling = SamplingParams() if sampling is None else sampling
+    if not isinstance(sampling, SamplingParams):
+        raise EngineConfigError(f"sampling must be a SamplingParams, got {_kind(sampling)}")
+    sampling.validate()
+    return sampling
+
+
+def _kind(value) -> str:
+    """How a wrong argument is named in an error: None, or its type."""
+    return "None" if value is None else type(value).__name__
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:

@@ -10,6 +10,8 @@ from ..errors import EngineConfigError
 
 
 GREEDY_BELOW = 1e-5
+#: The largest seed: torch's generators take 64-bit seeds (a larger one fails only inside a step).
+MAX_SEED = 2**64 - 1
 
 
 @dataclass
@@ -31,7 +33,9 @@ class SamplingParams:
         return self.temperature < GREEDY_BELOW
 
     def validate(self) -> None:
-        """Raise :class:`EngineConfigError` naming the first bad value."""
+        """Raise :class:`EngineConfigError` naming the first bad value: the one check of a request's
+        sampling values for every front end (the engine calls it on every request it takes), so
+        that no value can fail later inside a step, where it would stop every rank."""
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
             raise EngineConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
         if not _is_number(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
@@ -40,8 +44,8 @@ class SamplingParams:
             raise EngineConfigError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise EngineConfigError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
-            raise EngineConfigError(f"seed must be a non-negative integer or None, got {self.seed!r}")
+        if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED):
+            raise EngineConfigError(f"seed must be an integer in 0..2**64-1 or None, got {self.seed!r}")
         if not isinstance(self.stop, (list, tuple)) or not all(isinstance(s, str) and s for s in self.stop):
             raise EngineConfigError(f"stop must be a list of non-empty strings, got {self.stop!r}")
         if not isinstance(self.stop_token_ids, (list, tuple)) or not all(_is_int(t) and t >= 0 for t in self.stop_token_ids):
