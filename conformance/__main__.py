@@ -11,6 +11,7 @@ check group it crashed in (``crashes.py``).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 
@@ -28,10 +29,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--tp", type=int, metavar="N",
                         help="largest rank count for collectives, parallel init and inference (default: the backend's device count)")
     parser.add_argument("--report", metavar="FILE", help="write the JSON report to FILE and the matrix next to it")
-    parser.add_argument("-n", "--numprocesses", metavar="K", default="1",
-                        help="run the checks in K worker processes (pytest-xdist; 'auto' = one per core; default 1). "
-                        "A check that crashes its worker costs only its group; -n 0 runs in this process, "
-                        "where a crash ends the run without a report")
+    parser.add_argument("-n", "--numprocesses", metavar="K",
+                        help="run the checks in K worker processes (pytest-xdist; 'auto' = one per core; default 1 "
+                        "when pytest-xdist is installed). A check that crashes its worker costs only its group; "
+                        "-n 0 runs in this process, where a crash ends the run without a report")
     parser.add_argument("--emulated", metavar="VENDORS",
                         help="build emulated vendor runtimes (moore, metax) with gcc and certify the real plugins on them")
     return parser.parse_known_args(argv)
@@ -50,7 +51,15 @@ def pytest_args(args: argparse.Namespace, extra: list[str]) -> list[str]:
         out += ["--report", args.report]
     if args.emulated:
         out += ["--anydev-emulated", args.emulated]
-    out += ["-n", str(args.numprocesses)]
+    workers = args.numprocesses
+    if workers is None:
+        if importlib.util.find_spec("xdist") is not None:
+            workers = "1"
+        else:
+            print("anydev.conformance: pytest-xdist is not installed, so the checks run in this process and a "
+                  "crash of the backend ends the run without a report (pip install pytest-xdist)", file=sys.stderr)
+    if workers is not None:
+        out += ["-n", str(workers)]
     return out + [a for a in extra if a != "--"]
 
 

@@ -155,6 +155,8 @@ def test_main_forwards_options_to_pytest():
         i = argv.index(expected[0])
         assert argv[i:i + len(expected)] == expected
     assert argv[0].endswith("conformance")
+    by_default = pytest_args(*parse_args(["--device", "cpu"]))  # crash isolation: one xdist worker
+    assert by_default[by_default.index("-n"):by_default.index("-n") + 2] == ["-n", "1"]
 
 
 # ---- the suite end to end, in subprocesses -------------------------------------------------------
