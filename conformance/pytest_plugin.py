@@ -35,7 +35,7 @@ import tempfile
 import pytest
 
 from .report import (
-    NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
+    GROUPS, NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
 )
 
 EMULATED_VENDORS = ("moore", "metax")
@@ -85,6 +85,7 @@ def pytest_configure(config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller reports, and set up the env
         return
     _set_up_crash_folder(config)
+    _allow_a_crash_per_group(config)
     report = config.getoption("anydev_report")
     if report:   # checked before the run, not found unwritable after it
         try:
@@ -103,6 +104,21 @@ def _set_up_crash_folder(config) -> None:
     folder = tempfile.mkdtemp(prefix="anydev-crashes-")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     os.environ[CRASH_DIR_ENV] = folder
+
+
+def _allow_a_crash_per_group(config) -> None:
+    """pytest-xdist ends the session after 4 crashed workers per worker (``--max-worker-restart``
+    unset); the suite skips a group after its first crash, so a crash per group and backend is
+    allowed on top of that, and a backend that crashes in every group still gets every group run."""
+    workers = getattr(config.option, "numprocesses", None)
+    if not isinstance(workers, int) or not workers or getattr(config.option, "maxworkerrestart", "") is not None:
+        return
+    names = [n.strip() for item in config.getoption("anydev_device") or ["cpu"] for n in item.split(",") if n.strip()]
+    if "all" in names:
+        from anydev.plugin_api import get_registry
+
+        names = get_registry().names()
+    config.option.maxworkerrestart = str(4 * int(workers) + len(GROUPS) * len(names))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's own faulthandler set-up, which it replaces

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 #: The check groups, in the order the matrix shows them (a test module ``test_<group>.py`` each).
-GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "graphs", "parallel_init", "inference", "kernels", "processes")
+GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "send_recv", "comm_abort", "processes",
+          "graphs", "parallel_init", "inference", "kernels")
 
 # user_properties keys the suite sets on each check.
 BACKEND_KEY = "anydev_backend"
