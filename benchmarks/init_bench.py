@@ -66,6 +66,8 @@ def parse_args(argv=None):
                                    "default: random weights made in process from the shape options")
     add_shape_arguments(p)
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
+                   help="the engine's quantization (default: the checkpoint's own format, GGUF blocks kept)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank")
     size.add_argument("--kv-gib-per-rank", type=float, default=None, help="KV cache size per rank, GiB (default 1)")
@@ -108,7 +110,7 @@ def run(args) -> int:
     staging = args.staging_mib << 20
     config = dict(device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."), block_size=args.block_size,
                   num_blocks=num_blocks, memory_fraction=args.memory_fraction, weight_staging_bytes=staging,
-                  weight_read_threads=threads, use_graphs=False)
+                  weight_read_threads=threads, use_graphs=False, quantization=args.quantization)
     print(f"model: {checkpoint!r}\nKV cache per rank: {num_blocks} blocks x {block_bytes} B = "
           f"{num_blocks * block_bytes / 2**30:.2f} GiB; {args.tp} rank(s) on {args.device}; "
           f"{threads} reader thread(s) and {args.staging_mib} MiB pinned staging per rank; {os.cpu_count()} cores")

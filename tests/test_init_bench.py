@@ -52,10 +52,31 @@ def test_init_bench_from_a_gguf_file_loads_dequantized_shards(tmp_path):
     save_random_gguf(tmp_path / "model.gguf", config, "Q8_0")
     out = tmp_path / "init.json"
     assert load_bench().main(["--tp", "2", "--model", str(tmp_path / "model.gguf"), "--num-blocks", "8",
-                              "--limit-mib", "4", "--modes", "parallel", "--out", str(out)]) == 0
+                              "--limit-mib", "4", "--modes", "parallel", "--quantization", "dequantize",
+                              "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["page_cache"]["bytes"] == (tmp_path / "model.gguf").stat().st_size
     for rank in range(2):
         shard = rank_shard(config, 2, rank)
         float32_bytes = 4 * sum(math.prod(local_shape(n, config, shard)) for n in expected_tensor_names(config))
         assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == float32_bytes
+
+
+def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(tmp_path):
+    """By default the Q8_0 projections (and lm_head) stay in their blocks: each rank copies 34 bytes per
+    32 values of its shard of them, and float32 for the embedding and the norms (no host dequantization)."""
+    from anydev.core.loading.random_weights import save_random_gguf
+    config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2)
+    save_random_gguf(tmp_path / "model.gguf", config, "Q8_0")
+    out = tmp_path / "init.json"
+    assert load_bench().main(["--tp", "2", "--model", str(tmp_path / "model.gguf"), "--num-blocks", "8",
+                              "--limit-mib", "4", "--modes", "parallel", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for rank in range(2):
+        shard = rank_shard(config, 2, rank)
+        names = expected_tensor_names(config)
+        blocks = [n for n in names if n.endswith("proj.weight") or n == "lm_head.weight"]
+        want = sum(math.prod(local_shape(n, config, shard)) // 32 * 34 for n in blocks) \
+            + 4 * sum(math.prod(local_shape(n, config, shard)) for n in names if n not in blocks)
+        assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == want
