@@ -8,7 +8,10 @@ Cases: each batch size (--batch-sizes, default 1 and 32) at each context (--cont
 4096: the prompt length), decoding --new-tokens greedily; and one prefill case: a --prefill-len-token
 prompt (default 8192) at batch 1, timed to its first token. The model is Llama-shaped (default: hidden
 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab 32000, bf16 on GPUs) with random weights made
-in process; every engine generates exactly --new-tokens (no EOS).
+in process; every engine generates exactly --new-tokens (no EOS). ``--shape 8b``: the Llama-3-8B shape
+(hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14336, vocab 128256). ``--quantizations none,int8,fp8``
+runs each anydev mode once per quantization of the projections (quantized while loading, on the device)
+and prints each quantized engine's decode speed over the same mode's unquantized one.
 
 Engines: "anydev graphs" (decode graphs, captured at start-up; step N+1 built and launched while the
 device runs step N), "anydev graphs-sync" (the same without the overlap: each step's tokens read back
@@ -40,6 +43,10 @@ from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingPa
 from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
+#: The Llama-3-8B shape (issue 21's targets).
+LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8)
+
 #: A shape too small to keep any device busy: its step time is host overhead (and a fast cpu smoke).
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
 ENGINES = ("graphs", "graphs-sync", "eager")
@@ -56,6 +63,8 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prefill-len", type=int, default=8192, help="the prefill case's prompt (0: no prefill case)")
     p.add_argument("--layers", type=int, default=None, help="default: 16 (2 with --tiny)")
+    p.add_argument("--shape", default="1b", choices=("1b", "8b"), help="the Llama shape (default 1b)")
+    p.add_argument("--quantizations", default="none", help="comma list of none, int8, fp8 (anydev engines)")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--modes", default="graphs,graphs-sync,eager", help="anydev modes: graphs, graphs-sync, eager")
@@ -83,9 +92,11 @@ def run(args) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     modes, hf_modes = _list(args.modes, ENGINES, "--modes"), _list(args.hf, HF_MODES, "--hf")
-    args.layers = args.layers or (2 if args.tiny else LLAMA_1B["num_hidden_layers"])
+    shape = LLAMA_8B if args.shape == "8b" else LLAMA_1B
+    args.layers = args.layers or (2 if args.tiny else shape["num_hidden_layers"])
     longest = max(contexts + [args.prefill_len]) + args.new_tokens + 16
-    model = llama_config(max_position_embeddings=longest, **dict(TINY if args.tiny else {}, num_hidden_layers=args.layers))
+    model = llama_config(max_position_embeddings=longest,
+                         **dict(shape, **dict(TINY if args.tiny else {}, num_hidden_layers=args.layers)))
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = {n: torch.randint(2, model.vocab_size, (max(batch_sizes), n), generator=generator).tolist()
@@ -96,9 +107,14 @@ def run(args) -> int:
         cases.append(("prefill", 1, args.prefill_len))
     rows, dtype, torch_device, info = [], None, None, {}
     executors = _list(args.executors, ("threads", "mp"), "--executors")
-    for mode, executor in [(m, e) for m in modes for e in executors]:
-        name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}")
+    quantizations = [q.strip() for q in args.quantizations.split(",") if q.strip()]
+    if set(quantizations) - {"none", "int8", "fp8"}:
+        raise EngineConfigError(f"--quantizations takes none, int8, fp8; got {args.quantizations!r}")
+    for mode, executor, quantization in [(m, e, q) for m in modes for e in executors for q in quantizations]:
+        name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}") \
+            + ("" if quantization == "none" else f" {quantization}")
         config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size, executor=executor,
+                              quantization=None if quantization == "none" else quantization,
                               max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
                               async_steps=mode != "graphs-sync",
                               kernels=args.kernels, enable_chunked_prefill=False, enable_prefix_caching=False,
@@ -107,6 +123,7 @@ def run(args) -> int:
             dtype, torch_device = engine.dtype, engine.backend.device(0).torch_device
             print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, {name}")
             print(f"  {engine.kernels_description}")
+            print("  " + "\n  ".join(engine.weight_descriptions))
             if mode != "eager" and not engine.uses_graphs:
                 print(f"  skipped: backend '{args.device}' has no device graphs (torch_graph)")
                 continue
@@ -287,6 +304,11 @@ def _ratios(rows: list[dict]) -> list[str]:
             best = max(ours, key=lambda r: r[metric])
             lines.append(f"{best['engine']} / {engine}, {case} batch {batch} context {context}: "
                          f"{best[metric] / row[metric]:.2f}x ({metric})")
+    for (engine, case, batch, context), row in sorted(keyed.items()):   # quantized against unquantized
+        plain = keyed.get((engine.rsplit(" ", 1)[0], case, batch, context))
+        if engine.endswith((" int8", " fp8")) and plain and plain["decode_tokens_per_s"] and case == "decode":
+            lines.append(f"{engine} / {plain['engine']}, {case} batch {batch} context {context}: "
+                         f"{row['decode_tokens_per_s'] / plain['decode_tokens_per_s']:.2f}x (decode_tokens_per_s)")
     for (engine, case, batch, context), row in sorted(keyed.items()):   # processes against threads
         threads = keyed.get((engine.removesuffix(" mp"), case, batch, context))
         metric = "decode_tokens_per_s" if case == "decode" else "prefill_tokens_per_s"

@@ -67,3 +67,13 @@ def test_linear_bench_times_every_method_for_every_gemm(tmp_path):
             got = {r["method"] for r in rows if r["batch"] == batch and r["gemm"] == gemm}
             assert got == methods, (batch, gemm, methods ^ got)
     assert all(r["us"] > 0 for r in rows)
+
+
+def test_decode_bench_runs_each_quantization_beside_the_unquantized_engine(tmp_path):
+    out = tmp_path / "decode.json"
+    assert load("decode_bench").main(["--tiny", "--batch-sizes", "1", "--contexts", "16", "--new-tokens", "3",
+                                      "--prefill-len", "0", "--hf", "none", "--modes", "eager", "--no-kernel-count",
+                                      "--quantizations", "none,int8", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert {r["engine"] for r in report["rows"]} == {"anydev eager", "anydev eager int8"}
+    assert any(line.startswith("anydev eager int8 / anydev eager, decode batch 1") for line in report["ratios"])

@@ -145,18 +145,25 @@ def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, sh
 
 
 #: GGUF tensor types :func:`save_random_gguf` writes.
-GGUF_TYPES = ("F32", "F16", "Q8_0")
+#: Per GGUF block format of :func:`save_random_gguf`: the byte offsets of its float16 fields, and the
+#: largest code magnitude its scale multiplies (the scale is 1 / (that x sqrt(fan_in))).
+_RANDOM_BLOCKS = {"Q8_0": ((0,), 127), "Q4_0": ((0,), 8), "Q4_1": ((0, 2), 15), "Q4_K": ((0, 2), 63 * 15),
+                  "Q6_K": ((208,), 127 * 32)}
+GGUF_TYPES = ("F32", "F16", *_RANDOM_BLOCKS)
 
 
 def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
     """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer): 2-D
-    weights in ``tensor_type``, norms in F32. Q8_0 blocks are drawn directly (an fp16 scale of
-    1/(127 sqrt(fan_in)) and random int8 values), so even an 8B shape is written in seconds; the file
-    is for timing the loader, not a model of anything. Returns the number of parameters."""
+    weights in ``tensor_type``, norms in F32. Quantized blocks are drawn directly (random bytes, their
+    fp16 scale fields 1/(largest code x sqrt(fan_in))), so even an 8B shape is written in seconds; the
+    file is for timing the loader and the kernels, not a model of anything. Returns the number of
+    parameters."""
     import json
 
     import gguf
     import numpy as np
+
+    from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
     from .demo_model import BOS, EOS, build_demo_tokenizer
     from .gguf_loader import gguf_name
@@ -190,13 +197,15 @@ def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> 
             writer.add_tensor(gguf_name(name), store.load(name).numpy().astype(np.float32))
         elif tensor_type == "F16":
             writer.add_tensor(gguf_name(name), store.load(name).numpy().astype(np.float16))
-        else:   # Q8_0: blocks of 32 values, each an fp16 scale then 32 int8
+        else:
             rows, cols = shape
-            blocks = np.empty((rows, cols // 32, 34), dtype=np.uint8)
-            scale = np.float16(1.0 / (127 * math.sqrt(cols)))
-            blocks[..., :2] = np.frombuffer(scale.tobytes(), dtype=np.uint8)
-            blocks[..., 2:] = rng.integers(-127, 128, size=(rows, cols // 32, 32), dtype=np.int8).view(np.uint8)
-            writer.add_tensor(gguf_name(name), blocks.reshape(rows, -1), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            block = BLOCK_FORMATS[tensor_type.lower()]
+            fields, largest = _RANDOM_BLOCKS[tensor_type]
+            blocks = rng.integers(0, 256, size=(rows, cols // block.elems, block.bytes), dtype=np.uint8)
+            scale = np.frombuffer(np.float16(1.0 / (largest * math.sqrt(cols))).tobytes(), dtype=np.uint8)
+            for at in fields:
+                blocks[..., at:at + 2] = scale
+            writer.add_tensor(gguf_name(name), blocks.reshape(rows, -1), raw_dtype=gguf.GGMLQuantizationType[tensor_type])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
