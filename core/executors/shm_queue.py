@@ -12,7 +12,8 @@ carries; the writer unlinks it at its next message after every reader has read i
 :meth:`close`).
 
 Waiting: readers spin (yielding the core) for ``SPIN_S`` after their last message, then sleep
-``SLEEP_S`` between looks, so an idle rank costs next to nothing and a busy one reads within
+between looks, longer the longer they idle (``SLEEP_S`` up to ``MAX_SLEEP_S``: a thousandth of
+the time idle), so an idle rank costs next to nothing and a busy one reads within
 microseconds. Every wait is watched: the writer never waits past ``timeout_s`` for a reader (a reader
 that died or stopped reading is named, by rank, in :class:`ReaderGone` / :class:`ReaderStuck`), and a
 reader sees a writer that closed or died (:class:`WriterGone`).
@@ -40,6 +41,8 @@ from anydev.plugin_api.errors import AnydevError
 SPIN_S = 0.1
 #: Seconds a reader or a waiting writer sleeps between looks once past its spin.
 SLEEP_S = 0.0005
+#: The longest sleep between looks (reached after seconds of idling).
+MAX_SLEEP_S = 0.005
 #: How often a waiting reader or writer looks whether its peer process is still there.
 CHECK_S = 0.1
 CHUNK_BYTES = 1 << 20
@@ -273,14 +276,15 @@ class MessageQueue:
 
 def _wait(ready: Callable[[], bool], spin_from: float, check: Callable[[float], None]) -> None:
     """Until ``ready()``: spin (yielding the core) up to ``SPIN_S`` after ``spin_from``, then sleep
-    ``SLEEP_S`` between looks; every ``CHECK_S``, ``check(seconds waited)`` may end the wait by raising."""
+    between looks (a thousandth of the time since ``spin_from``, within ``SLEEP_S``..``MAX_SLEEP_S``);
+    every ``CHECK_S``, ``check(seconds waited)`` may end the wait by raising."""
     start = next_check = time.monotonic()
     while not ready():
         now = time.monotonic()
         if now - spin_from < SPIN_S:
             os.sched_yield()
         else:
-            time.sleep(SLEEP_S)
+            time.sleep(min(MAX_SLEEP_S, max(SLEEP_S, (now - spin_from) / 1000)))
         if now >= next_check:
             next_check = now + CHECK_S
             check(now - start)
