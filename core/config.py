@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import operator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,15 +49,6 @@ def read_json(path: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelLoadError(f"{path}: cannot be read as JSON ({err})") from err
-
-
-def as_id_list(value) -> list[int]:
-    """An HF token-id field (None, an int, or a list of ints) as a list."""
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    return [int(v) for v in value]
 
 
 def union_ids(*id_lists: list[int]) -> list[int]:
@@ -114,6 +107,25 @@ def shape_int(value, field: str, where: str) -> int:
     return number
 
 
+def positive_number(value, field: str, where: str) -> float:
+    """``value`` as a finite float > 0, or ModelLoadError naming ``field`` as ``where`` spells it."""
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise ModelLoadError(f"{where}: '{field}' must be a finite number > 0, got {value!r}; fix it in the file")
+    return number
+
+
+def check_token_ids(ids, field: str, where: str, vocab_size: int) -> list[int]:
+    """``ids`` (None, an id or a list of ids) as a list of ids in the vocabulary, or ModelLoadError
+    naming ``field``: an id outside it would never match a sampled token, and generation would run on."""
+    values = [] if ids is None else ids if isinstance(ids, list) else [ids]
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
+            raise ModelLoadError(f"{where}: '{field}' must be token ids in 0..{vocab_size - 1} (the vocabulary), "
+                                 f"got {ids!r}; fix it in the file")
+    return values
+
+
 def check_attention(config: ModelConfig, where: str, heads_field: str, kv_heads_field: str) -> None:
     """The head counts and head size must fit together (the fields named as ``where`` spells them)."""
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -140,6 +152,12 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
     Understands both transformers 4 (top-level ``rope_theta`` / ``rope_scaling``) and transformers 5
     (``rope_parameters``) spellings.
     """
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{source}/config.json: must be a JSON object of settings, got a JSON "
+                             f"{type(config).__name__}; fix the file")
+    if generation_config is not None and not isinstance(generation_config, dict):
+        raise ModelLoadError(f"{source}/generation_config.json: must be a JSON object of settings, got a JSON "
+                             f"{type(generation_config).__name__}; fix or remove the file")
     generation_config = generation_config or {}
     architecture = architecture_of(config, source)
     if config.get("hidden_act", "silu") != "silu":
@@ -160,7 +178,9 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
                              f"({heads}) and there is no 'head_dim'; fix it in the file")
     head_dim = hidden_size // heads if config.get("head_dim") is None else size("head_dim")
     rope = config.get("rope_parameters") or config.get("rope_scaling")
-    rope_theta = config.get("rope_theta") or (config.get("rope_parameters") or {}).get("rope_theta") or 10000.0
+    rope_theta = _first_set(config.get("rope_theta"), (config.get("rope_parameters") or {}).get("rope_theta"), 10000.0)
+    vocab_size = size("vocab_size")
+    generation_where = f"{source}/generation_config.json"
 
     if architecture == "qwen2":
         attention_bias, output_bias = True, False
@@ -171,23 +191,26 @@ def model_config_from_hf(config: dict, generation_config: dict | None, source: s
 
     model = ModelConfig(
         architecture=architecture,
-        vocab_size=size("vocab_size"),
+        vocab_size=vocab_size,
         hidden_size=hidden_size,
         intermediate_size=size("intermediate_size"),
         num_hidden_layers=size("num_hidden_layers"),
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
         head_dim=head_dim,
-        rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rope_theta),
+        rms_norm_eps=positive_number(config.get("rms_norm_eps", 1e-6), "rms_norm_eps", where),
+        rope_theta=positive_number(rope_theta, "rope_theta", where),
         rope_scaling=normalize_rope_scaling(rope, source),
         max_position_embeddings=size("max_position_embeddings", 2048),
         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
         attention_bias=attention_bias,
         torch_dtype=config.get("torch_dtype") or config.get("dtype"),
-        bos_token_id=_first_set(config.get("bos_token_id"), generation_config.get("bos_token_id")),
-        eos_token_ids=union_ids(as_id_list(config.get("eos_token_id")),
-                                as_id_list(generation_config.get("eos_token_id"))),
+        bos_token_id=_first_set(*check_token_ids(config.get("bos_token_id"), "bos_token_id", where, vocab_size),
+                                *check_token_ids(generation_config.get("bos_token_id"), "bos_token_id",
+                                                 generation_where, vocab_size)),
+        eos_token_ids=union_ids(check_token_ids(config.get("eos_token_id"), "eos_token_id", where, vocab_size),
+                                check_token_ids(generation_config.get("eos_token_id"), "eos_token_id",
+                                                generation_where, vocab_size)),
         attention_output_bias=output_bias,
         sliding_window=shape_int(sliding_window, "sliding_window", where) if sliding_window else None,
     )

@@ -36,6 +36,10 @@ def gguf_file(tmp_path_factory):
     (dict(hidden_size="64"), "'hidden_size' must be an integer >= 1, got '64'"),
     (dict(num_hidden_layers=True), "'num_hidden_layers' must be an integer >= 1, got True"),
     (dict(hidden_size=66), "'hidden_size' (66) is not a multiple of 'num_attention_heads' (4)"),
+    (dict(rope_theta=float("nan")), "'rope_theta' must be a finite number > 0, got nan"),
+    (dict(rms_norm_eps=-1e-06), "'rms_norm_eps' must be a finite number > 0, got -1e-06"),
+    (dict(eos_token_id=10**9), "'eos_token_id' must be token ids in 0..319 (the vocabulary), got 1000000000"),
+    (dict(eos_token_id=[2, -1]), "'eos_token_id' must be token ids in 0..319 (the vocabulary), got [2, -1]"),
 ])
 def test_bad_hf_config_fields_are_named_with_the_file(hf_dir, tmp_path, change, message):
     directory = tmp_path / "model"
@@ -49,6 +53,18 @@ def test_bad_hf_config_fields_are_named_with_the_file(hf_dir, tmp_path, change, 
     (directory / "config.json").write_text(json.dumps(config))
     error = single_line_error(lambda: open_checkpoint(directory))
     assert error.startswith(f"{directory}/config.json: ") and message in error, error
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json"])
+def test_a_config_that_is_no_json_object_is_named(hf_dir, tmp_path, name):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    for item in hf_dir.iterdir():
+        if item.name != name:
+            (directory / item.name).symlink_to(item)
+    (directory / name).write_text("[1, 2]")
+    error = single_line_error(lambda: open_checkpoint(directory))
+    assert error.startswith(f"{directory}/{name}: must be a JSON object of settings, got a JSON list"), error
 
 
 @pytest.mark.parametrize("field, value, message", [

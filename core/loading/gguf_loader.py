@@ -19,7 +19,7 @@ from gguf.quants import dequantize
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
 from .checkpoint_errors import ModelLoadError
-from ..config import ModelConfig, check_attention, normalize_rope_scaling, shape_int
+from ..config import ModelConfig, check_attention, normalize_rope_scaling, positive_number, shape_int
 from .gguf_tokenizer import gguf_tokenizer
 from .tensor_slices import sliced_shape
 from .tokenizer import Tokenizer
@@ -310,7 +310,7 @@ def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, sour
     rope_dims = size("rope.dimension_count", head_dim)
     if rope_dims != head_dim:
         raise ModelLoadError(f"{source}: partial rotary embeddings ({rope_dims} of {head_dim} dims) are unsupported")
-    theta = float(key("rope.freq_base", 10000.0))
+    theta = positive_number(key("rope.freq_base", 10000.0), f"{gguf_arch}.rope.freq_base", source)
     embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embedding is None:
         raise ModelLoadError(f"{source}: GGUF file has no token_embd.weight tensor")
@@ -323,7 +323,8 @@ def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, sour
         num_attention_heads=heads,
         num_key_value_heads=size("attention.head_count_kv", heads),
         head_dim=head_dim,
-        rms_norm_eps=float(key("attention.layer_norm_rms_epsilon")),
+        rms_norm_eps=positive_number(key("attention.layer_norm_rms_epsilon"), f"{gguf_arch}.attention.layer_norm_rms_epsilon",
+                                     source),
         rope_theta=theta,
         rope_scaling=_rope_scaling(meta, gguf_arch, reader, theta, head_dim, source),
         max_position_embeddings=size("context_length"),
