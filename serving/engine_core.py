@@ -82,18 +82,19 @@ class EngineCore:
         self._socket.bind(self.address)
         poller = zmq.Poller()
         poller.register(self._socket, zmq.POLLIN)
-        for lifeline in self.lifelines.values():
-            poller.register(lifeline, zmq.POLLIN)
+        watched = {lifeline.fileno(): identity for identity, lifeline in self.lifelines.items()}
+        for fd in watched:
+            poller.register(fd, zmq.POLLIN | zmq.POLLERR)   # a pipe's end reads as POLLHUP: POLLERR here
         try:
             while self.clients:
                 busy = self.engine.has_unfinished
                 events = dict(poller.poll(0 if busy else _IDLE_POLL_MS))
                 if self._socket in events:
                     self._receive()
-                for identity, lifeline in list(self.lifelines.items()):
-                    if lifeline in events:
-                        poller.unregister(lifeline)
-                        del self.lifelines[identity]
+                for fd, identity in list(watched.items()):
+                    if fd in events:                 # (the poller names a plain file by its number)
+                        poller.unregister(fd)
+                        del watched[fd]
                         if identity in self.clients:
                             print(f"anydev engine core: {identity.decode()} exited; its requests are aborted",
                                   file=sys.stderr, flush=True)

@@ -155,11 +155,12 @@ def _model_name(args: argparse.Namespace) -> str:
 
 
 def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock: socket.socket | None = None,
-                    supervisor=None) -> None:
+                    supervisor=None, on_started=None) -> None:
     """Serve HTTP in this process as front end ``index`` of the engine core at ``link`` (on ``sock``
     when given, else binding ``--host``/``--port``) until SIGTERM or Ctrl-C, or until the engine core
     fails: then raises :class:`EngineCoreError` (the command exits non-zero). ``supervisor``: a
-    connection whose end (the supervising process is gone) stops this front end."""
+    connection whose end (the supervising process is gone) stops this front end; ``on_started()`` is
+    called once it serves."""
     import uvicorn
 
     from .app import create_app
@@ -185,6 +186,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
         timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
         h11_max_incomplete_event_size=64 * 1024))
     server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
+    server.on_started = on_started
     client.on_failure.append(server.engine_failed)
     if supervisor is not None:
         threading.Thread(target=_stop_when_closed, args=(supervisor, server), daemon=True).start()
@@ -212,13 +214,17 @@ def _supervise(args: argparse.Namespace, core) -> None:
     listener = _bind(args.host, args.port)
     context = multiprocessing.get_context("spawn")
     supervisor_read, supervisor_write = context.Pipe(duplex=False)
+    started_read, started_write = context.Pipe(duplex=False)
     procs = [context.Process(target=_front_end_main, name=f"anydev-front-end-{i}",
-                             args=(args, core.link(describe=False), i, core.client_lifeline(i), listener, supervisor_read))
+                             args=(args, core.link(describe=False), i, core.client_lifeline(i), listener, supervisor_read,
+                                   started_write))
              for i in range(args.api_server_count)]
     for proc in procs:
         proc.start()
+        print(f"anydev serve: {proc.name} pid {proc.pid}", flush=True)
     listener.close()                         # the front ends hold it now; the port goes with the last of them
     supervisor_read.close()
+    started_write.close()
     for i in range(len(procs)):
         core.client_lifeline(i).close()      # each front end holds its own
 
@@ -230,6 +236,7 @@ def _supervise(args: argparse.Namespace, core) -> None:
     previous = {sig: signal.signal(sig, pass_on) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         running = {proc.sentinel: proc for proc in procs}
+        _wait_until_started(started_read, len(procs), running)
         while running:
             for ended in multiprocessing.connection.wait(list(running)):
                 proc = running.pop(ended)
@@ -248,13 +255,29 @@ def _supervise(args: argparse.Namespace, core) -> None:
         raise EngineCoreError(f"front ends {', '.join(failed)} exited with an error")
 
 
-def _front_end_main(args, link, index, lifeline, listener, supervisor) -> None:
+def _wait_until_started(started, count: int, running: dict) -> None:
+    """Wait for ``count`` front ends to say they serve (or for one of them to end first)."""
+    ready = 0
+    while ready < count:
+        waited = multiprocessing.connection.wait([started, *running])
+        if started not in waited:
+            return                            # a front end ended while starting: the caller reports it
+        try:
+            started.recv()
+        except EOFError:
+            return
+        ready += 1
+    print(f"anydev serve: {count} front ends serving", flush=True)
+
+
+def _front_end_main(args, link, index, lifeline, listener, supervisor, started) -> None:
     """A front-end process: serve on the inherited ``listener``; ``lifeline`` is held until it ends
-    (the engine core aborts its requests when it goes)."""
+    (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
     from anydev.core.errors import run_command
 
     tokenizer = _open_tokenizer(args.model)
-    code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor)
+    code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor,
+                       lambda: started.send(index))
     sys.exit(code or 0)
 
 
@@ -299,6 +322,12 @@ def _server_class():
 
         drain_seconds: float = 0.0
         abort_in_flight = None
+        on_started = None
+
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            if self.on_started is not None and self.started:
+                self.on_started()
 
         def engine_failed(self, reason: str) -> None:
             """The engine core failed or died: its requests have ended with an error; stop serving

@@ -4,6 +4,7 @@ stream, 503 otherwise, never a 500), /health says 503, the server exits non-zero
 is left running, and its port is free again."""
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -11,11 +12,12 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from starlette.testclient import TestClient
 
-from anydev.core import EngineConfig, InferEngine
+from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.serving import ServerLimits, create_app
 from serve_support import MODEL, Server, request
@@ -64,7 +66,7 @@ def ask(port: int, stream: bool, outcome: list, index: int) -> None:
                        "stream": stream}).encode()
     try:
         status, _, text = request(f"http://127.0.0.1:{port}/v1/completions", "POST", body, HEADERS, timeout=60)
-    except OSError as exc:
+    except (OSError, http.client.HTTPException, ValueError) as exc:   # cut mid-answer (a chunk's size half read)
         outcome[index] = ("lost", repr(exc))
         return
     outcome[index] = (time.monotonic(), status, text)
@@ -123,7 +125,7 @@ def test_sigterm_stops_the_engine_core_too():
 
 @pytest.fixture(scope="module")
 def engine():
-    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=256, use_graphs=False)) as engine:
+    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=1024, use_graphs=False)) as engine:
         yield engine
 
 
@@ -157,3 +159,51 @@ def test_a_step_that_raises_ends_streams_with_an_error_then_503s(engine, monkeyp
     monkeypatch.undo()
     for seq in list(engine.scheduler.running) + list(engine.scheduler.waiting):
         engine.abort(seq)
+
+
+def test_two_front_ends_share_the_core_and_the_port_and_one_dying_spares_the_other(engine):
+    """--api-server-count 2: answers equal offline greedy generation; then front end 0 is killed
+    (SIGKILL) while long streams run: the streams it held are cut, the others finish whole, the
+    core aborts its requests (no KV block stays in use) and the server answers on, on the same port."""
+    srv = Server("--max-model-len", "1024", "--api-server-count", "2")
+    deadline = time.monotonic() + 180
+    while "2 front ends serving" not in srv.output() and time.monotonic() < deadline:   # not only the first
+        time.sleep(0.3)
+    front_ends = [int(pid) for pid in re.findall(r"anydev-front-end-\d pid (\d+)", srv.output())]
+    assert len(front_ends) == 2, srv.output()
+    started = descendants(srv.proc.pid)
+    tokenizer = engine.checkpoint.tokenizer
+    prompts = [f"the device {i} and the model" for i in range(8)]
+    expected = [o.text for o in engine.generate_ids([tokenizer.encode(p, add_special_tokens=True) for p in prompts],
+                                                     SamplingParams(max_new_tokens=12))]
+    client = srv.client()
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda p: client.completions.create(model=MODEL, prompt=p, max_tokens=12,
+                                                                        temperature=0).choices[0].text, prompts))
+        assert answers == expected
+
+        outcome: list = [None] * 4
+        streams = [threading.Thread(target=ask, args=(srv.port, True, outcome, i)) for i in range(4)]
+        for stream in streams:
+            stream.start()
+        assert srv.wait_for_metric("anydev_requests_running", lambda v: v >= 4) >= 4
+        os.kill(front_ends[0], signal.SIGKILL)
+        for stream in streams:
+            stream.join(timeout=120)
+        for result in outcome:
+            assert result is not None
+            if result[0] != "lost":                 # not cut with front end 0: served whole
+                events = [line[6:] for line in result[2].splitlines() if line.startswith("data: ")]
+                assert result[1] == 200 and events[-1] == "[DONE]" and "error" not in events[-2], events[-2:]
+                assert json.loads(events[-2])["usage"]["completion_tokens"] == 900
+        assert srv.wait_for_metric("anydev_kv_blocks_used", lambda v: v == 0) == 0
+        assert srv.metrics()["anydev_requests_running"] == 0
+        with ThreadPoolExecutor(8) as pool:
+            again = list(pool.map(lambda p: client.completions.create(model=MODEL, prompt=p, max_tokens=12,
+                                                                      temperature=0).choices[0].text, prompts))
+        assert again == expected and srv.proc.poll() is None
+        assert "frontend-0 exited; its requests are aborted" in srv.output()
+    finally:
+        srv.stop()
+    assert not still_running(started), srv.output()
