@@ -21,29 +21,27 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, wait
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 import torch
 
 from anydev import interrupts
 from anydev.plugin_api import load_backend
 
-from .executors import executor as executors
-from .executors.abort import ABORT_WAIT_S, abort_communicators, close_communicators
-from .executors.dist import RankFailedError
-from .sched.block_manager import BlockManager
+from .engine_config import EngineConfig, default_read_threads, resolve_dtype, validate_config
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
+from .executors.base import Executor, RankPlan
+from .executors.registry import make_executor
 from .rank.graphs import batch_bucket, batch_buckets, device_graph
-from .rank.piecewise import token_bucket, token_buckets
 from .rank.kernel_choice import select_kernels
-from .models.pipeline import check_devices
-from .rank.rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
+from .rank.piecewise import token_bucket, token_buckets
+from .rank.rank_worker import KVRequest
+from .sched.block_manager import BlockManager
 from .sched.sampling import SamplingParams
 from .sched.scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
 from .test_hooks import TestHooks
 from .timeline import PHASES, PhaseRecord, Timeline
-from .engine_config import EngineConfig, resolve_dtype, default_read_threads, validate_config
+
 
 @dataclass
 class GenerationOutput:
@@ -94,10 +92,7 @@ class InferEngine:
         self.config = config = config or EngineConfig()
         self._hooks = _hooks or TestHooks()
         self.timeline: list[PhaseRecord] = []
-        self.workers: list[RankWorker] = []
-        self.communicators = []
-        self._procs = None
-        self._failed: tuple[int, BaseException] | None = None   # (rank, error) of a step that broke the ranks
+        self.executor: Executor | None = None
         self.last_stats = GenerationStats()
         self._closed = False
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
@@ -113,8 +108,6 @@ class InferEngine:
         except BaseException:
             self._closed = True
             interrupts.engine_gone(self, unwinding=True)
-            if getattr(self, "_procs", None) is not None:   # failed before its ranks were released
-                self._procs.close()
             if self._owns_checkpoint:
                 self.checkpoint.close()
             raise
@@ -125,19 +118,7 @@ class InferEngine:
         validate_config(config, model, self._hooks)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
-        self._procs = executors.start_ranks(config, self.backend) if config.executor != "threads" else None
-        world = config.tp * config.pp
-        local_ranks = list(range(world)) if self._procs is None else [0]
-        device_index = {r: r for r in local_ranks} if self._procs is None else {0: self._procs.local_rank}
-        if self._procs is None and config.pp > 1:
-            check_devices(self.backend, config.tp, config.pp)
-        count = self.backend.device_count()
-        if max(device_index.values()) >= count:
-            raise EngineConfigError(
-                f"tp={config.tp} needs {config.tp} devices, but backend '{self.backend.name}' has {count}"
-                if self._procs is None else f"rank 0 uses device {device_index[0]} (LOCAL_RANK), but backend "
-                f"'{self.backend.name}' has {count} device(s) on this machine"
-            )
+        executor = make_executor(config, self.backend)   # checks the devices and the launch; starts nothing
         self.dtype = resolve_dtype(config, self.backend)
         self.kernels = select_kernels(self.backend, config.kernels)
         self.kernels_description = self.kernels.describe()
@@ -154,57 +135,31 @@ class InferEngine:
         self.max_blocks_per_seq = blocks_per_seq = -(-self.max_model_len // config.block_size)
         kv = KVRequest(config.block_size, config.num_blocks, config.max_num_seqs * blocks_per_seq, blocks_per_seq,
                        config.memory_fraction)
-        self._cancel = threading.Event()
-        self._timeline = Timeline()
+        cancel, timeline = threading.Event(), Timeline()
         budget = config.max_num_batched_tokens or 2048
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
-        plan = executors.RankPlan(config, "", self.dtype, kv, _host_zero(config, hooks), progress, self.max_model_len,
-                                  hooks.fail_at, self.uses_graphs, config.weight_read_threads or default_read_threads(world),
-                                  max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
-        devices = [self.backend.device(device_index[r]) for r in local_ranks]
-        pipe_comms = [None] * len(local_ranks)
-        if self._procs is None:
-            # One TP communicator per stage (rank stage*tp + j is its rank j); at pp > 1, one more over
-            # every rank, for send/recv between stages.
-            self.communicators = [comm for first in range(0, world, config.tp)
-                                  for comm in self.backend.create_communicators(devices[first:first + config.tp])]
-            if config.pp > 1:
-                pipe_comms = self.backend.create_communicators(devices)
-                self.communicators += pipe_comms
-        else:
-            comm, pipe_comms[0] = self._procs.start(plan, self.checkpoint, devices[0])
-            self.communicators = [comm] + ([pipe_comms[0]] if pipe_comms[0] is not None else [])
-        setups = [replace(plan.rank_setup(rank, devices[i], self.communicators[i], self.checkpoint, self.kernels,
-                                          graph_factory), pipe_comm=pipe_comms[i])
-                  for i, rank in enumerate(local_ranks)]
+        plan = RankPlan(config, "", self.dtype, kv, _host_zero(config, hooks), progress, self.max_model_len,
+                        hooks.fail_at, self.uses_graphs,
+                        config.weight_read_threads or default_read_threads(config.tp * config.pp),
+                        max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
+        self.executor = executor
         start = time.perf_counter()
         try:
-            if self._procs is not None:        # the other ranks are processes: every one inits at once
-                self.workers = self._procs.workers(RankWorker(setups[0], self._timeline, self._cancel), self._timeline)
-                self._wait_for_init([w.submit(w.init) for w in self.workers])
-            elif config.init_mode == "parallel":
-                for s in setups:                                                # every worker first...
-                    self._new_worker(s)
-                self._wait_for_init([w.submit(w.init) for w in self.workers])  # ...then wait for all
-            else:
-                for s in setups:                                                # one after another
-                    worker = self._new_worker(s)
-                    self._wait_for_init([worker.submit(worker.init)])
+            executor.start(plan, self.checkpoint, self.kernels, graph_factory, timeline, cancel)
             self.init_seconds = time.perf_counter() - start
             self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
             pieces = min(config.piecewise_max_tokens, budget) if self.uses_graphs else 0
             self.token_buckets = token_buckets(pieces) if pieces else []
             if self.uses_graphs:   # every rank at once: the collectives inside the captures line up
-                self._wait_for_init([w.submit(w.capture_graphs, self.graph_buckets, self.token_buckets)
-                                     for w in self.workers])
+                executor.wait_init(executor.run("capture_graphs", self.graph_buckets, self.token_buckets), cancel)
             self.capture_seconds = time.perf_counter() - start - self.init_seconds
         except BaseException as exc:
             self._release_all(exc)
             if isinstance(exc, EngineInitError) and isinstance(exc.cause, EngineConfigError):
                 raise exc.cause from None   # e.g. the KV cache does not fit: a config problem, said as such
             raise
-        self.timeline = sorted(self._timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
+        self.timeline = sorted(timeline.records, key=lambda r: (r.rank, PHASES.index(r.phase)))
         self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, budget, config.enable_chunked_prefill)
@@ -213,56 +168,33 @@ class InferEngine:
         self._stats = GenerationStats()      # every step since start-up
         self._next_id = 0
         self._seq_ids = itertools.count()   # every request's own id (``index`` may repeat)
-        #: The rank that samples (tp rank 0 of the last stage): its tokens are the step's.
-        self.sampler = self.workers[(config.pp - 1) * config.tp]
         self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
         self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
 
-    def _new_worker(self, setup: RankSetup) -> RankWorker:
-        worker = RankWorker(setup, self._timeline, self._cancel)
-        self.workers.append(worker)
-        return worker
+    @property
+    def workers(self) -> list:
+        """The engine's handles on its ranks, in rank order (see :class:`~.executors.base.Executor`)."""
+        return self.executor.workers if self.executor is not None else []
 
-    def _wait_for_init(self, futures) -> None:
-        """Wait for the ranks' init; on the first failure stop the others and raise it."""
-        try:
-            done, _ = interrupts.wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:   # e.g. Ctrl-C while waiting: stop every rank before unwinding
-            self._cancel.set()
-            wait(futures)
-            raise
-        failed = [f for f in done if f.exception() is not None]
-        if not failed:
-            return
-        self._cancel.set()
-        if self._procs is None:   # ranks blocked in a collective with the failed one (graph capture) end too
-            abort_communicators(self.communicators)
-        wait(futures)
-        errors = [f.exception() for f in futures if f.exception() is not None]
-        real = [e for e in errors if not isinstance(e, InitCancelled)]
-        raise min(real, key=lambda e: getattr(e, "rank", 0)) if real else errors[0]
+    @property
+    def communicators(self) -> list:
+        return self.executor.communicators if self.executor is not None else []
+
+    @property
+    def sampler(self):
+        """The rank that samples (tp rank 0 of the last stage): its tokens are the step's."""
+        return self.executor.sampler
 
     def _release_all(self, error: BaseException | None = None) -> None:
-        """Free every rank's memory on its own thread, join the threads, close the communicators.
+        """Free every rank's memory on its own thread, end the ranks, close the communicators.
 
         Errors met while releasing are attached to ``error`` as notes, or raised when there is none.
         """
-        problems = []
-        for worker in self.workers:
-            try:
-                problems += worker.submit(worker.release).result()
-            except Exception as exc:
-                problems.append(exc)
-        for worker in self.workers:
-            worker.shutdown()
-        if self._procs is not None:   # the other processes destroy theirs while rank 0 does (see ProcessRanks.close)
-            problems += self._procs.close(lambda: close_communicators(self.communicators))
-            error = error or self._procs.failure   # a failed rank's consequences: already raised, not again
-        else:
-            problems += close_communicators(self.communicators)
-            if self._failed is not None:
-                error = error or self._failed[1]   # the same after a failed step aborted the ranks
-        self.workers, self.communicators, self._procs = [], [], None
+        executor, self.executor = self.executor, None
+        if executor is None:
+            return
+        problems = executor.close()
+        error = error or executor.failure   # a failed rank's consequences: already raised, not again
         if problems and error is not None:
             for p in problems:
                 error.add_note(f"while releasing: {type(p).__name__}: {p}")
@@ -345,10 +277,7 @@ class InferEngine:
         ones included). Raises :class:`EngineClosedError` once the engine is closed."""
         with self._step_lock:
             self._check_open()
-            if self._failed is not None:
-                rank, error = self._failed
-                raise RankFailedError(rank, f"an earlier step raised {type(error).__name__}: {error}; every rank was "
-                                      "stopped (communicators aborted): close this engine and create a new one") from error
+            self.executor.check()
             with self._lock:
                 plan = self.scheduler.schedule()
                 ended = self._take_ended() if plan.seqs else ()
@@ -375,7 +304,7 @@ class InferEngine:
 
     def _read_tokens(self, ticket) -> list[int]:
         """The sampled tokens of a launched step, read on the sampling rank's thread."""
-        return interrupts.result(self.sampler.submit(self.sampler.read_tokens, ticket))
+        return self.executor.sampled_tokens(ticket)
 
     def _take_tokens(self, launched: "_Launched", tokens: list[int]) -> list[Sequence]:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
@@ -509,36 +438,19 @@ class InferEngine:
         if self.config.pp > 1:
             return self._run_pipeline_step(plan, params, seeds, ended), None
         share = self.async_steps and len(self.workers) > 1
-        futures = [w.submit(w.forward, batch, params, seeds, share, read if w is self.sampler else None, ended)
-                   for w in self.workers]
-        self._wait_for_step(futures)
+        futures = self.executor.run("forward", batch, params, seeds, share, None, ended,
+                                    sampler_args=(batch, params, seeds, share, read, ended))
+        self.executor.wait_step(futures)
         return futures[0].result()
 
     def _run_pipeline_step(self, plan: ScheduledStep, params, seeds, ended):
         """Launch one step on every stage (pp > 1), split into micro-batches; the sampler's ticket."""
         bounds = micro_batch_bounds(len(plan.seqs), plan.is_decode, self.config.pp)
         batches = [self.build_step(plan.seqs[a:b], plan.num_new[a:b]) for a, b in bounds]
-        futures = [w.submit(w.forward_stage, batches, [params[a:b] for a, b in bounds],
-                            [seeds[a:b] for a, b in bounds], ended) for w in self.workers]
-        self._wait_for_step(futures)
-        return futures[self.workers.index(self.sampler)].result()
-
-    def _wait_for_step(self, futures) -> None:
-        """Wait for a step on every rank (``futures`` in worker order); raise the first rank's error.
-        The other ranks may wait for it in a collective forever: when they are threads of this process
-        and the backend can abort communicators (contract 1.4), every communicator is aborted and
-        their steps end too (the engine is then unusable)."""
-        done, _ = interrupts.wait(futures, return_when=FIRST_EXCEPTION)
-        failed = [f for f in futures if f in done and f.exception() is not None]
-        if not failed:
-            return
-        error = failed[0].exception()
-        if self._procs is None and len(self.workers) > 1 and self.backend.supports("comm_abort"):
-            self._failed = (self.workers[futures.index(failed[0])].rank, error)
-            for problem in abort_communicators(self.communicators):
-                error.add_note(f"while aborting the communicators: {type(problem).__name__}: {problem}")
-            wait(futures, timeout=ABORT_WAIT_S)   # the other ranks' steps end with their aborted collectives
-        raise error
+        futures = self.executor.run("forward_stage", batches, [params[a:b] for a, b in bounds],
+                                    [seeds[a:b] for a, b in bounds], ended)
+        self.executor.wait_step(futures)
+        return futures[self.executor.layout.sampler].result()
 
     # ---- inspection and teardown ---------------------------------------------------------------
     def kv_cache_to_host(self, rank: int) -> torch.Tensor:

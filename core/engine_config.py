@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .executors import executor as executors
 from .config import SUPPORTED_ARCHITECTURES
 from .errors import EngineConfigError
 from .rank.kernel_choice import KERNEL_MODES
-from .models.pipeline import check_pp
-from .models.sharding import check_tp
+from .executors.registry import validate_executor
+from .models.pipeline import RankLayout
 from .test_hooks import TestHooks
 from .timeline import PHASES
 from .loading.weights import QUANTIZATIONS
@@ -64,7 +63,7 @@ class EngineConfig:
     #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
     #: (off: each step's tokens are read back before the next step is planned).
     async_steps: bool = True
-    #: Where the ranks run (:mod:`.executor`): "threads" (one process), "mp" (one process per rank on
+    #: Where the ranks run (:mod:`.executors.registry`): "threads" (one process), "mp" (one process per rank on
     #: this machine, started here) or "torchrun" (one process per rank started by torchrun; build the
     #: engine on RANK 0, the other ranks run ``anydev.core.executors.rank_process.follow``).
     executor: str = "threads"
@@ -88,8 +87,7 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
         raise EngineConfigError(
             f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
-    check_tp(model, config.tp)
-    check_pp(model, config.pp)
+    RankLayout(config.tp, config.pp).check_model(model)
     if config.init_mode not in INIT_MODES:
         raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
     for name in ("block_size", "max_num_seqs"):
@@ -129,7 +127,7 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
                                 f"{', '.join(QUANTIZATIONS)} (or none: the checkpoint's own format)")
     if not isinstance(config.async_steps, bool):
         raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
-    executors.validate_executor(config)
+    validate_executor(config)
     if config.executor != "threads" and hooks.graph_factory is not None:
         raise EngineConfigError("the graph_factory test hook works with executor='threads' only")
     if config.kernels not in KERNEL_MODES:

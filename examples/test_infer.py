@@ -74,7 +74,7 @@ def run(args) -> int:
     from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
     from anydev.core.engine_config import validate_config
-    from anydev.core.executors.executor import command_executor
+    from anydev.core.executors.registry import command_executor
     from anydev.plugin_api import load_backend
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on

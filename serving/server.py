@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, args.api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    from anydev.core.executors.executor import command_executor
+    from anydev.core.executors.registry import command_executor
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work

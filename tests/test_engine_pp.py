@@ -10,7 +10,7 @@ import pytest
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.engine import micro_batch_bounds
-from anydev.core.models.pipeline import PipelineConfigError, check_devices, stages
+from anydev.core.models.pipeline import PipelineConfigError, RankLayout, stages
 from anydev.core.rank.rank_worker import RankWorker
 from checkpoints import write_hf_checkpoint
 
@@ -149,8 +149,8 @@ class _NoSendBackend:
 
 def test_pp_on_a_backend_without_send_recv_is_a_config_error():
     with pytest.raises(PipelineConfigError, match="'nosend' does not offer.*contract 1.3"):
-        check_devices(_NoSendBackend(), 1, 2)
-    check_devices(_NoSendBackend(), 2, 1)   # no stages to connect: fine
+        RankLayout(tp=1, pp=2).check_devices(_NoSendBackend())
+    RankLayout(tp=2, pp=1).check_devices(_NoSendBackend())   # no stages to connect: fine
 
 
 @pytest.mark.parametrize("tp,pp", [(1, 2), (2, 2)])
@@ -159,7 +159,7 @@ def test_pp_on_rank_processes_gives_the_tp1_tokens(tp, pp, tp1_tokens, tp1_seede
     the sampler (tp rank 0 of the last stage) is another process than rank 0, and seeded requests'
     generators live there."""
     with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, pp=pp, executor="mp")) as engine:
-        assert len(engine._procs._children) == tp * pp - 1
+        assert len(engine.executor.group._children) == tp * pp - 1
         tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=20))]
         assert {r.rank for r in engine.timeline} == set(range(tp * pp))
         check_seeded(engine, tp1_seeded)

@@ -49,7 +49,7 @@ def rank_processes() -> list[int]:
 
 def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
     with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
-        children = [c.pid for c in engine._procs._children]
+        children = [c.pid for c in engine.executor.group._children]
         assert len(children) == 1 and children[0] != os.getpid()
         assert rank_processes() == children
         tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))]
@@ -73,7 +73,7 @@ def test_mp_ranks_take_every_step_from_the_shared_memory_queue_without_pickle(tp
 
     monkeypatch.setattr(MessageQueue, "put", counting_put)
     with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
-        control = engine._procs.control
+        control = engine.executor.group.control
         assert (control.local_ranks, control.remote_ranks) == ([1], [])
         outputs = engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))
     assert [o.token_ids for o in outputs] == tp1_tokens
@@ -86,7 +86,7 @@ def test_rank_0_destroys_its_communicator_while_the_other_ranks_destroy_theirs()
     within a node): rank 0 must tell the other ranks to close before it destroys its own, or both
     wait forever. Here rank 0's destroy waits, as NCCL's can, until rank 1 has closed."""
     with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp")) as engine:
-        procs, [comm] = engine._procs, engine.communicators
+        procs, [comm] = engine.executor.group, engine.communicators
         closing, seen = [], {}
         broadcast, destroy = procs._broadcast, comm.close
 
@@ -134,7 +134,7 @@ def step_until_failure(engine) -> RankFailedError:
 def test_killing_a_rank_mid_generation_stops_the_run_naming_it():
     engine = generating_mp_engine()
     try:
-        os.kill(engine._procs._children[0].pid, signal.SIGKILL)
+        os.kill(engine.executor.group._children[0].pid, signal.SIGKILL)
         failure = step_until_failure(engine)
         assert failure.rank == 1
         assert "rank 1 failed" in str(failure) and "SIGKILL" in str(failure)
@@ -151,7 +151,7 @@ def test_a_killed_rank_is_named_not_the_rank_that_lost_it_first():
     # rank 1's collectives fail on the dead rank 2 and it ends too, maybe before rank 0 looks
     engine = generating_mp_engine(tp=4)
     try:
-        os.kill(engine._procs._children[1].pid, signal.SIGKILL)
+        os.kill(engine.executor.group._children[1].pid, signal.SIGKILL)
         failure = step_until_failure(engine)
         assert failure.rank == 2 and "SIGKILL" in str(failure), failure
     finally:
@@ -163,14 +163,14 @@ def test_after_a_failure_rank_0_destroys_only_aborted_communicators(monkeypatch)
     """Closing right after a failure waits for the abort of rank 0's communicators before destroying
     them: destroying a live one whose peer died may never return (NCCL), and would race the abort
     (made slow here, so that a close that does not wait for it destroys first)."""
-    from anydev.core.executors import executor
-    abort = executor.abort_communicators
+    from anydev.core.executors import processes
+    abort = processes.abort_communicators
 
     def slow_abort(comms, *args):
         time.sleep(1.5)
         return abort(comms, *args)
 
-    monkeypatch.setattr(executor, "abort_communicators", slow_abort)
+    monkeypatch.setattr(processes, "abort_communicators", slow_abort)
     engine = generating_mp_engine()
     [comm] = engine.communicators
     destroy, aborted_at_destroy = comm.close, []
@@ -181,7 +181,7 @@ def test_after_a_failure_rank_0_destroys_only_aborted_communicators(monkeypatch)
 
     comm.close = recording_destroy
     try:
-        os.kill(engine._procs._children[0].pid, signal.SIGKILL)
+        os.kill(engine.executor.group._children[0].pid, signal.SIGKILL)
         step_until_failure(engine)
     finally:
         engine.close()   # at once, as a caller would after the error
@@ -195,14 +195,14 @@ def test_a_hung_rank_is_named_and_rank_0s_own_thread_is_freed_by_the_abort(monke
     0 aborts its communicators (contract 1.4): its own worker thread is free again. The judge's kill
     of the hung process is held back, as for a rank of another machine (torchrun), so that only the
     abort can free rank 0."""
-    from anydev.core.executors import executor
+    from anydev.core.executors import processes
     from anydev.plugin_api import load_backend
 
     monkeypatch.setenv("ANYDEV_DIST_HEARTBEAT_TIMEOUT", "4")
     monkeypatch.setattr(load_backend("cpu").runtime, "collective_timeout_s", 600.0)
-    monkeypatch.setattr(executor, "_kill", lambda children: None)
+    monkeypatch.setattr(processes, "_kill", lambda children: None)
     engine = generating_mp_engine()
-    child = engine._procs._children[0]
+    child = engine.executor.group._children[0]
     try:
         os.kill(child.pid, signal.SIGSTOP)
         failure = step_until_failure(engine)

@@ -2,7 +2,7 @@
 
 A group of rank processes is started by torchrun (or any launcher that sets its variables: ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``) or by anydev itself
-(``executor="mp"``, :mod:`.executor`). Rank 0 drives: it runs the scheduler and sends every other rank
+(``executor="mp"``, :mod:`.processes`). Rank 0 drives: it runs the scheduler and sends every other rank
 what to run, through torch.distributed and shared memory (the activations aside):
 
 * the **c10d TCPStore** at ``MASTER_ADDR:MASTER_PORT``: replies to rank 0, failure reports,
@@ -32,6 +32,7 @@ import torch
 
 from anydev.plugin_api.errors import AnydevError
 
+from ..errors import EngineConfigError
 from .shm_queue import MessageQueue, ReaderStuck, WriterGone
 from .step_message import decode, dumps, encode
 
@@ -121,6 +122,15 @@ def check_world_size(launch: Launch, tp: int, pp: int = 1) -> None:
         raise LaunchError(
             f"WORLD_SIZE={launch.world_size}, but {layout} runs on {needed} rank process(es): launch {needed} in all "
             f"(torchrun --nnodes N --nproc-per-node M with N x M = {needed}), or set --tp to {launch.world_size}")
+
+
+def check_local_device(launch: Launch, backend) -> None:
+    """An :class:`EngineConfigError` unless ``backend`` has the device this rank uses (LOCAL_RANK)."""
+    count = backend.device_count()
+    if launch.local_rank >= count:
+        raise EngineConfigError(
+            f"rank {launch.rank}: LOCAL_RANK={launch.local_rank}, but backend '{backend.name}' has {count} device(s) "
+            f"on this machine; start at most {count} rank processes per machine (torchrun --nproc-per-node)")
 
 
 def seconds_from_env(name: str, default: float) -> float:

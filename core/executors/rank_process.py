@@ -1,5 +1,5 @@
 """A rank process other than rank 0: it builds its rank from rank 0's plan, then runs what rank 0
-sends until rank 0 says exit (see :mod:`.executor` and :mod:`.dist`).
+sends until rank 0 says exit (see :mod:`.processes` and :mod:`.dist`).
 
     python -m anydev.core.executors.rank_process     # what executor="mp" starts, with torchrun's variables set
 
@@ -15,12 +15,10 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import replace
 
 from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, ControlLost, Launch, LaunchError, RankFailedError, Watchdog,
-                   connect_store, launch_from_env, print_error, seconds_from_env)
+                   check_local_device, connect_store, launch_from_env, print_error, seconds_from_env)
 from .abort import abort_communicators
-from ..errors import EngineConfigError
 from ..timeline import Timeline
 
 
@@ -112,17 +110,12 @@ class _Rank:
 
         config = plan.config
         self.backend = backend = load_backend(config.device)
-        count = backend.device_count()
-        if launch.local_rank >= count:
-            raise EngineConfigError(
-                f"rank {launch.rank}: LOCAL_RANK={launch.local_rank}, but backend '{backend.name}' has {count} device(s) "
-                f"on this machine; start at most {count} rank processes per machine (torchrun --nproc-per-node)")
+        check_local_device(launch, backend)
         self.checkpoint = open_source(plan.checkpoint)
         device = backend.device(launch.local_rank)
         self.comm, self.pipe_comm = plan.join_communicators(device, launch.rank)
-        setup = replace(plan.rank_setup(launch.rank, device, self.comm, self.checkpoint,
-                                        select_kernels(backend, config.kernels), device_graph if plan.uses_graphs else None),
-                        pipe_comm=self.pipe_comm)
+        setup = plan.rank_setup(launch.rank, device, self.comm, self.checkpoint, select_kernels(backend, config.kernels),
+                                device_graph if plan.uses_graphs else None, self.pipe_comm)
         self.timeline = Timeline()
         self._sent = 0
         self.worker = RankWorker(setup, self.timeline, threading.Event())

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import EngineConfigError
+from .sharding import check_tp
 
 
 class PipelineConfigError(EngineConfigError):
@@ -62,9 +63,63 @@ def stages(num_layers: int, pp: int) -> list[Stage]:
     return out
 
 
-def rank_position(rank: int, tp: int) -> tuple[int, int]:
-    """(stage, tp rank) of global rank ``rank``."""
-    return divmod(rank, tp)
+@dataclass(frozen=True)
+class RankLayout:
+    """Where each of ``tp * pp`` ranks sits: rank ``stage * tp + tp_rank``. Every stage/tp-rank
+    computation of the engine, its executors and its ranks goes through here."""
+
+    tp: int = 1
+    pp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+    def position(self, rank: int) -> tuple[int, int]:
+        """(stage, tp rank) of rank ``rank``."""
+        return divmod(rank, self.tp)
+
+    def stage_ranks(self, stage: int) -> range:
+        """The ranks of stage ``stage``, tp rank 0 first."""
+        return range(stage * self.tp, (stage + 1) * self.tp)
+
+    @property
+    def sampler(self) -> int:
+        """The rank that samples the step's tokens: tp rank 0 of the last stage."""
+        return (self.pp - 1) * self.tp
+
+    def previous(self, rank: int) -> int | None:
+        """The rank of the stage before that sends ``rank`` its activations (None on the first stage)."""
+        return rank - self.tp if rank >= self.tp else None
+
+    def next(self, rank: int) -> int | None:
+        """The rank of the next stage that ``rank`` sends its activations to (None on the last stage)."""
+        return rank + self.tp if rank + self.tp < self.world else None
+
+    def stages(self, num_layers: int) -> list[Stage]:
+        return stages(num_layers, self.pp)
+
+    def __str__(self) -> str:
+        return f"tp={self.tp}" + (f" x pp={self.pp}" if self.pp > 1 else "")
+
+    def check_model(self, config) -> None:
+        """Raise :class:`EngineConfigError` when this layout cannot split a model of ``config``."""
+        check_tp(config, self.tp)
+        check_pp(config, self.pp)
+
+    def check_devices(self, backend, needed: int | None = None) -> None:
+        """Raise :class:`EngineConfigError` unless ``backend`` has ``needed`` devices (default: one per
+        rank) and, at pp > 1, point-to-point send/recv."""
+        needed = self.world if needed is None else needed
+        count = backend.device_count()
+        if needed > count:
+            error = PipelineConfigError if self.pp > 1 else EngineConfigError
+            raise error(f"{self} needs {needed} devices, but backend '{backend.name}' has {count}")
+        if self.pp > 1 and not backend.supports("send"):
+            raise PipelineConfigError(
+                f"pp={self.pp} moves activations between stages with send/recv, which backend '{backend.name}' does "
+                "not offer (optional since contract 1.3); run with --pp 1"
+            )
 
 
 def check_pp(config, pp) -> None:
@@ -75,19 +130,4 @@ def check_pp(config, pp) -> None:
         raise PipelineConfigError(
             f"pp={pp} needs at least {pp} layers (one per stage), but the model has {config.num_hidden_layers}; "
             f"use --pp {config.num_hidden_layers} or fewer"
-        )
-
-
-def check_devices(backend, tp: int, pp: int) -> None:
-    """Raise :class:`PipelineConfigError` unless ``backend`` has ``tp * pp`` devices and, at pp > 1,
-    point-to-point send/recv."""
-    count = backend.device_count()
-    if tp * pp > count:
-        raise PipelineConfigError(
-            f"tp={tp} x pp={pp} needs {tp * pp} devices, but backend '{backend.name}' has {count}"
-        )
-    if pp > 1 and not backend.supports("send"):
-        raise PipelineConfigError(
-            f"pp={pp} moves activations between stages with send/recv, which backend '{backend.name}' does not "
-            "offer (optional since contract 1.3); run with --pp 1"
         )

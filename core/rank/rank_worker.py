@@ -23,7 +23,7 @@ from ..models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
 from ..models.fusion import fused_views
 from ..models.llama import LlamaRank
-from ..models.pipeline import Stage
+from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
@@ -73,6 +73,7 @@ class RankSetup:
     stage: Stage | None = None              # the pipeline stage of this rank (None: every layer, pp=1)
     pipe_comm: Communicator | None = None   # every rank of every stage, for send/recv between stages (pp > 1)
     quantization: str | None = None         # projection weights: see .weights.QUANTIZATIONS (None: as stored)
+    layout: RankLayout = RankLayout()       # where every rank sits (tp x pp)
 
 
 class RankWorker:
@@ -93,7 +94,7 @@ class RankWorker:
         self._zero_events = None
         self.stage = setup.stage or Stage(0, 1, 0, setup.checkpoint.config.num_hidden_layers)
         #: This rank samples the step's tokens: tp rank 0 of the last stage.
-        self.samples = self.stage.is_last and setup.shard.rank == 0
+        self.samples = setup.layout.sampler == self.rank
         #: On the sampler: the generator of every seeded sequence that sampled and has not ended.
         self.generators = SeededGenerators(setup.device.torch_device)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
@@ -261,7 +262,7 @@ class RankWorker:
         on its tp rank 0, sample and drop the ``ended`` generators, as :meth:`forward` does). Every
         transfer is on the rank's stream, so while this stage runs micro-batch i+1 the next one runs
         micro-batch i. Returns the sampler's ticket (None elsewhere)."""
-        stage, comm, tp = self.stage, self.setup.pipe_comm, self.setup.shard.tp
+        stage, comm, layout = self.stage, self.setup.pipe_comm, self.setup.layout
         hidden = self.setup.checkpoint.config.hidden_size
         tokens = []
         with self.stream.torch_stream():
@@ -272,11 +273,11 @@ class RankWorker:
                 else:
                     received = torch.empty((2, batch.num_tokens, hidden), dtype=self.setup.dtype,
                                            device=self.device.torch_device)
-                    comm.recv(received, self.rank - tp, stream=self.stream)
+                    comm.recv(received, layout.previous(self.rank), stream=self.stream)
                     x, residual = received[0], received[1]
                 x, residual = self.model.run_layers(x, residual, step)
                 if not stage.is_last:
-                    comm.send(torch.stack((x, residual)), self.rank + tp, stream=self.stream)
+                    comm.send(torch.stack((x, residual)), layout.next(self.rank), stream=self.stream)
                     continue
                 logits = self.model.head(x, residual, step)
                 if self.samples:

@@ -1,19 +1,20 @@
-"""Executors: where the ranks of an engine run.
+"""The process executors: one process per rank, rank 0 (this process) drives.
 
-* ``threads`` (the default): every rank a :class:`~.rank_worker.RankWorker` thread of this process.
-* ``mp``: one process per rank on this machine; this process is rank 0 and starts the others
-  (``python -m anydev.core.executors.rank_process``) with torchrun's variables set, as torchrun would.
-* ``torchrun``: one process per rank started by torchrun (or any launcher setting its variables), on
-  any number of machines; the process of ``RANK=0`` builds the engine, the others run
-  :func:`anydev.core.executors.rank_process.follow`.
+* ``mp`` (:class:`MpExecutor`): one process per rank on this machine; this process is rank 0 and
+  starts the others (``python -m anydev.core.executors.rank_process``) with torchrun's variables set,
+  as torchrun would.
+* ``torchrun`` (:class:`TorchrunExecutor`): one process per rank started by torchrun (or any launcher
+  setting its variables), on any number of machines; the process of ``RANK=0`` builds the engine, the
+  others run :func:`anydev.core.executors.rank_process.follow`.
 
-In both process executors rank 0 drives (:class:`ProcessRanks`): the engine sees a
-:class:`LocalRank` (its own RankWorker, whose every command is first broadcast to the others) and one
-:class:`RemoteRank` per other process, whose futures resolve with that rank's reply, or, for the
-steps (no reply: the hot path), when rank 0's own step ends. A rank that dies, hangs or fails fails
-every pending future with :class:`~.dist.RankFailedError` naming it, and rank 0's communicators are
-aborted (contract 1.4, where the backend can), so that its own thread, blocked in a collective with the
-failed rank, is freed.
+In both, rank 0 drives (:class:`ProcessRanks`): the engine sees a :class:`LocalRank` (its own
+RankWorker, whose every command is first broadcast to the others) and one :class:`RemoteRank` per
+other process, whose futures resolve with that rank's reply, or, for the steps (no reply: the hot
+path), when rank 0's own step ends. A rank that dies, hangs or fails fails every pending future with
+:class:`~.dist.RankFailedError` naming it, and rank 0's communicators are aborted (contract 1.4, where
+the backend can), so that its own thread, blocked in a collective with the failed rank, is freed.
+The commands travel over :class:`~.dist.ControlGroup` (``send`` here, ``receive``/``reply`` in
+:mod:`.rank_process`): the one seam a faster broadcast (a shared-memory queue) replaces.
 """
 from __future__ import annotations
 
@@ -27,21 +28,22 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Callable
 
 from anydev import interrupts
-from .abort import ABORT_WAIT_S, abort_communicators
-from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
-                   check_world_size, connect_store, failure_reports, launch_from_env, stopped_ranks, seconds_from_env, wait_reply)
-from ..errors import EngineConfigError, EngineInitError
-from ..models.pipeline import stages
-from ..models.sharding import rank_shard
-from ..rank.rank_worker import KVRequest, RankSetup
-from ..timeline import PhaseRecord
 
-EXECUTORS = ("threads", "mp", "torchrun")
+from ..errors import EngineConfigError, EngineInitError
+from ..models.pipeline import RankLayout
+from ..rank.rank_worker import RankWorker
+from ..timeline import PhaseRecord
+from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
+from .base import Executor, RankPlan
+from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
+                   check_local_device, check_world_size, connect_store, failure_reports, launch_from_env,
+                   seconds_from_env, stopped_ranks, wait_reply)
+
 #: Commands the engine gives every rank; any other goes to the one rank it is submitted to.
 EVERY_RANK = frozenset({"init", "capture_graphs", "forward", "forward_stage", "release"})
 #: Commands of the step loop: no reply (their futures end with rank 0's own); every other command
@@ -59,56 +61,6 @@ STALL_S = 2.5
 STEP_CALLS = frozenset({"forward", "forward_stage", "read_tokens"})
 
 
-@dataclass(frozen=True)
-class RankPlan:
-    """What every rank needs to build its :class:`RankSetup`: sent by rank 0 to the other processes."""
-
-    config: object              # EngineConfig
-    checkpoint: object          # a path, or the recipe of a checkpoint built in code (see checkpoint_source)
-    dtype: object
-    kv: KVRequest
-    serial_zero: bool
-    progress: bool
-    max_model_len: int
-    fail_at: tuple | None
-    uses_graphs: bool
-    read_threads: int
-    max_step_tokens: int = 1    # the most tokens a step feeds (graph padding included)
-    max_blocks: int = 1         # block-table width
-    unique_id: bytes = b""
-    #: At pp > 1: each stage's TP communicator id (``unique_id`` unused) and the id of the
-    #: communicator of every rank, for send/recv between stages.
-    stage_unique_ids: tuple = ()
-    pipe_unique_id: bytes = b""
-
-    def join_communicators(self, device, rank: int):
-        """Rank ``rank``'s (TP communicator, pipeline communicator or None), joined in that order on
-        every rank (each call blocks until every rank of the group has joined)."""
-        from anydev.plugin_api import Communicator
-
-        tp, pp = self.config.tp, self.config.pp
-        stage, tp_rank = divmod(rank, tp)
-        tp_id = self.stage_unique_ids[stage] if pp > 1 else self.unique_id
-        comm = Communicator.from_unique_id(device, tp_id, tp, tp_rank)
-        if pp == 1:
-            return comm, None
-        try:
-            return comm, Communicator.from_unique_id(device, self.pipe_unique_id, tp * pp, rank)
-        except BaseException:
-            comm.close()
-            raise
-
-    def rank_setup(self, rank: int, device, comm, checkpoint, kernels, graph_factory) -> RankSetup:
-        """Rank ``rank`` (= stage * tp + tp rank) of ``tp * pp``; its pipeline ``pipe_comm`` is the caller's."""
-        c = self.config
-        tp_rank, stage = rank % c.tp, stages(checkpoint.config.num_hidden_layers, c.pp)[rank // c.tp]
-        return RankSetup(rank, device, comm, checkpoint, rank_shard(checkpoint.config, c.tp, tp_rank), self.dtype, self.kv,
-                         self.serial_zero, self.progress, kernels, self.max_model_len, self.fail_at, graph_factory,
-                         staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
-                         max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
-                         stage=stage, quantization=c.quantization)
-
-
 def checkpoint_source(checkpoint):
     """How another process opens the same checkpoint: its path, or the recipe of one built in code
     (``checkpoint.recipe``: a module-level function and its picklable arguments)."""
@@ -121,24 +73,83 @@ def checkpoint_source(checkpoint):
                             "is no path; pass a model directory or .gguf path (or the embedded demo)")
 
 
-def start_ranks(config, backend) -> "ProcessRanks":
-    """Rank 0's side of a process executor (``config.executor`` is ``mp`` or ``torchrun``)."""
-    if not backend.runtime.cross_process_collectives:
-        raise EngineConfigError(f"backend '{backend.name}' ({backend.runtime.hardware_label}) joins communicators of "
-                                f"one process only; executor {config.executor!r} runs a process per rank: use "
-                                "executor='threads'")
-    pp = getattr(config, "pp", 1)
-    if config.executor == "mp":
-        return ProcessRanks.spawn(config.tp * pp)
-    launch = launch_from_env()
-    if launch is None:
-        raise LaunchError("executor='torchrun' needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
-                          "MASTER_ADDR, MASTER_PORT): launch with torchrun, or use executor='mp' on one machine")
-    if launch.rank != 0:
-        raise LaunchError(f"this process is rank {launch.rank}: only rank 0 builds the engine; the other ranks run "
-                          "anydev.core.executors.rank_process.follow() (test_infer.py and `anydev serve` do so themselves)")
-    check_world_size(launch, config.tp, pp)
-    return ProcessRanks.launched(launch)
+class ProcessExecutor(Executor):
+    """Rank 0's side of a process executor: its own rank a thread here, the others processes."""
+
+    def __init__(self, config, backend, layout: RankLayout):
+        super().__init__(config, backend, layout)
+        if not backend.runtime.cross_process_collectives:
+            raise EngineConfigError(f"backend '{backend.name}' ({backend.runtime.hardware_label}) joins communicators of "
+                                    f"one process only; executor {self.name!r} runs a process per rank: use "
+                                    "executor='threads'")
+        self.group: ProcessRanks | None = None
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.init_mode != "parallel":
+            raise EngineConfigError(f"init_mode {config.init_mode!r} runs ranks one after another in one process; "
+                                    f"executor {config.executor!r} starts every rank process at once: use init_mode='parallel'")
+
+    def _group(self) -> "ProcessRanks":
+        """The group of rank processes, formed (rank 0's side)."""
+        raise NotImplementedError
+
+    def start(self, plan: RankPlan, checkpoint, kernels, graph_factory, timeline, cancel) -> None:
+        self.group = self._group()
+        device = self.backend.device(self.group.local_rank)
+        comm, pipe_comm = self.group.start(plan, checkpoint, device)
+        self.communicators = [comm] + ([pipe_comm] if pipe_comm is not None else [])
+        setup = plan.rank_setup(0, device, comm, checkpoint, kernels, graph_factory, pipe_comm)
+        self.workers = self.group.workers(RankWorker(setup, timeline, cancel), timeline)
+        self.wait_init(self.run("init"), cancel)
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self.group.failure if self.group is not None else None
+
+    def close(self) -> list[BaseException]:
+        """The other processes destroy their communicators while rank 0 does (see :meth:`ProcessRanks.close`)."""
+        problems = self.release_workers()
+        if self.group is not None:
+            problems += self.group.close(lambda: close_communicators(self.communicators))
+        self.workers, self.communicators = [], []
+        return problems
+
+
+class MpExecutor(ProcessExecutor):
+    """``mp``: this process is rank 0 and starts ranks 1.. as processes of this machine."""
+
+    name = "mp"
+
+    def __init__(self, config, backend, layout: RankLayout):
+        super().__init__(config, backend, layout)
+        check_local_device(Launch(0, layout.world, 0, "127.0.0.1", 0), backend)
+
+    def _group(self) -> "ProcessRanks":
+        return ProcessRanks.spawn(self.layout.world)
+
+
+class TorchrunExecutor(ProcessExecutor):
+    """``torchrun``: every rank a process started by torchrun; this one is ``RANK=0``."""
+
+    name = "torchrun"
+
+    def __init__(self, config, backend, layout: RankLayout):
+        super().__init__(config, backend, layout)
+        launch = launch_from_env()
+        if launch is None:
+            raise LaunchError("executor='torchrun' needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
+                              "MASTER_ADDR, MASTER_PORT): launch with torchrun, or use executor='mp' on one machine")
+        if launch.rank != 0:
+            raise LaunchError(f"this process is rank {launch.rank}: only rank 0 builds the engine; the other ranks run "
+                              "anydev.core.executors.rank_process.follow() (test_infer.py and `anydev serve` do so "
+                              "themselves)")
+        check_world_size(launch, layout.tp, layout.pp)
+        check_local_device(launch, backend)
+        self._launch_env = launch
+
+    def _group(self) -> "ProcessRanks":
+        return ProcessRanks.launched(self._launch_env)
 
 
 class ProcessRanks:
@@ -649,39 +660,3 @@ def _kill(children: list) -> None:
             child.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
-
-
-def validate_executor(config) -> None:
-    if config.executor not in EXECUTORS:
-        raise EngineConfigError(f"executor must be one of {EXECUTORS}, got {config.executor!r}")
-    if config.executor != "threads" and config.init_mode != "parallel":
-        raise EngineConfigError(f"init_mode {config.init_mode!r} runs ranks one after another in one process; "
-                                f"executor {config.executor!r} starts every rank process at once: use init_mode='parallel'")
-
-
-def with_executor(config, executor: str):
-    return replace(config, executor=executor)
-
-
-def command_executor(requested: str | None, tp: int, pp: int = 1) -> str:
-    """The executor of a command-line run (test_infer.py, ``anydev serve``): ``requested``, or
-    "torchrun" when torchrun's variables are set, else "threads". On a torchrun rank other than 0
-    this runs the rank until rank 0 ends the group and ends the process (it never returns)."""
-    launch = launch_from_env()
-    executor = requested or ("torchrun" if launch is not None else "threads")
-    if executor not in EXECUTORS:
-        raise EngineConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if executor == "torchrun":
-        if launch is None:
-            raise LaunchError("--executor torchrun needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
-                              "MASTER_ADDR, MASTER_PORT): start this command with torchrun, or use --executor mp")
-        check_world_size(launch, tp, pp)
-        if launch.rank != 0:
-            from .rank_process import follow_and_exit
-
-            follow_and_exit(launch)
-    elif launch is not None:
-        raise LaunchError(f"this process was started as rank {launch.rank} of {launch.world_size} (torchrun's variables "
-                          f"are set), but --executor {executor} runs every rank from one process: drop --executor "
-                          "(torchrun is the default then), or start the command without torchrun")
-    return executor

@@ -1,0 +1,56 @@
+"""The executors by name (``EngineConfig.executor``), and the choice a command line makes.
+
+Adding an executor is one module implementing :class:`~.base.Executor` and one line in
+:data:`EXECUTORS` (``docs/executors.md``).
+"""
+from __future__ import annotations
+
+from ..errors import EngineConfigError
+from ..models.pipeline import RankLayout
+from .base import Executor
+from .dist import LaunchError, check_world_size, launch_from_env
+from .processes import MpExecutor, TorchrunExecutor
+from .threads import ThreadExecutor
+
+EXECUTORS: dict[str, type[Executor]] = {
+    "threads": ThreadExecutor,
+    "mp": MpExecutor,
+    "torchrun": TorchrunExecutor,
+}
+
+
+def validate_executor(config) -> None:
+    """Raise :class:`EngineConfigError` unless ``config.executor`` names an executor that can run ``config``."""
+    if config.executor not in EXECUTORS:
+        raise EngineConfigError(f"executor must be one of {tuple(EXECUTORS)}, got {config.executor!r}")
+    EXECUTORS[config.executor].check_config(config)
+
+
+def make_executor(config, backend) -> Executor:
+    """The executor ``config.executor`` names, its checks of the backend and the launch done (no rank
+    started yet: :meth:`~.base.Executor.start` does)."""
+    return EXECUTORS[config.executor](config, backend, RankLayout(config.tp, config.pp))
+
+
+def command_executor(requested: str | None, tp: int, pp: int = 1) -> str:
+    """The executor of a command-line run (test_infer.py, ``anydev serve``): ``requested``, or
+    "torchrun" when torchrun's variables are set, else "threads". On a torchrun rank other than 0
+    this runs the rank until rank 0 ends the group and ends the process (it never returns)."""
+    launch = launch_from_env()
+    executor = requested or ("torchrun" if launch is not None else "threads")
+    if executor not in EXECUTORS:
+        raise EngineConfigError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "torchrun":
+        if launch is None:
+            raise LaunchError("--executor torchrun needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
+                              "MASTER_ADDR, MASTER_PORT): start this command with torchrun, or use --executor mp")
+        check_world_size(launch, tp, pp)
+        if launch.rank != 0:
+            from .rank_process import follow_and_exit
+
+            follow_and_exit(launch)
+    elif launch is not None:
+        raise LaunchError(f"this process was started as rank {launch.rank} of {launch.world_size} (torchrun's variables "
+                          f"are set), but --executor {executor} runs every rank from one process: drop --executor "
+                          "(torchrun is the default then), or start the command without torchrun")
+    return executor
