@@ -2,7 +2,8 @@
 kept as stored on each rank give the same greedy tokens as the same file dequantized to float32, at
 TP=1, TP=2 (rows and columns of blocks sharded) and PP=2; each rank says its weights' formats and
 bytes; int8/fp8 quantize a float checkpoint per output channel while it loads, exactly as quantizing
-the float weights first would."""
+the float weights first would; an HF fp8 checkpoint quantized per channel loads as stored (fp8 rows
+and their scales) and gives the tokens of its weights dequantized."""
 from __future__ import annotations
 
 import pytest
@@ -91,3 +92,51 @@ def test_an_unknown_quantization_is_refused_naming_the_choices():
 
     with pytest.raises(EngineConfigError, match="quantization 'int4' is not supported; use one of int8, fp8"):
         InferEngine(demo_checkpoint(), EngineConfig(quantization="int4"))
+
+
+def write_fp8_checkpoint(directory) -> tuple:
+    """An HF llama checkpoint quantized per output channel to fp8 as fbgemm_fp8 stores it (each
+    projection float8 e4m3 with ``weight_scale`` [N, 1] float32), and the same model with those
+    weights dequantized (float32), in ``directory``/fp8 and ``directory``/float."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from checkpoints import write_hf_checkpoint
+
+    plain = write_hf_checkpoint(directory / "float", num_hidden_layers=2)
+    fp8 = directory / "fp8"
+    shutil.copytree(plain, fp8)
+    tensors = load_file(plain / "model.safetensors")
+    stored, dequantized = {}, {}
+    for name, tensor in tensors.items():
+        if name.endswith("proj.weight"):
+            data, scales = quantize_per_channel(tensor, "fp8_e4m3")
+            stored[name], stored[name + "_scale"] = data, scales[:, None]
+            tensor = dequantize(data, scales, "fp8_e4m3", tensor.shape[1])
+        stored.setdefault(name, tensor)
+        dequantized[name] = tensor.contiguous()
+    save_file(stored, fp8 / "model.safetensors")
+    save_file(dequantized, plain / "model.safetensors")
+    config = json.loads((fp8 / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0}
+    (fp8 / "config.json").write_text(json.dumps(config))
+    return fp8, plain
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_an_hf_fp8_per_channel_checkpoint_loads_as_stored(tmp_path, tp):
+    fp8, dequantized = write_fp8_checkpoint(tmp_path)
+    stored, reference = Run(fp8, tp=tp), Run(dequantized, tp=tp)
+    assert stored.tokens == reference.tokens and all(stored.tokens)
+    assert set(stored.formats.values()) == {"fp8_e4m3"}
+    assert all("fp8_e4m3 " in line for line in stored.described) and len(stored.described) == tp
+
+
+def test_an_hf_fp8_checkpoint_refuses_another_quantization(tmp_path):
+    from anydev.core import EngineInitError
+
+    fp8, _ = write_fp8_checkpoint(tmp_path)
+    with pytest.raises(EngineInitError, match="fp8_e4m3 per channel; quantization 'int8' cannot apply"):
+        Run(fp8, quantization="int8")

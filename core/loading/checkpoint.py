@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 import torch
 
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS
+
 from .checkpoint_errors import ModelLoadError
 from ..config import SUPPORTED_ARCHITECTURES, ModelConfig, expected_tensor_names
 from .tensor_slices import HostTensorSlice, TensorSlice
@@ -59,18 +61,26 @@ class Checkpoint:
         return HostTensorSlice(self._store.load(name), cut)
 
     def stored_format(self, name: str, cut) -> str | None:
-        """The quantized block format (of :mod:`anydev.plugin_api.weight_formats`) in which the part
-        ``cut`` of tensor ``name`` can be read as stored, by :meth:`stored_blocks`; None when it has none
-        (float tensors; a GGUF cut that splits blocks)."""
+        """The quantized format (of :mod:`anydev.plugin_api.weight_formats`) in which the part ``cut``
+        of tensor ``name`` is read as stored, by :meth:`stored_slice`: a GGUF block format, or
+        ``fp8_e4m3`` for an HF fp8 checkpoint quantized per channel; None for float tensors (and a GGUF
+        cut that splits blocks)."""
         formats = getattr(self._store, "stored_format", None)
         return formats(name, cut) if formats is not None else None
 
-    def stored_blocks(self, name: str, cut) -> TensorSlice:
-        """The part ``cut`` of tensor ``name`` as its stored blocks: rows of ``row_bytes`` uint8 (only
-        where :meth:`stored_format` names a format)."""
-        if self.stored_format(name, cut) is None:
-            raise ModelLoadError(f"{self.source}: tensor '{name}' (part {cut}) is not stored in a block format")
-        return self._store.tensor_slice(name, cut, blocks=True)
+    def stored_slice(self, name: str, cut) -> TensorSlice:
+        """The part ``cut`` of tensor ``name`` as stored in its :meth:`stored_format`: GGUF blocks as
+        rows of ``row_bytes`` uint8; fp8 rows (their scales: :meth:`channel_scales`)."""
+        fmt = self.stored_format(name, cut)
+        if fmt is None:
+            raise ModelLoadError(f"{self.source}: tensor '{name}' (part {cut}) is not stored in a quantized format")
+        if fmt in BLOCK_FORMATS:
+            return self._store.tensor_slice(name, cut, blocks=True)
+        return self._store.tensor_slice(name, cut)
+
+    def channel_scales(self, name: str, cut) -> torch.Tensor:
+        """Float32 per-row scales of the part ``cut`` of a weight stored per channel (``fp8_e4m3``)."""
+        return self._store.channel_scales(name, cut)
 
     def close(self) -> None:
         self._store.close()

@@ -1,6 +1,7 @@
 """Reading an HF model directory: config, tokenizer and safetensors weights (single or sharded)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -44,6 +45,30 @@ class SafetensorsStore:
         if self._handles is None:
             raise ModelLoadError("the checkpoint is closed")
         return SafetensorsSlice(self._files[self.weight_map[name]], name, cut)
+
+    def stored_format(self, name: str, cut) -> str | None:
+        """"fp8_e4m3" for a float8 e4m3 weight with one scale per output row beside it in
+        ``<name>_scale`` (an fp8 checkpoint quantized per channel, e.g. quant_method fbgemm_fp8 or
+        compressed-tensors' channel strategy); None for other tensors."""
+        dtype, shape, _, _ = self._files[self.weight_map[name]].entry(name)
+        if dtype != torch.float8_e4m3fn:
+            return None
+        scale = name + "_scale"
+        if scale not in self.weight_map:
+            raise ModelLoadError(f"{self.weight_map[name]}: tensor '{name}' is float8 e4m3 with no '{scale}'; anydev "
+                                 f"reads fp8 checkpoints quantized per output channel (one scale per row)")
+        scale_shape = self._files[self.weight_map[scale]].entry(scale)[1]
+        if len(shape) != 2 or math.prod(scale_shape) != shape[0]:
+            raise ModelLoadError(f"{self.weight_map[name]}: '{scale}' has shape {scale_shape}, not one scale per "
+                                 f"output row of '{name}' {shape}; block-wise fp8 scales are not supported")
+        return "fp8_e4m3"
+
+    def channel_scales(self, name: str, cut) -> torch.Tensor:
+        """The per-row scales of the rows of ``name`` that the part ``cut`` holds, float32 on the CPU."""
+        scales = self.load(name + "_scale").float().reshape(-1)
+        if cut is not None and cut[0] == 0:
+            scales = scales[cut[1]:cut[1] + cut[2]]
+        return scales.contiguous()
 
     def close(self) -> None:
         self._handles = None

@@ -22,7 +22,8 @@ import torch
 from .checkpoint_errors import ModelLoadError
 from .tensor_slices import sliced_shape
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+#: F8_E4M3: the weights of an fp8 checkpoint quantized per output channel (see hf_loader's stored_format).
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F8_E4M3": torch.float8_e4m3fn}
 
 
 class SafetensorsFile:

@@ -31,6 +31,7 @@ from ..config import expected_tensor_names
 from ..models.pipeline import Stage
 from ..models.quantized import QuantizedWeight
 from ..models.sharding import RankShard, full_shape, local_shape, slice_of
+from .checkpoint_errors import ModelLoadError
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
 
@@ -57,12 +58,16 @@ def projection_formats(checkpoint, names, shard: RankShard, quantization: str | 
     for name in names:
         if not name.endswith(".weight") or name.rsplit(".", 2)[-2] not in PROJECTIONS:
             continue
-        if quantization in ("int8", "fp8", "fp8_e4m3"):
+        stored = checkpoint.stored_format(name, slice_of(name, shard))
+        if stored in CHANNEL_FORMATS:        # an fp8 checkpoint: its weights are only usable as stored
+            if quantization not in (None, "fp8", stored):
+                raise ModelLoadError(f"{checkpoint.source}: its weights are {stored} per channel; quantization "
+                                     f"{quantization!r} cannot apply (leave it out, or say fp8)")
+            formats[name] = stored
+        elif quantization in ("int8", "fp8", "fp8_e4m3"):
             formats[name] = QUANTIZATIONS[quantization]
-        elif quantization is None:
-            stored = checkpoint.stored_format(name, slice_of(name, shard))
-            if stored is not None:
-                formats[name] = stored
+        elif quantization is None and stored is not None:
+            formats[name] = stored
     return formats
 
 
@@ -165,6 +170,10 @@ class RankWeights:
                 if self._converts(name, piece) and scratch is None:
                     scratch = self.device.alloc(staging.buffer_bytes)
                 self._copy(piece, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
+                if name in self.scale_offsets and not self._converts(name, piece):   # scales stored beside
+                    scales = checkpoint.channel_scales(name, slice_of(name, self.shard))
+                    with stream.torch_stream():
+                        self.buffer.as_tensor(torch.float32, scales.shape, self.scale_offsets[name]).copy_(scales)
         finally:
             try:
                 staging.close()   # waits for the last copies (and conversions) out of the buffers
@@ -180,8 +189,9 @@ class RankWeights:
     def _open(self, checkpoint, name: str, shape: tuple[int, ...]) -> TensorSlice:
         from .checkpoint import ModelLoadError
 
-        if self.formats.get(name) in BLOCK_FORMATS:
-            piece = checkpoint.stored_blocks(name, slice_of(name, self.shard))
+        fmt, cut = self.formats.get(name), slice_of(name, self.shard)
+        if fmt is not None and checkpoint.stored_format(name, cut) == fmt:
+            piece = checkpoint.stored_slice(name, cut)
         else:
             piece = checkpoint.tensor_slice(name, slice_of(name, self.shard))
         expected = full_shape(name, self.config)
@@ -252,7 +262,7 @@ class RankWeights:
         fmt = self.formats.get(name)
         if fmt is None:
             return piece.dtype != self.dtype
-        return fmt in CHANNEL_FORMATS
+        return fmt in CHANNEL_FORMATS and piece.dtype != CHANNEL_FORMATS[fmt]
 
     def close(self) -> None:
         self.tensors = {}
