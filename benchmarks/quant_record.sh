@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 21's record on one GPU: quantized weights and decode GEMMs. Run from the repo root on the GPU
+# machine; outputs under $OUT (default ./gpu-out), packed into $OUT/quant-record.tgz at the end:
+#   bash benchmarks/quant_record.sh                          # every step (about 9 minutes on an H200)
+#   STEPS="linear decode8b" bash benchmarks/quant_record.sh  # only these steps
+# Steps:
+#   conformance  the kernels group's linear checks on nvidia (every format and dtype vs the reference)
+#   linear       linear_bench: each decode GEMM of the 1B and 8B shapes at batch 1 and 32, cuBLAS bf16
+#                beside anydev's linear and every quantized format (us, TB/s, GEMM time per token)
+#   sweep        linear_bench --sweep: the Triton plans beside the heuristic's, batch 1
+#   decode8b     decode_bench, Llama-3-8B shape, batch 1 and 32, context 256: bf16, int8, fp8 (graphs)
+#   decode1b     the same on the 1B shape
+#   gguf         random 8B-shaped GGUF files in Q4_K and Q8_0: each loaded (init_bench: GB/s of file
+#                bytes, kept in blocks) and run by test_infer (weights per rank, decode tok/s at batch 1)
+# Every step runs whatever the others did; steps.txt has each one's exit status.
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+pack() { (cd "$OUT" && shopt -s nullglob && files=(*.txt *.json *.md) && tar -czf quant-record.tgz --remove-files -- "${files[@]}"); }
+trap pack EXIT
+run() {   # run NAME TIMEOUT COMMAND...: output to $OUT/NAME.txt
+    local name=$1 limit=$2; shift 2
+    echo "\$ $*" > "$OUT/$name.txt"
+    timeout -k 10 "$limit" "$@" >> "$OUT/$name.txt" 2>&1
+    echo "$? $name: $*" >> "$OUT/steps.txt"
+}
+source scripts/device_setup.sh > "$OUT/setup.txt" 2>&1 || echo "1 device_setup" >> "$OUT/steps.txt"
+STEPS=${STEPS:-conformance linear decode8b decode1b gguf}
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+{ date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__)'; git log --oneline -1 2>/dev/null;
+  echo "steps: $STEPS"; } > "$OUT/env.txt" 2>&1
+SHAPE_8B=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
+DECODE=(--device nvidia --batch-sizes 1,32 --contexts 256 --prefill-len 0 --new-tokens 64 --modes graphs --hf none
+        --no-kernel-count --quantizations none,int8,fp8)
+
+want conformance && run conformance 240 python3 -m anydev.conformance --device nvidia --report "$OUT/conformance.json" -- -k linear
+want linear && run linear 200 python3 benchmarks/linear_bench.py --device nvidia --out "$OUT/linear.json"
+want sweep && run sweep 400 python3 benchmarks/linear_bench.py --device nvidia --batches 1 --sweep \
+    --sweep-formats dense,int8,fp8_e4m3,q8_0,q4_k --out "$OUT/sweep.json"
+want decode8b && run decode8b 240 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 8b --out "$OUT/decode8b.json"
+want decode1b && run decode1b 150 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 1b --out "$OUT/decode1b.json"
+if want gguf; then
+    for type in Q4_K Q8_0; do
+        file=/tmp/llama-8b-${type,,}.gguf
+        [[ -f $file ]] || run "gguf-write-$type" 120 python3 benchmarks/make_random_model.py "$file" "${SHAPE_8B[@]}" --gguf "$type"
+        run "gguf-load-$type" 120 python3 benchmarks/init_bench.py --device nvidia --model "$file" --kv-gib-per-rank 4 \
+            --modes parallel --out "$OUT/gguf-load-$type.json"
+        run "gguf-infer-$type" 150 python3 examples/test_infer.py --device nvidia --model "$file" --max-new-tokens 256 \
+            --max-cache-len 1024 --prompt Hello
+    done
+fi
