@@ -67,6 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--case-deadline", type=float, default=None, help="seconds per case (default 240; tiny 180)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--api-server-count", type=int, default=1, help="the server's front-end processes (default 1)")
     p.add_argument("--out", help="write the figures as JSON here (e.g. results/serve_bench.json)")
     args = p.parse_args(argv)
     full = dict(max_num_seqs=64, max_model_len=4096, rate=8.0, requests=200, prompt_len=512, output_len=128,
@@ -99,6 +100,8 @@ class Server:
             command += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
         if args.enforce_eager:
             command.append("--enforce-eager")
+        if args.api_server_count > 1:
+            command += ["--api-server-count", str(args.api_server_count)]
         self.log = open(f"/tmp/anydev-serve-bench-{self.port}.log", "w")
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 900
@@ -411,6 +414,8 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
     if served and offline:
         ratios["saturation output tok/s, server / offline generate_ids (same batch)"] = (
             served["output_tokens_per_s"] / offline["output_tokens_per_s"])
+        ratios["saturation ITL p50, server / offline decode step (target <= 1.3)"] = (
+            served["itl_p50_ms"] / offline["itl_p50_ms"])
     return ratios
 
 

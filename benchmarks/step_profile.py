@@ -9,6 +9,14 @@ by name (how many launches of each a step makes), then
 torch.profiler's table of the kernels sorted by device time (on the cpu: the aten ops by cpu time).
 The engine runs eagerly here (``--graphs`` replays its decode graphs instead: the same kernels, one
 launch), so every kernel is attributed to its op.
+
+``--mixed N`` profiles mixed steps too: once the batch decodes, a request with an N-token prompt
+arrives, and the steps that prefill it (chunks of ``--max-num-batched-tokens`` beside the batch's
+decodes) are profiled the same way. On a GPU each profile says how much of a step the device is busy
+and how much is host time (building the step, launching, reading back) that the device waits for:
+
+    python benchmarks/step_profile.py --device nvidia --batch-sizes 32,64 --context 256 --mixed 3072 \
+        --max-num-batched-tokens 512 --graphs
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
+_MIXED_STEPS = 64    # at most this many mixed steps are profiled
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
             num_hidden_layers=2)
 
@@ -36,6 +45,9 @@ def parse_args(argv=None):
     p.add_argument("--kernels", default="native", choices=("native", "reference"))
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--rows", type=int, default=25, help="table rows")
+    p.add_argument("--mixed", type=int, default=0,
+                   help="also profile the mixed steps that prefill a prompt of this many tokens beside the decodes")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (the prefill chunk)")
     return p.parse_args(argv)
 
 
@@ -44,50 +56,68 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    model = llama_config(max_position_embeddings=args.context + args.steps + 32, **(TINY if args.tiny else {}))
+    extra = _MIXED_STEPS + 2 if args.mixed else 0     # the decodes keep running through the mixed steps
+    context = max(args.context + extra, args.mixed) + args.steps + 32
+    model = llama_config(max_position_embeddings=context, **(TINY if args.tiny else {}))
     checkpoint = random_checkpoint(model)
-    prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context),
-                            generator=torch.Generator().manual_seed(0)).tolist()
-    config = EngineConfig(device=args.device, max_model_len=args.context + args.steps + 32,
-                          max_num_seqs=max(batch_sizes), use_graphs=args.graphs, kernels=args.kernels,
+    generator = torch.Generator().manual_seed(0)
+    prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context), generator=generator).tolist()
+    long_prompt = torch.randint(2, model.vocab_size, (args.mixed,), generator=generator).tolist()
+    config = EngineConfig(device=args.device, max_model_len=context, max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_num_seqs=max(batch_sizes) + 1, use_graphs=args.graphs, kernels=args.kernels,
                           enable_prefix_caching=False)
     gpu = torch.cuda.is_available() and args.device != "cpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with InferEngine(checkpoint, config) as engine:
         print(f"model: {checkpoint!r}; {engine.kernels_description}; graphs {'on' if engine.uses_graphs else 'off'}")
         for batch in batch_sizes:
-            seqs = [engine.add_request(p, SamplingParams(max_new_tokens=args.steps + 2, ignore_eos=True))
+            seqs = [engine.add_request(p, SamplingParams(max_new_tokens=args.steps + 2 + extra, ignore_eos=True))
                     for p in prompts[:batch]]
             while any(seq.num_cached < len(seq.prompt) for seq in seqs):   # prefill, and one decode to warm up
                 engine.step()
             engine.step()
-            with profile(activities=activities, **_all_threads()) as prof:
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    engine.step()
-                if gpu:
-                    torch.cuda.synchronize()
-                wall_ms = 1000 * (time.perf_counter() - start) / args.steps
+            steps = [engine.step for _ in range(args.steps)]
+            _profile(args, activities, gpu, steps, f"batch {batch}, context {args.context}", "decode")
+            if args.mixed:
+                long = engine.add_request(long_prompt, SamplingParams(max_new_tokens=1, ignore_eos=True))
+                chunks = 0
+                while long.num_cached < len(long.prompt) and chunks < _MIXED_STEPS:
+                    chunks += 1
+                    _profile(args, activities, gpu, [engine.step],
+                             f"batch {batch} decoding + a {args.mixed}-token prompt, chunk {chunks}", "mixed")
             while engine.has_unfinished:
                 engine.step()
-            kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
-                       and not e.name.startswith(("Memcpy", "Memset"))] if gpu else []
-            print(f"\n== batch {batch}, context {args.context}: {len(kernels) / args.steps:.1f} kernels per decode step"
-                  if gpu else f"\n== batch {batch}, context {args.context} (cpu: aten ops by cpu time)")
-            if gpu:   # which kernels make up the count (e.g. the fused rotary_write_kv: one launch a layer)
-                for name, n in collections.Counter(e.name for e in kernels).most_common():
-                    print(f"  {n / args.steps:6.1f} per step  {name[:100]}")
-            if gpu:   # how much of a step the device is busy: the rest is host time the device waits for
-                busy_ms = sum(e.device_time_total for e in kernels) / 1000 / args.steps
-                print(f"step wall {wall_ms:.3f} ms (profiled), device kernels {busy_ms:.3f} ms: "
-                      f"device busy {100 * busy_ms / wall_ms:.0f}% of the step")
-            sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
-            print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
     return 0
+
+
+def _profile(args, activities, gpu: bool, steps: list, title: str, kind: str) -> None:
+    """Profile ``steps`` (each a call that runs one engine step) and print what they spent."""
+    from torch.autograd import DeviceType
+    from torch.profiler import profile
+
+    with profile(activities=activities, **_all_threads()) as prof:
+        start = time.perf_counter()
+        for step in steps:
+            step()
+        if gpu:
+            torch.cuda.synchronize()
+        wall_ms = 1000 * (time.perf_counter() - start) / len(steps)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset"))] if gpu else []
+    print(f"\n== {title}: {len(kernels) / len(steps):.1f} kernels per {kind} step" if gpu
+          else f"\n== {title} (cpu: aten ops by cpu time; {kind} step wall {wall_ms:.3f} ms, profiled)")
+    if gpu:   # which kernels make up the count (e.g. the fused rotary_write_kv: one launch a layer)
+        for name, n in collections.Counter(e.name for e in kernels).most_common():
+            print(f"  {n / len(steps):6.1f} per step  {name[:100]}")
+        # how much of a step the device is busy: the rest is host time the device waits for
+        busy_ms = sum(e.device_time_total for e in kernels) / 1000 / len(steps)
+        print(f"{kind} step wall {wall_ms:.3f} ms (profiled), device kernels {busy_ms:.3f} ms: device busy "
+              f"{100 * busy_ms / wall_ms:.0f}% of the step, host (device waiting) {wall_ms - busy_ms:.3f} ms")
+    sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=sort, row_limit=args.rows, max_name_column_width=60))
 
 
 def _all_threads() -> dict:

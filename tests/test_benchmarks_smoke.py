@@ -56,6 +56,17 @@ def test_step_profile_attributes_a_decode_step_to_its_ops(capsys):
     assert "aten::mm" in out and "aten::index_select" in out   # the projections and the paged reads, profiled
 
 
+def test_step_profile_profiles_each_mixed_step_of_a_long_prompt(capsys):
+    """--mixed: a 40-token prompt in chunks of 16 tokens (2 of them the batch's decodes) takes 3
+    mixed steps, each profiled."""
+    assert load("step_profile").main(["--tiny", "--context", "8", "--steps", "2", "--rows", "5", "--batch-sizes", "2",
+                                      "--mixed", "40", "--max-num-batched-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    titles = [line for line in out.splitlines() if line.startswith("== batch 2 decoding + a 40-token prompt")]
+    assert [t.split(",")[1].split("(")[0].strip() for t in titles] == ["chunk 1", "chunk 2", "chunk 3"], titles
+    assert all("mixed step wall" in t for t in titles)
+
+
 def test_linear_bench_times_every_method_for_every_gemm(tmp_path):
     out = tmp_path / "linear.json"
     assert load("linear_bench").main(["--device", "cpu", "--tiny", "--batches", "1,3", "--reps", "1", "--out", str(out)]) == 0

@@ -28,4 +28,5 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
         assert row["ok"] == row["requests"], row
     assert cases[("shared", "prefix on, chunked on")]["prefix_hit_rate"] > 0.3
     assert cases[("shared", "prefix OFF, chunked on")]["prefix_hit_rate"] == 0
-    assert len(report["ratios"]) == 4 and report["command"] and report["date"] and report["device"] == "cpu"
+    assert len(report["ratios"]) == 5 and report["command"] and report["date"] and report["device"] == "cpu"
+    assert report["ratios"]["saturation ITL p50, server / offline decode step (target <= 1.3)"] > 0
