@@ -68,3 +68,34 @@ def weight_tile(w_ptr, n, k, N, K, ROW_BYTES, FORMAT: tl.constexpr):
         scale = tl.load(w_ptr + at + 192 + j // 16, mask=mask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
         w = _f16(w_ptr, at + 208, mask) * scale * ((low | (high << 4)) - 32).to(tl.float32)
     return w
+
+
+@triton.jit
+def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """``sum_k W[n, k] * x[k]`` over super-block ``kb`` (256 inputs) of ``q4_k`` rows ``n``
+    ``[BLOCK_N]``, as float32 ``[BLOCK_N]``; 0 outside ``n < N`` and ``kb < K / 256``. Each row's 128
+    bytes of nibbles are one contiguous load; a sub-block's scale and min multiply its sum once
+    (``d * sc * sum(q x) - dmin * m * sum(x)``), as llama.cpp's dot products do."""
+    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
+    base = n * ROW_BYTES + kb * 144                                              # [BLOCK_N]
+    j = tl.arange(0, 128)
+    q = tl.load(w_ptr + base[:, None] + 16 + j[None, :], mask=valid[:, None] & (j < 128)[None, :], other=0).to(tl.int32)
+    lanes = kb * 256 + (j // 32) * 64 + j % 32           # the inputs of the low nibbles; the high: + 32
+    x_low = tl.load(x_ptr + lanes, mask=lanes < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + lanes + 32, mask=lanes + 32 < K, other=0.0).to(tl.float32)
+    low = tl.sum(tl.reshape((q & 15).to(tl.float32) * x_low[None, :], (BLOCK_N, 4, 32)), axis=2)   # sub-blocks 0, 2, 4, 6
+    high = tl.sum(tl.reshape((q >> 4).to(tl.float32) * x_high[None, :], (BLOCK_N, 4, 32)), axis=2)  # 1, 3, 5, 7
+    s = tl.arange(0, 8)
+    rows = valid[:, None] & (s < 8)[None, :]                                         # [BLOCK_N, 8]
+    a = _byte(w_ptr, base[:, None] + 4 + s[None, :], rows)                          # scales[s]
+    b = _byte(w_ptr, base[:, None] + 8 + s[None, :], rows)                          # scales[s + 4]
+    c = _byte(w_ptr, base[:, None] + 4 + tl.maximum(s - 4, 0)[None, :], rows)
+    first = (s < 4)[None, :]
+    sc = tl.where(first, a & 63, (b & 15) | ((c >> 6) << 4)).to(tl.float32)        # [BLOCK_N, 8]
+    m = tl.where(first, b & 63, (b >> 4) | ((a >> 6) << 4)).to(tl.float32)
+    sc_even, sc_odd = tl.split(tl.reshape(sc, (BLOCK_N, 4, 2)))
+    inputs = kb * 256 + tl.arange(0, 256)
+    x_sums = tl.sum(tl.reshape(tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32), (8, 32)), axis=1)
+    scaled = tl.sum(sc_even * low + sc_odd * high, axis=1)
+    mins = tl.sum(m * x_sums[None, :], axis=1)
+    return _f16(w_ptr, base, valid) * scaled - _f16(w_ptr, base + 2, valid) * mins
