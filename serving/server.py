@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import ipaddress
 import multiprocessing
 import multiprocessing.connection
@@ -75,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="seconds a request may run (default 600); then it ends with finish reason 'timeout'")
     limits.add_argument("--drain-seconds", type=float, default=10.0,
                         help="at shutdown, how long requests in flight may finish (default 10)")
+    limits.add_argument("--max-connections", type=int, default=None,
+                        help="open connections a front end keeps (default: half the open-file limit, at most "
+                             f"{MAX_CONNECTIONS_CAP}); past it a new connection is answered 503 and closed")
     limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
     limits.add_argument("--read-timeout", type=float, default=30.0,
                         help="seconds a client has to send a whole request, from connecting or from its previous "
@@ -82,6 +86,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limits.add_argument("--send-timeout", type=float, default=30.0,
                         help="seconds an answer may wait for a client that reads nothing (default 30); then the "
                              "connection is dropped and its request aborted")
+
+
+#: The default connection cap's ceiling (see :func:`default_max_connections`).
+MAX_CONNECTIONS_CAP = 4096
+
+
+def default_max_connections() -> int:
+    """Half the soft open-file limit (the other half for the engine's files and sockets), at most
+    MAX_CONNECTIONS_CAP: past the limit accept() fails, and uvicorn logs a traceback per attempt."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(MAX_CONNECTIONS_CAP, soft // 2)) if soft != resource.RLIM_INFINITY else MAX_CONNECTIONS_CAP
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,11 +110,8 @@ def run(args: argparse.Namespace) -> int:
         raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client ({exc.name} is not "
                                 "installed): pip install fastapi uvicorn prometheus-client") from exc
 
-    from anydev.core import EngineConfig
-    from anydev.plugin_api import load_backend
-
-    from .engine_core import EngineCoreProcess
-
+    if args.max_connections is not None and args.max_connections < 1:
+        raise EngineConfigError(f"--max-connections must be >= 1, got {args.max_connections}")
     for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs", "api_server_count"):
         if getattr(args, name) < 1:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -116,6 +130,19 @@ def run(args: argparse.Namespace) -> int:
     from anydev.core.executors.registry import command_executor
 
     executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
+    listener = _bind(args.host, args.port)   # a port in use fails here, in one line, before any model work
+    try:
+        return _run_on(args, executor, listener)
+    finally:
+        listener.close()
+
+
+def _run_on(args: argparse.Namespace, executor: str, listener: socket.socket) -> int:
+    from anydev.core import EngineConfig
+    from anydev.plugin_api import load_backend
+
+    from .engine_core import EngineCoreProcess
+
     load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
     tokenizer = _open_tokenizer(args.model)     # an unreadable model fails here, before the engine core starts
     config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
@@ -136,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"anydev serve: {line}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
         if args.api_server_count == 1:
-            serve_front_end(args, core.link(), 0, tokenizer)
+            serve_front_end(args, core.link(), 0, tokenizer, listener)
         else:
-            _supervise(args, core)
+            _supervise(args, core, listener)
     finally:
         core.stop(timeout=30)
     return 0
@@ -184,7 +211,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     server = _server_class()(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
         timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
-        h11_max_incomplete_event_size=64 * 1024))
+        h11_max_incomplete_event_size=64 * 1024, limit_concurrency=args.max_connections or default_max_connections()))
     server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
     server.on_started = on_started
     client.on_failure.append(server.engine_failed)
@@ -204,14 +231,13 @@ def _stop_when_closed(connection, server) -> None:
 
 
 # ---- several front ends ----------------------------------------------------------------------------
-def _supervise(args: argparse.Namespace, core) -> None:
+def _supervise(args: argparse.Namespace, core, listener: socket.socket) -> None:
     """Run ``--api-server-count`` front-end processes on one listening socket (the kernel spreads the
     connections) until each has exited. SIGTERM and Ctrl-C are passed on to them (each drains). A
     front end that dies alone is reported; the others and the engine core serve on. Raises
     :class:`EngineCoreError` when the engine core died or a front end failed."""
     from .engine_core import EngineCoreError
 
-    listener = _bind(args.host, args.port)
     context = multiprocessing.get_context("spawn")
     supervisor_read, supervisor_write = context.Pipe(duplex=False)
     started_read, started_write = context.Pipe(duplex=False)
@@ -273,7 +299,7 @@ def _wait_until_started(started, count: int, running: dict) -> None:
 def _front_end_main(args, link, index, lifeline, listener, supervisor, started) -> None:
     """A front-end process: serve on the inherited ``listener``; ``lifeline`` is held until it ends
     (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
-    from anydev.core.errors import run_command
+    from anydev.exits import run_command
 
     tokenizer = _open_tokenizer(args.model)
     code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor,
@@ -289,7 +315,8 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise EngineConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        hint = "; another server holds it: stop it or pick another --port" if exc.errno == errno.EADDRINUSE else ""
+        raise EngineConfigError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from exc
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock

@@ -419,3 +419,34 @@ def test_neither_the_key_nor_a_wrong_one_is_ever_logged(guarded):
     request(f"{guarded.url}/v1/models", headers={"Authorization": f"Token {wrong}"})   # another scheme
     out = guarded.output()
     assert KEY not in out and wrong not in out
+
+
+def test_connections_past_the_cap_are_answered_503_quietly_and_served_again_once_under_it():
+    srv = Server("--max-model-len", "64", "--max-connections", "3")
+    idle = []
+    try:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]   # open, sending nothing
+        assert request(f"{srv.url}/health")[0] == 503
+        for sock in idle:
+            sock.close()
+        deadline = time.monotonic() + 30   # the server sees the closes a moment later
+        while request(f"{srv.url}/health")[0] != 200:
+            assert time.monotonic() < deadline, "still refused after the idle connections closed"
+            time.sleep(0.2)
+    finally:
+        for sock in idle:
+            sock.close()
+        code, output = srv.stop()
+    assert code == 0 and "Traceback" not in output, output
+
+
+def test_a_port_in_use_is_one_error_line_and_exit_2():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(port)],
+                                capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert len(result.stderr.splitlines()) == 1, result.stderr
