@@ -15,7 +15,7 @@ process on a loaded machine); one still running after ``--hang`` seconds as hung
 stacks. A run that ended before its signal was sent, or ran to its end with exit code 0 and nothing on
 stderr (the signal came while it exited), proves nothing and is not counted.
 
-It prints one line per failed run and a summary; exit code 1 when any run failed. Meant for a loaded
+It prints one line per run (what went wrong, in full, for a failed one) and a summary; exit code 1 when any run failed. Meant for a loaded
 machine (run it under ``nice``); CI runs only the deterministic tests (tests/test_interrupt.py).
 """
 from __future__ import annotations
@@ -149,6 +149,8 @@ def main(argv=None) -> int:
         counts[sig.name] += kind != "skipped"
         if problem is not None and kind != "skipped":
             print(f"run {i}: {problem}", flush=True)
+        else:
+            print(f"run {i}: {kind} ({sig.name})", flush=True)
     signalled = args.runs - counts["skipped"]
     print(f"executor {args.executor}, target {args.target}: {signalled} signalled runs "
           f"({', '.join(f'{counts[s.name]} {s.name}' for s in sigs)}), {counts['ok']} ok, {counts['hang']} hangs, "
