@@ -22,7 +22,8 @@ def run_command(run: Callable[..., int], *args) -> int:
     """Run a command-line entry point and return its exit code. The one place where a command's
     end becomes one line on stderr, never a traceback:
 
-    * an :class:`AnydevError`: ``error: ...``, exit code 2;
+    * an :class:`AnydevError`: ``error: ...``, exit code 2 (under torchrun, said by rank 0 only: a bad
+      launch fails every rank alike);
     * Ctrl-C or SIGTERM: ``interrupted`` or ``terminated``, exit code 130 or 143 (128 + the signal),
       whatever error the signal caused on its way out (see :mod:`.interrupts`);
     * stdout closed by its reader (``anydev list-backends --json | head -1``): nothing, exit code 141.
@@ -54,7 +55,8 @@ def _ending(exc: BaseException) -> int:
     from anydev.plugin_api.errors import AnydevError   # (imported here: see the module's docstring)
 
     if isinstance(exc, AnydevError):
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        if os.environ.get("RANK", "0") in ("", "0"):   # torchrun's other ranks meet the same error: rank 0 says it
+            print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     raise exc
 

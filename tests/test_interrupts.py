@@ -107,3 +107,16 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command):
     os.close(read)   # before the command writes: its first write meets a closed pipe
     _, err = process.communicate(timeout=300)
     assert (process.returncode, err) == (141, "")
+
+
+@pytest.mark.parametrize("rank, lines", [("0", ["error: WORLD_SIZE does not fit"]), ("1", [])])
+def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch, capsys, rank, lines):
+    from anydev.exits import run_command
+    from anydev.plugin_api.errors import AnydevError
+
+    def bad_launch():
+        raise AnydevError("WORLD_SIZE does not fit")
+
+    monkeypatch.setenv("RANK", rank)
+    assert run_command(bad_launch) == 2
+    assert capsys.readouterr().err.splitlines() == lines
