@@ -99,3 +99,32 @@ def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr)
     scaled = tl.sum(sc_even * low + sc_odd * high, axis=1)
     mins = tl.sum(m * x_sums[None, :], axis=1)
     return _f16(w_ptr, base, valid) * scaled - _f16(w_ptr, base + 2, valid) * mins
+
+
+@triton.jit
+def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """:func:`q4_k_gemv_block` for ``q6_k``: each row's 128 bytes of low nibbles in one contiguous load
+    (byte ``j``: half ``h = j // 64``, quarter ``r = j % 64 // 32``, lane ``l = j % 32``; its low nibble
+    is value ``128h + 32r + l``, its high nibble value ``128h + 64 + 32r + l``), the high bits from
+    ``qh[32h + l]``, and each 16-value group's sum multiplied by its scale once."""
+    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
+    base = n * ROW_BYTES + kb * 210                                              # [BLOCK_N]
+    j = tl.arange(0, 128)
+    half, quarter, lane = j // 64, (j % 64) // 32, j % 32
+    both = valid[:, None] & (j < 128)[None, :]
+    ql = tl.load(w_ptr + base[:, None] + j[None, :], mask=both, other=0).to(tl.int32)
+    qh = tl.load(w_ptr + base[:, None] + 128 + (32 * half + lane)[None, :], mask=both, other=0).to(tl.int32)
+    low = ((ql & 15) | (((qh >> (2 * quarter)[None, :]) & 3) << 4)) - 32
+    high = ((ql >> 4) | (((qh >> (4 + 2 * quarter)[None, :]) & 3) << 4)) - 32
+    inputs = kb * 256 + 128 * half + 32 * quarter + lane                           # of the low nibbles; high: + 64
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 64, mask=inputs + 64 < K, other=0.0).to(tl.float32)
+    # 16-lane groups g = j // 16 = 4h + 2r + l // 16: the low values' scale is 8h + (g % 4), the high's + 4
+    low_sums = tl.sum(tl.reshape(low.to(tl.float32) * x_low[None, :], (BLOCK_N, 8, 16)), axis=2)
+    high_sums = tl.sum(tl.reshape(high.to(tl.float32) * x_high[None, :], (BLOCK_N, 8, 16)), axis=2)
+    g = tl.arange(0, 8)
+    groups = valid[:, None] & (g < 8)[None, :]
+    scale_at = base[:, None] + 192 + (8 * (g // 4) + g % 4)[None, :]
+    sc_low = tl.load(w_ptr + scale_at, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+    sc_high = tl.load(w_ptr + scale_at + 4, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+    return _f16(w_ptr, base + 208, valid) * tl.sum(sc_low * low_sums + sc_high * high_sums, axis=1)

@@ -20,7 +20,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._weight_tiles import CODES, q4_k_gemv_block, weight_tile
+from ._weight_tiles import CODES, q4_k_gemv_block, q6_k_gemv_block, weight_tile
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
 DENSE_MAX_ROWS = 16
@@ -48,12 +48,12 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
 
     ``M == 1``: a GEMV of 16 outputs per program and 8 warps, over tiles of 512 inputs for an element
     per value (dense, int8, fp8), 256 for GGUF blocks (whose unpacking keeps more values live per
-    thread: 64 values a thread spilled registers on the H200); ``q4_k``: 32 rows a program, 4 warps,
-    one super-block a step, by per-sub-block sums (not yet measured). ``M > 1``: ``tl.dot`` tiles of 16-64
+    thread: 64 values a thread spilled registers on the H200); ``q4_k``, ``q6_k``: 32 rows a program,
+    4 warps, one super-block a step, by per-sub-block sums (not yet measured). ``M > 1``: ``tl.dot`` tiles of 16-64
     rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
-    if M == 1 and weight_format == "q4_k":      # q4_k_gemv_block: one super-block a step
+    if M == 1 and weight_format in ("q4_k", "q6_k"):     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1:
         block_m, block_n, num_warps = 1, 16, 8
@@ -82,8 +82,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K_PER_SPLIT, BLOCK_K):
         k = k_start + k0 + tl.arange(0, BLOCK_K)
-        if BLOCK_M == 1 and FORMAT == 6:         # q4_k: per sub-block sums (BLOCK_K is one super-block)
+        if BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): per sub-block sums, one super-block a tile
             acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif BLOCK_M == 1 and FORMAT == 7:
+            acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1:
             w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
