@@ -26,6 +26,7 @@ def test_a_segfaulting_backend_loses_only_its_group_and_the_report_is_written(tm
     backend = f"mutant-{MUTANT}"
     [crash] = document["crashes"]
     assert (crash["backend"], crash["group"], crash["signal"]) == (backend, "memory", "SIGSEGV"), crash
+    assert crash["where"].startswith("memory.py:") and crash["where"].endswith(" in _copy_from_released_stage"), crash
     assert crash["check"].startswith("conformance/test_memory.py::"), crash
     assert document["verdicts"][backend]["verdict"] == "failed"
     assert "crashed: memory" in document["verdicts"][backend]["reason"]

@@ -108,6 +108,10 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
+def _copy_from_released_stage(dst: int, stage: int, nbytes: int) -> None:
+    ctypes.memmove(dst, stage, nbytes)
+
+
 @mutant("d2h-copy-unordered", checks=["test_memory.py"])
 class DeviceToHostCopyUnordered(CpuRuntime):
     """memcpy_async device-to-host lands outside stream order: the stream copies into a staging
@@ -131,6 +135,6 @@ class DeviceToHostCopyUnordered(CpuRuntime):
         super().stream_synchronize(stream)
         for dst, stage, nbytes in self._late.pop(stream, []):
             _libc.mprotect(stage, nbytes, 0)  # PROT_NONE  # released: the copy is believed done
-            late = threading.Thread(target=ctypes.memmove, args=(dst, stage, nbytes), name="late-d2h-copy")
+            late = threading.Thread(target=_copy_from_released_stage, args=(dst, stage, nbytes), name="late-d2h-copy")
             late.start()
             late.join()
