@@ -128,3 +128,36 @@ def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr)
     sc_low = tl.load(w_ptr + scale_at, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
     sc_high = tl.load(w_ptr + scale_at + 4, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
     return _f16(w_ptr, base + 208, valid) * tl.sum(sc_low * low_sums + sc_high * high_sums, axis=1)
+
+
+@triton.jit
+def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCKS: tl.constexpr):
+    """``sum_k W[n, k] * x[k]`` over the ``BLOCKS`` 32-value blocks from input ``k0`` of ``q8_0``,
+    ``q4_0`` or ``q4_1`` rows ``n`` ``[BLOCK_N]``, as float32 ``[BLOCK_N]``: each block's quants
+    times the inputs summed, then multiplied by its ``d`` once (plus ``m * sum(x)`` for q4_1)."""
+    blk = k0 // 32 + tl.arange(0, BLOCKS)
+    j = tl.arange(0, 32)
+    valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
+    every = valid[:, :, None] & (j < 32)[None, None, :]
+    if FORMAT == 3:                                                                  # q8_0
+        at = n[:, None] * ROW_BYTES + blk[None, :] * 34
+        q = tl.load(w_ptr + at[:, :, None] + 2 + j[None, None, :], mask=every, other=0)
+        q = q.to(tl.int8, bitcast=True).to(tl.float32)
+    else:                                                                            # q4_0, q4_1: nibbles
+        if FORMAT == 4:
+            at = n[:, None] * ROW_BYTES + blk[None, :] * 18
+            first = 2
+        else:
+            at = n[:, None] * ROW_BYTES + blk[None, :] * 20
+            first = 4
+        byte = tl.load(w_ptr + at[:, :, None] + first + (j % 16)[None, None, :], mask=every, other=0).to(tl.int32)
+        q = ((byte >> ((j // 16) * 4)[None, None, :]) & 15).to(tl.float32)
+        if FORMAT == 4:
+            q = q - 8.0
+    inputs = blk[:, None] * 32 + j[None, :]                                          # [BLOCKS, 32]
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    total = _f16(w_ptr, at, valid) * tl.sum(q * x[None, :, :], axis=2)               # [BLOCK_N, BLOCKS]
+    if FORMAT == 5:
+        total += _f16(w_ptr, at + 2, valid) * tl.sum(x, axis=1)[None, :]
+    return tl.sum(total, axis=1)

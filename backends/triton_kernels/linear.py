@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._weight_tiles import CODES, q4_k_gemv_block, q6_k_gemv_block, weight_tile
+from ._weight_tiles import CODES, block32_gemv, q4_k_gemv_block, q6_k_gemv_block, weight_tile
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
 DENSE_MAX_ROWS = 16
@@ -46,18 +46,19 @@ class Plan:
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
     """The fixed heuristic (results/2026-12-01-h200-linear/ has the sweep it comes from).
 
-    ``M == 1``: a GEMV of 16 outputs per program and 8 warps, over tiles of 512 inputs for an element
-    per value (dense, int8, fp8), 256 for GGUF blocks (whose unpacking keeps more values live per
-    thread: 64 values a thread spilled registers on the H200); ``q4_k``, ``q6_k``: 32 rows a program,
-    4 warps, one super-block a step, by per-sub-block sums (not yet measured). ``M > 1``: ``tl.dot`` tiles of 16-64
+    ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
+    inputs (the sweep's best); GGUF blocks by per-(sub-)block sums, 32 rows a program, 4 warps:
+    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks (not yet
+    measured; value by value, 64 values a thread, they spilled registers on the H200). ``M > 1``: ``tl.dot`` tiles of 16-64
     rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
     if M == 1 and weight_format in ("q4_k", "q6_k"):     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
+    elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
+        block_m, block_n, block_k, num_warps = 1, 32, 128, 4
     elif M == 1:
-        block_m, block_n, num_warps = 1, 16, 8
-        block_k = 256 if weight_format in BLOCK_FORMATS else 512
+        block_m, block_n, block_k, num_warps = 1, 16, 512, 8
     else:
         block_m, block_n, block_k, num_warps = 16 if M <= 16 else 32 if M <= 32 else 64, 64, 64, 4
     tiles = triton.cdiv(K, block_k)
@@ -86,6 +87,9 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
             acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1 and FORMAT == 7:
             acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):     # q8_0, q4_0, q4_1: per block
+            acc += block32_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                BLOCK_K // 32)
         elif BLOCK_M == 1:
             w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
