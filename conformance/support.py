@@ -85,6 +85,15 @@ def max_ranks(backend: Backend, request) -> int:
     return n
 
 
+def largest_ranks_dividing(backend: Backend, request, count: int) -> int:
+    """The most ranks, up to ``--tp`` (else the device count), that divide ``count`` (the demo model's
+    attention heads), recorded for the check of ``request`` like :func:`max_ranks`."""
+    top = request.config.getoption("anydev_tp") or backend.device_count()
+    n = next((k for k in range(top, 0, -1) if count % k == 0), 1)
+    record_ranks(request, n)
+    return n
+
+
 def record_ranks(request, n: int) -> None:
     """Report the check of ``request`` as run at ``n`` ranks (checks parametrized by ``nranks`` are
     recorded when collected)."""

@@ -48,3 +48,19 @@ def test_tp_given_is_the_rank_count_of_every_backend(tmp_path):
     document = json.loads(report_file.read_text())
     assert document["tp"] == {"cpu": 3}
     assert {re.search(r"-(\d+)ranks-", c["check"]).group(1) for c in document["checks"]} == {"1", "2", "3"}
+
+
+def test_collectives_run_at_1_2_3_and_n_and_the_engine_at_the_most_ranks_splitting_its_heads():
+    from types import SimpleNamespace
+
+    from anydev.conformance.report import RANKS_KEY
+    from anydev.conformance.support import largest_ranks_dividing, rank_counts
+
+    def config(tp):
+        return SimpleNamespace(getoption=lambda name: tp if name == "anydev_tp" else None)
+
+    assert [rank_counts(config(n), "cpu") for n in (1, 2, 3, 4, 8)] == [[1], [1, 2], [1, 2, 3], [1, 2, 3, 4], [1, 2, 3, 8]]
+    for tp, expected in ((8, 4), (4, 4), (3, 2), (2, 2), (1, 1)):
+        request = SimpleNamespace(config=config(tp), node=SimpleNamespace(user_properties=[]))
+        assert largest_ranks_dividing(None, request, 4) == expected
+        assert request.node.user_properties == [(RANKS_KEY, expected)]
