@@ -38,9 +38,11 @@ from typing import Callable, Sequence
 from anydev.plugin_api.errors import AnydevError
 
 #: Seconds a reader spins (yielding the core) after a message before it starts sleeping between looks.
-SPIN_S = 0.1
-#: Seconds a reader or a waiting writer sleeps between looks once past its spin.
-SLEEP_S = 0.0005
+#: Short: a spinning thread holds the GIL against its process's other threads, and a rank process's
+#: step may run on those (the cpu backend's streams), so a long spin slows the very step it waits on.
+SPIN_S = 0.0002
+#: Seconds a reader or a waiting writer sleeps between looks once past its spin, at first.
+SLEEP_S = 0.00005
 #: The longest sleep between looks (reached after seconds of idling).
 MAX_SLEEP_S = 0.005
 #: How often a waiting reader or writer looks whether its peer process is still there.
