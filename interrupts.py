@@ -61,9 +61,10 @@ def received() -> int | None:
 def _handler(signum, frame) -> None:
     if _State.received is not None:   # a second signal: the user insists
         _end_now(_State.received, frame)
+    _State.received = signum          # (also when raised now: whatever error it causes, the command reports it)
     if not _State.live:
+        _State.raised = True
         raise Interrupted(signum)     # no rank threads to leave stuck: as Python's own handler
-    _State.received = signum
 
 
 @contextmanager

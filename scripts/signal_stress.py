@@ -10,7 +10,7 @@ first, so that signals land in start-up, prefill, decode and close alike), then 
 or every process of the group (``--target group``, as a terminal's Ctrl-C does). The run must then
 end within ``--deadline`` seconds with exit code 128 + the signal (130, 143), print exactly one line
 on stderr (``interrupted`` or ``terminated``; progress bars aside) and leave no process of its
-group running. One that ends as it must but after the deadline is counted as slow (a starved
+group (or under rank 0: the mp rank processes have sessions of their own) running. One that ends as it must but after the deadline is counted as slow (a starved
 process on a loaded machine); one still running after ``--hang`` seconds as hung, with its threads'
 stacks. A run that ended before its signal was sent, or ran to its end with exit code 0 and nothing on
 stderr (the signal came while it exited), proves nothing and is not counted.
@@ -69,6 +69,32 @@ def group_alive(pgid: int) -> bool:
         return False
 
 
+def descendants(pid: int) -> set[int]:
+    """The processes under ``pid`` (rank processes live in sessions of their own: not in its group)."""
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found |= {child} | descendants(child)
+    return found
+
+
+def running(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (not gone, not a zombie)."""
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive
+
+
 def stacks(process: subprocess.Popen, err) -> str:
     """The Python stacks of a hung run's threads (faulthandler's dump at SIGABRT), indented."""
     process.send_signal(signal.SIGABRT)
@@ -87,13 +113,14 @@ def one_run(args, sig: signal.Signals, delay: float) -> str | None:
     before the signal)."""
     with tempfile.TemporaryFile("w+") as err:
         process = start(args, err)
-        pgid = process.pid
+        pgid, under = process.pid, set()
         try:
             try:
                 process.wait(timeout=delay)
                 return "skipped"
             except subprocess.TimeoutExpired:
                 pass
+            under = descendants(process.pid)
             if args.target == "group":
                 os.killpg(pgid, sig)
             else:
@@ -104,10 +131,10 @@ def one_run(args, sig: signal.Signals, delay: float) -> str | None:
             except subprocess.TimeoutExpired:
                 return f"hang: still running {args.hang:g} s after {sig.name} (sent {delay:.2f} s in)" + stacks(process, err)
             ended = time.monotonic() - sent
-            while group_alive(pgid) and time.monotonic() - sent < args.hang:
+            while (group_alive(pgid) or running(under)) and time.monotonic() - sent < args.hang:
                 time.sleep(0.05)
-            if group_alive(pgid):
-                return f"left running: a process of the group outlived rank 0 by {args.hang:g} s"
+            if group_alive(pgid) or running(under):
+                return f"left running: a process of the group or under rank 0 outlived it by {args.hang:g} s"
             err.seek(0)
             lines = [line for line in err.read().splitlines() if line.strip() and "weights:" not in line]
             if code == 0 and not lines:   # it ran to its end: the signal came as it exited (its handlers
@@ -122,6 +149,8 @@ def one_run(args, sig: signal.Signals, delay: float) -> str | None:
         finally:
             if group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
+            for pid in running(under):
+                os.kill(pid, signal.SIGKILL)
             process.wait()
 
 

@@ -120,3 +120,20 @@ def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch,
     monkeypatch.setenv("RANK", rank)
     assert run_command(bad_launch) == 2
     assert capsys.readouterr().err.splitlines() == lines
+
+
+def test_an_error_a_signal_caused_on_its_way_out_is_reported_as_the_signal(capsys):
+    # e.g. Ctrl-C inside an import, swallowed there, leaves a half-imported module that fails later
+    from anydev.exits import run_command
+
+    def interrupted_import():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        except KeyboardInterrupt:
+            pass
+        raise AttributeError("module 'numpy' has no attribute 'matrix'")
+
+    assert run_command(interrupted_import) == 130
+    assert capsys.readouterr().err.splitlines() == ["interrupted"]

@@ -381,10 +381,11 @@ class CpuRuntime(DeviceRuntime):
         return RuntimeInfo(
             runtime_version=f"anydev cpu {__version__}",
             driver_version="none (host memory)",
-            collective_library="in-process threads; gloo (torch.distributed) across processes",
-            collective_version=f"anydev cpu {__version__}",
+            collective_library="threads / gloo",
+            collective_version=__version__,
             library_paths=[self._libc_name],
-            notes=f"{self.config.num_devices} virtual devices of {self.config.device_memory} bytes each",
+            notes=f"{self.config.num_devices} virtual devices of {self.config.device_memory} bytes each; collectives "
+                  "between the threads of one process, gloo (torch.distributed) across processes",
         )
 
     def close(self) -> None:

@@ -199,8 +199,11 @@ class ProcessRanks:
         children = []
         try:
             for rank in range(1, world_size):
+                # A session of its own: a terminal's Ctrl-C (sent to the foreground process group) is rank
+                # 0's to handle, even while the rank still imports; it dies with rank 0 (PDEATHSIG).
                 children.append(subprocess.Popen([sys.executable, "-m", "anydev.core.executors.rank_process"],
-                                                 env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))))
+                                                 env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                                                 start_new_session=True))
             store = connect_store(launch, timeout)
             return cls(launch, store, children, server)
         except BaseException:
