@@ -402,14 +402,14 @@ class InferEngine:
         if len(ids) >= self.max_model_len:
             raise EngineConfigError(
                 f"prompt {index} has {len(ids)} tokens, but the context (max_model_len) is {self.max_model_len} "
-                f"tokens, leaving no room to generate; shorten the prompt or raise max_model_len (--max-cache-len)"
+                f"tokens, leaving no room to generate; shorten the prompt or raise max_model_len"
             )
         max_new = min(sampling.max_new_tokens, self.max_model_len - len(ids))
         needed = -(-(len(ids) + max_new) // self.config.block_size)
         if needed > self.num_blocks:
             raise EngineConfigError(
                 f"prompt {index} needs {needed} KV blocks ({len(ids)} + {max_new} tokens), but the "
-                f"cache has {self.num_blocks}; raise num_blocks (--num-blocks) or lower max_new_tokens"
+                f"cache has {self.num_blocks}; raise num_blocks or lower max_new_tokens"
             )
         return ids
 

@@ -114,8 +114,8 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
     context = config.max_model_len or model.max_position_embeddings
     if config.block_size > context:
         raise EngineConfigError(
-            f"block_size {config.block_size} is larger than the context of {context} tokens (max_model_len, "
-            f"--max-cache-len; default the model's); use a block size of at most {context} (--block-size)"
+            f"block_size {config.block_size} is larger than the context of {context} tokens (max_model_len; "
+            f"default the model's); use a block_size of at most {context}"
         )
     if config.dtype is not None and config.dtype not in DTYPES:
         raise EngineConfigError(f"dtype {config.dtype!r} is not supported; use one of {sorted(set(DTYPES))}")

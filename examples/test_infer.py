@@ -31,13 +31,10 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from anydev.core.engine_args import add_engine_arguments
+
     p = _OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--device", default=None,
-                   help="anydev backend: cpu, nvidia, moore, metax, ... (default: $ANYDEV_DEVICE, else cpu)")
     p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
-    p.add_argument("--pp", type=int, default=1,
-                   help="pipeline stages (default 1); --tp T --pp K runs on T x K devices (PP runs eagerly)")
     p.add_argument("--enable-paged-attn", action="store_true", help="accepted for InfiniLM compatibility; paging is always on")
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
     p.add_argument("--batch-size", type=int, default=1, help="how many copies of the prompt to run at once")
@@ -46,23 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank (default: from free memory)")
-    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    p.add_argument("--max-cache-len", type=int, default=None, help="context length (default: the model's)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")
-    p.add_argument("--init-mode", default="parallel", choices=("parallel", "serial"),
-                   help="rank start-up: parallel (default) or the old serial one")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
-    p.add_argument("--enforce-eager", action="store_true",
-                   help="decode eagerly, without device graphs (they are used where the backend has them)")
-    p.add_argument("--executor", default=None, choices=("threads", "mp", "torchrun"),
-                   help="where the ranks run: threads of this process, mp (a process per rank, started here) or "
-                        "torchrun (this process is one rank; the default when torchrun started it); default threads")
-    p.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
-                   help="int8/fp8: quantize a float checkpoint per output channel while loading; dequantize: "
-                        "GGUF blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")
-    p.add_argument("--kernels", default="native", choices=("native", "reference"),
-                   help="native: the backend's kernels where it has them (default); reference: the torch references")
+    add_engine_arguments(p, exclude=("max_num_seqs",))   # --batch-size sets it
     return p.parse_args(argv)
 
 
@@ -72,33 +54,32 @@ def main(argv=None) -> int:
 
 def run(args) -> int:
     from anydev.core import EngineConfig, InferEngine, SamplingParams, format_timeline
+    from anydev.core.engine_args import engine_config_from_args
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
     from anydev.core.engine_config import validate_config
     from anydev.core.executors.registry import command_executor
     from anydev.plugin_api import load_backend
 
-    executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
-    args.device = load_backend(args.device).name   # an unknown or unavailable device fails first
+    config = engine_config_from_args(args, max_num_seqs=args.batch_size)
+    executor = command_executor(args.executor, config.tp, config.pp)   # a torchrun rank other than 0 serves rank 0 from here on
+    device = load_backend(config.device).name   # an unknown or unavailable device fails first
+    config = _with(config, device=device, executor=executor)
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
     sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
     sampling.validate()
     if args.batch_size < 1:
         raise_config(f"--batch-size must be >= 1, got {args.batch_size}")
-    config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
-                          num_blocks=args.num_blocks, max_model_len=args.max_cache_len,
-                          max_num_seqs=args.batch_size, init_mode=args.init_mode, use_graphs=not args.enforce_eager,
-                          kernels=args.kernels, executor=executor, quantization=args.quantization)
     validate_config(config, checkpoint.config)   # the settings and the prompt are checked before any weights load
     prompts = [args.prompt] * args.batch_size
     use_template = not args.no_chat_template
     print(f"model: {checkpoint!r}")
-    max_new_tokens = _new_tokens_that_fit(checkpoint, args, use_template)
+    max_new_tokens = _new_tokens_that_fit(checkpoint, args, config.max_model_len, use_template)
     sampling = _with(sampling, max_new_tokens=max_new_tokens)
     with InferEngine(checkpoint, config, progress=True) as engine:
-        layout = f", tp {args.tp} x pp {args.pp}, eager" if args.pp > 1 else ""
-        print(f"device: {args.device} ({engine.backend.runtime.hardware_label}) x {args.tp * args.pp} rank(s) ({executor}{layout}), dtype {str(engine.dtype).removeprefix('torch.')}, "
-              f"{engine.num_blocks} KV blocks of {args.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
+        layout = f", tp {config.tp} x pp {config.pp}, eager" if config.pp > 1 else ""
+        print(f"device: {device} ({engine.backend.runtime.hardware_label}) x {config.tp * config.pp} rank(s) ({executor}{layout}), dtype {str(engine.dtype).removeprefix('torch.')}, "
+              f"{engine.num_blocks} KV blocks of {config.block_size} tokens per rank, init {engine.init_seconds:.3f} s, "
               f"decode graphs {'on' if engine.uses_graphs else 'off'}"
               + (f" ({len(engine.graph_buckets)} captured at start-up in {engine.capture_seconds:.3f} s)"
                  if engine.uses_graphs else ""))
@@ -115,8 +96,8 @@ def run(args) -> int:
         print(f"decode:  {stats.decode_tokens} tokens, {stats.decode_tokens_per_s:.1f} tokens/s")
         if not is_demo:
             return 0
-        if args.quantization in ("int8", "fp8"):
-            print(f"reference checks: skipped (weights quantized to {args.quantization}; the float references "
+        if config.quantization in ("int8", "fp8", "fp8_e4m3"):
+            print(f"reference checks: skipped (weights quantized to {config.quantization}; the float references "
                   "would not give the same tokens)")
             return 0
         greedy = SamplingParams(max_new_tokens)
@@ -131,32 +112,32 @@ def run(args) -> int:
             tokens = [o.token_ids for o in outputs]
             checked_graphs = engine.uses_graphs
     match = True
-    if args.device == "cpu" and args.tp == 1 and args.pp == 1:
+    if device == "cpu" and config.tp == 1 and config.pp == 1:
         print("cpu reference: this run is the reference (cpu backend, one rank)")
     else:
         with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=1, dtype="float32",
                                                          max_num_seqs=args.batch_size)) as reference:
             expected = [o.token_ids for o in reference.generate(prompts, greedy, use_chat_template=use_template)]
         match = tokens == expected
-        stages = f" pp={args.pp}" if args.pp > 1 else ""
+        stages = f" pp={config.pp}" if config.pp > 1 else ""
         print(f"tokens match the cpu reference: {'yes' if match else 'no'} "
-              f"(greedy, float32: {args.device} tp={args.tp}{stages} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
+              f"(greedy, float32: {device} tp={config.tp}{stages} vs cpu tp=1), decode graphs {'on' if checked_graphs else 'off'}")
         _print_first_differences(tokens, expected, "cpu")
     match = _check_against_transformers(checkpoint, outputs[0].prompt_token_ids, tokens[0], max_new_tokens) and match
     return 0 if match else 1
 
 
-def _new_tokens_that_fit(checkpoint, args, use_template: bool) -> int:
+def _new_tokens_that_fit(checkpoint, args, max_model_len: int | None, use_template: bool) -> int:
     """``--max-new-tokens``, capped (and said so) to the room the context leaves after the prompt;
     an error when it leaves none."""
     if checkpoint.tokenizer is None:
         return args.max_new_tokens   # the engine says so
-    context = args.max_cache_len or checkpoint.config.max_position_embeddings
+    context = max_model_len or checkpoint.config.max_position_embeddings
     prompt_tokens = len(checkpoint.tokenizer.encode_prompt(args.prompt, use_template))
     room = context - prompt_tokens
     if room < 1:
-        raise_config(f"the prompt has {prompt_tokens} tokens, but the context is {context} tokens (--max-cache-len; "
-                     "default the model's), leaving no room to generate; shorten the prompt or raise --max-cache-len")
+        raise_config(f"the prompt has {prompt_tokens} tokens, but the context is {context} tokens (--max-model-len; "
+                     "default the model's), leaving no room to generate; shorten the prompt or raise --max-model-len")
     if args.max_new_tokens <= room:
         return args.max_new_tokens
     print(f"max new tokens: {room}, not {args.max_new_tokens} (--max-new-tokens): the context of {context} tokens "

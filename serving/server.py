@@ -34,15 +34,10 @@ from anydev.core.errors import EngineConfigError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default=os.environ.get("ANYDEV_DEVICE", "cpu"),
-                   help="anydev backend: cpu, nvidia, moore, metax, ... (default: $ANYDEV_DEVICE or cpu)")
+    from anydev.core.engine_args import add_engine_arguments
+
     p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
     p.add_argument("--served-model-name", help="the model id clients send (default: the model folder's name)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (default 1)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages (default 1); tp x pp ranks")
-    p.add_argument("--executor", default=None, choices=("threads", "mp", "torchrun"),
-                   help="where the ranks run: threads of this process, mp (a process per rank, started here) or "
-                        "torchrun (rank 0 serves HTTP; the default when torchrun started it); default threads")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
@@ -50,21 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-need-key", action="store_true", help="/metrics needs the API key too")
     p.add_argument("--api-server-count", type=int, default=1,
                    help="HTTP front-end processes sharing the one engine core and the one port (default 1)")
-    engine = p.add_argument_group("engine")
-    engine.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")
-    engine.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's)")
-    engine.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
-    engine.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank (default: from free memory)")
-    engine.add_argument("--max-num-seqs", type=int, default=64, help="requests running at once (default 64)")
-    engine.add_argument("--max-num-batched-tokens", type=int, default=None,
-                        help="tokens per step, decodes plus prefill chunks (default 2048)")
-    engine.add_argument("--no-prefix-caching", action="store_true", help="turn prefix caching off")
-    engine.add_argument("--no-chunked-prefill", action="store_true",
-                        help="prefill whole prompts in steps of their own (decodes wait for them)")
-    engine.add_argument("--enforce-eager", action="store_true", help="decode without device graphs")
-    engine.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
-                        help="int8/fp8: quantize a float checkpoint per output channel while loading; dequantize: "
-                             "GGUF blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")
+    add_engine_arguments(p.add_argument_group("engine"))
+    p.set_defaults(max_num_seqs=64)
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB): 413")
     limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt (default: the context): 400")
@@ -112,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_connections is not None and args.max_connections < 1:
         raise EngineConfigError(f"--max-connections must be >= 1, got {args.max_connections}")
-    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "max_num_seqs", "api_server_count"):
+    for name in ("max_body_bytes", "max_tokens_limit", "max_waiting", "api_server_count"):
         if getattr(args, name) < 1:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
@@ -127,36 +109,34 @@ def run(args: argparse.Namespace) -> int:
     warning = exposure_warning(args.host, args.api_key)
     if warning:
         print(warning, file=sys.stderr, flush=True)
+    from anydev.core.engine_args import engine_config_from_args
     from anydev.core.executors.registry import command_executor
 
-    executor = command_executor(args.executor, args.tp, args.pp)   # a torchrun rank other than 0 serves rank 0 from here on
+    config = engine_config_from_args(args)
+    executor = command_executor(args.executor, config.tp, config.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     listener = _bind(args.host, args.port)   # a port in use fails here, in one line, before any model work
     try:
-        return _run_on(args, executor, listener)
+        return _run_on(args, config, executor, listener)
     finally:
         listener.close()
 
 
-def _run_on(args: argparse.Namespace, executor: str, listener: socket.socket) -> int:
-    from anydev.core import EngineConfig
+def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.socket) -> int:
+    from dataclasses import replace
+
     from anydev.plugin_api import load_backend
 
     from .engine_core import EngineCoreProcess
 
-    load_backend(args.device)   # an unknown or unavailable device fails first, before any model work
+    device = load_backend(config.device).name   # an unknown or unavailable device fails first, before any model work
     tokenizer = _open_tokenizer(args.model)     # an unreadable model fails here, before the engine core starts
-    config = EngineConfig(device=args.device, tp=args.tp, pp=args.pp, dtype=args.dtype, block_size=args.block_size,
-                          num_blocks=args.num_blocks, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-                          max_num_batched_tokens=args.max_num_batched_tokens,
-                          enable_prefix_caching=not args.no_prefix_caching,
-                          enable_chunked_prefill=not args.no_chunked_prefill, use_graphs=not args.enforce_eager,
-                          executor=executor, quantization=args.quantization)
+    config = replace(config, device=device, executor=executor)
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
         info = core.start()
         model_name = _model_name(args)
-        ranks = f"{args.tp}" if args.pp == 1 else f"{args.tp * args.pp} (tp {args.tp} x pp {args.pp})"
-        print(f"anydev serve: model '{model_name}' on {args.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
+        ranks = f"{config.tp}" if config.pp == 1 else f"{config.tp * config.pp} (tp {config.tp} x pp {config.pp})"
+        print(f"anydev serve: model '{model_name}' on {config.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
               f"{info.block_size} tokens, context {info.max_model_len}; engine core pid {core.process.pid}, "
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         for line in info.weights:

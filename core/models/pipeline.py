@@ -118,7 +118,7 @@ class RankLayout:
         if self.pp > 1 and not backend.supports("send"):
             raise PipelineConfigError(
                 f"pp={self.pp} moves activations between stages with send/recv, which backend '{backend.name}' does "
-                "not offer (optional since contract 1.3); run with --pp 1"
+                "not offer (optional since contract 1.3); run with pp=1"
             )
 
 
@@ -129,5 +129,5 @@ def check_pp(config, pp) -> None:
     if pp > config.num_hidden_layers:
         raise PipelineConfigError(
             f"pp={pp} needs at least {pp} layers (one per stage), but the model has {config.num_hidden_layers}; "
-            f"use --pp {config.num_hidden_layers} or fewer"
+            f"use pp={config.num_hidden_layers} or fewer"
         )

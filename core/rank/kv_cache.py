@@ -57,7 +57,7 @@ def check_fits(layout: KVLayout, free_bytes: int, memory_fraction: float, rank: 
             f"KV cache of {layout.num_blocks} blocks needs {layout.nbytes / 2**30:.2f} GiB on rank {rank}, but only "
             f"{budget / 2**30:.2f} GiB is usable ({free_bytes / 2**30:.2f} GiB free after weights x memory_fraction "
             f"{memory_fraction}); at most {fit} blocks of {layout.block_size} tokens fit: pass num_blocks <= {fit} "
-            f"(--num-blocks) or a smaller block size / context"
+            f"or a smaller block_size / max_model_len"
         )
 
 

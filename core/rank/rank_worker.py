@@ -167,7 +167,7 @@ class RankWorker:
             raise EngineConfigError(
                 f"rank {self.rank}: only {fit} KV blocks of {s.kv.block_size} tokens fit in the memory left after "
                 f"weights, but one sequence of the full context needs {s.kv.min_blocks}; lower max_model_len "
-                f"(--max-cache-len) or raise memory_fraction"
+                f"or raise memory_fraction"
             )
         return _with_blocks(layout, min(fit, s.kv.max_blocks))
 

@@ -1,0 +1,77 @@
+"""The engine's command-line options, one source for ``anydev serve``, ``examples/test_infer.py`` and
+the benchmarks.
+
+    add_engine_arguments(parser)                 # the flags, each an EngineConfig field
+    config = engine_config_from_args(args)       # the EngineConfig they give
+
+One flag per :class:`~.engine_config.EngineConfig` field, with vLLM's name where vLLM has the option
+(``--max-model-len``, ``--max-num-seqs``, ``--enforce-eager``...) and otherwise the field's name with
+dashes; InfiniLM's ``--max-cache-len`` (its test_infer.py) is accepted as an alias of
+``--max-model-len``. The engine's messages name the config field; :data:`FLAGS` gives its flag.
+A flag left out is None in the namespace, and the field keeps EngineConfig's default.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from .engine_config import INIT_MODES, EngineConfig
+from .executors.registry import EXECUTORS
+from .loading.weights import QUANTIZATIONS
+from .rank.kernel_choice import KERNEL_MODES
+
+#: field -> (flags, the rest of ``add_argument``'s arguments). The first flag is the option's name.
+OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
+    "device": (("--device",), dict(help="anydev backend: cpu, nvidia, moore, metax, ... "
+                                        "(default: $ANYDEV_DEVICE, else cpu)")),
+    "tp": (("--tp", "--tensor-parallel-size"), dict(type=int, help="tensor-parallel ranks (default 1)")),
+    "pp": (("--pp", "--pipeline-parallel-size"),
+           dict(type=int, help="pipeline stages (default 1); --tp T --pp K runs on T x K devices (PP runs eagerly)")),
+    "executor": (("--executor",), dict(
+        choices=tuple(EXECUTORS),
+        help="where the ranks run: threads of this process, mp (a process per rank, started here) or torchrun "
+             "(this process is rank 0; the default when torchrun started it); default threads")),
+    "dtype": (("--dtype",), dict(help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")),
+    "max_model_len": (("--max-model-len", "--max-cache-len"), dict(
+        type=int, help="context length in tokens (default: the model's); --max-cache-len: InfiniLM's name")),
+    "block_size": (("--block-size",), dict(type=int, help="tokens per KV block (default 16)")),
+    "num_blocks": (("--num-blocks",), dict(type=int, help="KV blocks per rank (default: from free memory)")),
+    "memory_fraction": (("--memory-fraction",), dict(
+        type=float, help="share of the memory left after the weights the KV cache may take (default 0.9)")),
+    "max_num_seqs": (("--max-num-seqs",), dict(type=int, help="requests running at once (default 32)")),
+    "max_num_batched_tokens": (("--max-num-batched-tokens",),
+                               dict(type=int, help="tokens per step, decodes plus prefill chunks (default 2048)")),
+    "enable_prefix_caching": (("--no-prefix-caching",), dict(action="store_false", help="turn prefix caching off")),
+    "enable_chunked_prefill": (("--no-chunked-prefill",), dict(
+        action="store_false", help="prefill whole prompts in steps of their own (decodes wait for them)")),
+    "use_graphs": (("--enforce-eager",), dict(action="store_false", help="decode eagerly, without device graphs")),
+    "init_mode": (("--init-mode",), dict(
+        choices=INIT_MODES, help="rank start-up: parallel (default), serial or sequential")),
+    "kernels": (("--kernels",), dict(
+        choices=KERNEL_MODES,
+        help="native: the backend's kernels where it has them (default); reference: the torch references")),
+    "quantization": (("--quantization",), dict(
+        choices=tuple(QUANTIZATIONS),
+        help="int8, fp8 (e4m3): quantize a float checkpoint per output channel while loading; dequantize: GGUF "
+             "blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")),
+}
+
+#: field -> its flag, for saying a config message in command-line terms.
+FLAGS = {field: flags[0] for field, (flags, _) in OPTIONS.items()}
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                         exclude: tuple[str, ...] = ()) -> None:
+    """Add the engine's flags (those of :data:`OPTIONS` not in ``exclude``); a flag not given is None:
+    EngineConfig's default (``parser.set_defaults(field=...)`` changes it for one command)."""
+    for field, (flags, kwargs) in OPTIONS.items():
+        if field not in exclude:
+            parser.add_argument(*flags, dest=field, default=None, **kwargs)
+
+
+def engine_config_from_args(args: argparse.Namespace, **overrides) -> EngineConfig:
+    """The EngineConfig of parsed flags: every field the namespace has (None: the field's default),
+    then ``overrides``."""
+    values = {f.name: getattr(args, f.name) for f in fields(EngineConfig)
+              if getattr(args, f.name, None) is not None}
+    return EngineConfig(**{**values, **overrides})
