@@ -254,7 +254,7 @@ def test_suite_on_cpu_passes_and_reports(tmp_path):
     contract, memory = (document["summary"]["cpu"][group]["pass"] for group in ("contract", "memory"))
     shape = document["contract_shape"]["cpu"]["pass"]
     assert shape >= 5 and {c["kind"] for c in checks} == {"behaviour", "contract shape"}
-    assert (f"| cpu | host CPU (virtual devices) | certified | {contract}/{contract} pass | {memory}/{memory} pass | "
+    assert (f"| cpu | host CPU (virtual devices) | certified at 1 rank | {contract}/{contract} pass | {memory}/{memory} pass | "
             f"{shape}/{shape} pass |") in done.stdout
 
 
