@@ -86,11 +86,14 @@ def default_max_connections() -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
+        import msgspec  # noqa: F401  (the engine core's messages)
         import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
+        import zmq  # noqa: F401  (pyzmq: the engine core's socket)
     except ImportError as exc:
-        raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client ({exc.name} is not "
-                                "installed): pip install fastapi uvicorn prometheus-client") from exc
+        raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client, and pyzmq and msgspec for its "
+                                f"engine core ({exc.name} is not installed): "
+                                "pip install fastapi uvicorn prometheus-client pyzmq msgspec") from exc
 
     if args.max_connections is not None and args.max_connections < 1:
         raise EngineConfigError(f"--max-connections must be >= 1, got {args.max_connections}")
