@@ -39,7 +39,8 @@ import time
 
 import torch
 
-from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
+from anydev.core import EngineConfigError, InferEngine, SamplingParams
+from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
@@ -52,12 +53,16 @@ TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_ke
 ENGINES = ("graphs", "graphs-sync", "eager")
 HF_MODES = ("eager", "compiled")
 
+#: The settings every case of the benchmark sets itself (--modes, --executors, --quantizations and the sizes).
+CASE_FIELDS = ("executor", "quantization", "max_model_len", "max_num_seqs", "use_graphs", "enable_chunked_prefill",
+               "enable_prefix_caching", "max_num_batched_tokens")
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
+    # The engine's flags but those each case sets (the lists below, and the sizes the cases need).
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
+    p.set_defaults(device="cpu", tp=1, block_size=16, kernels="native")
     p.add_argument("--batch-sizes", default="1,32")
     p.add_argument("--contexts", default="256,4096", help="prompt lengths of the decode cases")
     p.add_argument("--new-tokens", type=int, default=128)
@@ -66,11 +71,9 @@ def parse_args(argv=None):
     p.add_argument("--shape", default="1b", choices=("1b", "8b"), help="the Llama shape (default 1b)")
     p.add_argument("--quantizations", default="none", help="comma list of none, int8, fp8 (anydev engines)")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
-    p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--modes", default="graphs,graphs-sync,eager", help="anydev modes: graphs, graphs-sync, eager")
     p.add_argument("--executors", default="threads",
                    help="where anydev's ranks run, each a row: threads, mp (a process per rank); e.g. threads,mp")
-    p.add_argument("--kernels", default="native", choices=("native", "reference"), help="anydev's kernels")
     p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
     p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
     p.add_argument("--out", help="write the results as JSON here")
@@ -113,12 +116,10 @@ def run(args) -> int:
     for mode, executor, quantization in [(m, e, q) for m in modes for e in executors for q in quantizations]:
         name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}") \
             + ("" if quantization == "none" else f" {quantization}")
-        config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, block_size=args.block_size, executor=executor,
-                              quantization=None if quantization == "none" else quantization,
-                              max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
-                              async_steps=mode != "graphs-sync",
-                              kernels=args.kernels, enable_chunked_prefill=False, enable_prefix_caching=False,
-                              max_num_batched_tokens=longest)
+        config = engine_config_from_args(args, executor=executor, quantization=None if quantization == "none" else quantization,
+                                         max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
+                                         async_steps=mode != "graphs-sync", enable_chunked_prefill=False,
+                                         enable_prefix_caching=False, max_num_batched_tokens=longest)
         with InferEngine(checkpoint, config) as engine:
             dtype, torch_device = engine.dtype, engine.backend.device(0).torch_device
             print(f"model: {checkpoint!r}, {args.device} x {args.tp}, {str(dtype).removeprefix('torch.')}, {name}")

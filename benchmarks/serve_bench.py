@@ -41,18 +41,17 @@ import numpy as np
 
 
 def parse_args(argv=None):
+    from anydev.core.engine_args import add_engine_arguments
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--tp", type=int, default=1)
     p.add_argument("--model", help="HF model directory (default: the embedded demo model)")
     p.add_argument("--tiny", action="store_true", help="small sizes for a cpu run with the demo model")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--max-num-seqs", type=int, default=None, help="default: 64 (tiny: 16)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=512,
-                   help="tokens per step with chunked prefill (default 512, vLLM's chunked default)")
-    p.add_argument("--max-model-len", type=int, default=None,
-                   help="default 4096, make_random_model's context (tiny: 1024)")
+    # The engine's flags (as anydev serve's); here --max-num-seqs defaults to 64 (tiny: 16),
+    # --max-model-len to 4096, make_random_model's context (tiny: 1024), and --max-num-batched-tokens
+    # to 512, vLLM's chunked default.
+    add_engine_arguments(p.add_argument_group("engine"))
+    p.set_defaults(device="cpu", tp=1, max_num_batched_tokens=512)
     p.add_argument("--rate", type=float, default=None, help="Poisson arrival rate, per s (default 8; tiny 4)")
     p.add_argument("--requests", type=int, default=None, help="requests of the random and mixed cases (default 200; tiny 24)")
     p.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny 64)")
@@ -66,7 +65,6 @@ def parse_args(argv=None):
     p.add_argument("--workloads", default="random,shared,mixed,saturate")
     p.add_argument("--case-deadline", type=float, default=None, help="seconds per case (default 240; tiny 180)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--api-server-count", type=int, default=1, help="the server's front-end processes (default 1)")
     p.add_argument("--out", help="write the figures as JSON here (e.g. results/serve_bench.json)")
     args = p.parse_args(argv)
@@ -88,18 +86,13 @@ class Server:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        command = [sys.executable, "-m", "anydev", "serve", "--device", args.device, "--tp", str(args.tp),
-                   "--port", str(self.port), "--max-num-seqs", str(args.max_num_seqs),
-                   "--max-model-len", str(args.max_model_len), "--max-waiting", "100000",
-                   "--max-tokens-limit", str(args.max_model_len), "--served-model-name", "bench", *flags]
+        from anydev.core.engine_args import engine_argv
+
+        command = [sys.executable, "-m", "anydev", "serve", *engine_argv(args), "--port", str(self.port),
+                   "--max-waiting", "100000", "--max-tokens-limit", str(args.max_model_len),
+                   "--served-model-name", "bench", *flags]
         if args.model:
             command += ["--model", args.model]
-        if args.dtype:
-            command += ["--dtype", args.dtype]
-        if args.max_num_batched_tokens:
-            command += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
-        if args.enforce_eager:
-            command.append("--enforce-eager")
         if args.api_server_count > 1:
             command += ["--api-server-count", str(args.api_server_count)]
         self.log = open(f"/tmp/anydev-serve-bench-{self.port}.log", "w")
@@ -314,13 +307,12 @@ def run_case(args, server: Server, workload: str, config: str, jobs, rate: float
 
 def offline_saturation(args, prompts, warm_prompts) -> dict:
     """The same requests through InferEngine.generate_ids in this process (no server)."""
-    from anydev.core import EngineConfig, InferEngine, SamplingParams
+    from anydev.core import InferEngine, SamplingParams
+    from anydev.core.engine_args import engine_config_from_args
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
 
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
-    config = EngineConfig(device=args.device, tp=args.tp, dtype=args.dtype, max_model_len=args.max_model_len,
-                          max_num_seqs=args.max_num_seqs, use_graphs=not args.enforce_eager,
-                          max_num_batched_tokens=args.max_num_batched_tokens)
+    config = engine_config_from_args(args)
     sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     with InferEngine(checkpoint, config) as engine:
         engine.generate_ids(warm_prompts, sampling)         # warm-up (graph captures), no cache hits after

@@ -75,3 +75,18 @@ def engine_config_from_args(args: argparse.Namespace, **overrides) -> EngineConf
     values = {f.name: getattr(args, f.name) for f in fields(EngineConfig)
               if getattr(args, f.name, None) is not None}
     return EngineConfig(**{**values, **overrides})
+
+
+def engine_argv(args: argparse.Namespace) -> list[str]:
+    """The flags that give the engine settings of ``args`` again (to start another command with them,
+    as a benchmark starts ``anydev serve``)."""
+    argv = []
+    for field, (flags, kwargs) in OPTIONS.items():
+        value = getattr(args, field, None)
+        if value is None:
+            continue
+        if kwargs.get("action") == "store_false":
+            argv += [flags[0]] if value is False else []
+        else:
+            argv += [flags[0], str(value)]
+    return argv

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from anydev.cli import build_parser
 from anydev.core import EngineConfig
-from anydev.core.engine_args import FLAGS, OPTIONS, add_engine_arguments, engine_config_from_args
+from anydev.core.engine_args import FLAGS, OPTIONS, add_engine_arguments, engine_argv, engine_config_from_args
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
 FLAGS_GIVEN = ["--device", "cpu", "--tp", "2", "--pp", "1", "--dtype", "float32", "--max-model-len", "96",
@@ -48,3 +48,12 @@ def test_flags_left_out_keep_the_config_defaults_and_every_option_is_a_field():
     assert engine_config_from_args(parser.parse_args([])) == EngineConfig()
     assert set(OPTIONS) <= {f.name for f in fields(EngineConfig)}
     assert FLAGS["max_model_len"] == "--max-model-len" and FLAGS["use_graphs"] == "--enforce-eager"
+
+
+def test_engine_argv_gives_the_same_settings_again():
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+    args = parser.parse_args(FLAGS_GIVEN)
+    again = parser.parse_args(engine_argv(args))
+    assert engine_config_from_args(again) == engine_config_from_args(args)
+    assert "--enforce-eager" in engine_argv(args) and "--no-chunked-prefill" not in engine_argv(args)
