@@ -94,3 +94,24 @@ def test_a_truncated_gguf_file_is_called_truncated(gguf_file, tmp_path, keep):
     path.write_bytes(data[:keep if isinstance(keep, int) else int(len(data) * keep)])
     error = single_line_error(lambda: open_checkpoint(path))
     assert error.startswith(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes"), error
+
+
+def test_weights_holding_nan_are_one_error_naming_the_tensor(hf_dir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from anydev.core import EngineConfig, EngineInitError, InferEngine
+
+    directory = tmp_path / "model"
+    directory.mkdir()
+    for item in hf_dir.iterdir():
+        if item.suffix != ".safetensors":
+            (directory / item.name).symlink_to(item)
+    name = "model.layers.1.mlp.up_proj.weight"
+    for file in hf_dir.glob("*.safetensors"):
+        tensors = load_file(file)
+        if name in tensors:
+            tensors[name][3, 5] = float("nan")
+        save_file(tensors, directory / file.name, metadata={"format": "pt"})
+    with pytest.raises(EngineInitError) as info:
+        InferEngine(str(directory), EngineConfig(device="cpu", num_blocks=8))
+    assert f"weight '{name}' holds NaN or infinite values" in str(info.value) and "\n" not in str(info.value)

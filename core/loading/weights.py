@@ -139,6 +139,20 @@ class RankWeights:
         data = self.buffer.as_tensor(torch.uint8, (shape[0], format_row_bytes(fmt, shape[1])), offset)
         return QuantizedWeight(data, None, fmt, shape[1])
 
+    def first_non_finite(self, stream: Stream) -> str | None:
+        """The name of the first floating-point weight (or channel scale) that holds a NaN or an
+        infinity, or None: one pass over them on the device and one read of the answer. Corrupt
+        weights otherwise run, and give empty or meaningless text with no error."""
+        checked = [(name, getattr(t, "scales", t)) for name, t in self.tensors.items()]
+        checked = [(name, t) for name, t in checked if isinstance(t, torch.Tensor)
+                   and t.dtype in (torch.float32, torch.float16, torch.bfloat16)]
+        if not checked:
+            return None
+        with stream.torch_stream():
+            finite = torch.stack([torch.isfinite(t).all() for _, t in checked]).to("cpu")
+        bad = [name for (name, _), ok in zip(checked, finite.tolist()) if not ok]
+        return bad[0] if bad else None
+
     def describe(self) -> str:
         """The formats of the weights and their bytes on the device, e.g. ``bfloat16 35 tensors 0.52 GB,
         q4_k 154 tensors 0.61 GB; 1.13 GB``."""

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 from anydev.plugin_api import Communicator, Device
 
 from ..errors import EngineConfigError, EngineInitError
+from ..loading.checkpoint_errors import ModelLoadError
 from .graphs import DecodeGraphs
 from .piecewise import PiecewiseGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
@@ -124,6 +125,8 @@ class RankWorker:
             phase = "sync"
             with self._phase(phase):
                 self.stream.synchronize()   # the one wait: weights copies and the KV memset
+            phase = "weights"
+            self._check_weights_finite()
             self._measure_kv_zero()
             phase = "ready"
             with self._phase(phase):
@@ -152,6 +155,12 @@ class RankWorker:
                   position=self.rank, leave=True, disable=not s.progress) as bar:
             self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,
                               s.read_threads)
+
+    def _check_weights_finite(self) -> None:
+        bad = self.weights.first_non_finite(self.stream)
+        if bad is not None:
+            raise ModelLoadError(f"{self.setup.checkpoint.source}: weight '{bad}' holds NaN or infinite values: "
+                                 "the checkpoint is corrupt (or its tensors' types are misread)")
 
     def _kv_layout(self) -> KVLayout:
         s, config = self.setup, self.setup.checkpoint.config
