@@ -140,7 +140,8 @@ def reader(rank: int, world: int, port: int, tag: str, plan, acks) -> None:
         for path in paths:
             for _ in range(messages):
                 message = links.receive(path)
-                assert message[5][0].B == rows
+                if message[5][0].B != rows:
+                    raise RuntimeError(f"reader {rank} got a batch of {message[5][0].B} rows, sent {rows}")
                 count += 1
                 acks[rank - 1] = count
     links.close()

@@ -16,6 +16,7 @@ from anydev.core import EngineConfig, EngineInitError, InferEngine, SamplingPara
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.executors.dist import LaunchError, RankFailedError, launch_from_env
 from anydev.core.test_hooks import TestHooks
+from process_tree import descendants, still_running
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_INFER = ROOT / "examples" / "test_infer.py"
@@ -278,18 +279,6 @@ def test_an_unreachable_master_is_one_line():
     assert len(lines) == 1 and lines[0].startswith(f"error: rank 1 cannot reach the c10d store at 127.0.0.1:{port}"), done.stderr
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            status = (entry / "status").read_text() if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        if any(line.split()[1:] == [str(pid)] for line in status.splitlines() if line.startswith("PPid:")):
-            found.append(int(entry.name))
-    return found
-
-
 def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process():
     import json
     import urllib.request
@@ -311,8 +300,10 @@ def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process
                 break
             except OSError:
                 time.sleep(0.3)
-        ranks = children_of(server.pid)
-        assert ranks, "no rank process under anydev serve --executor mp"
+        below = descendants(server.pid)   # the engine core, its rank processes, multiprocessing's helpers
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in below]
+        assert any(b"anydev.core.executors.rank_process" in command for command in commands), \
+            "no rank process under anydev serve --executor mp"
         body = json.dumps({"model": "anydev-demo", "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0}).encode()
         answer = json.load(urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{port}/v1/completions", body, {"Content-Type": "application/json"}), timeout=120))
@@ -320,7 +311,7 @@ def test_serve_with_the_mp_executor_answers_as_one_process_and_leaves_no_process
         server.send_signal(signal.SIGTERM)
         out, _ = server.communicate(timeout=60)
         assert server.returncode == 0, out
-        assert all(not Path(f"/proc/{pid}").exists() for pid in ranks)
+        assert still_running(below) == []
     finally:
         server.kill()
 
