@@ -43,7 +43,9 @@ class Server:
     """``anydev serve`` in a subprocess; its output goes to a file (a pipe nobody reads could fill and
     block it); :meth:`stop` sends SIGTERM and returns the exit code and the output."""
 
-    def __init__(self, *args: str, key: str | None = None, env: dict | None = None):
+    def __init__(self, *args: str, key: str | None = None, env: dict | None = None, own_group: bool = False):
+        """``own_group``: the server leads a process group of its own, as under a terminal or a supervisor
+        that signals the whole group."""
         self.port = free_port()
         environment = dict(os.environ, OMP_NUM_THREADS="1")
         environment.pop("ANYDEV_API_KEY", None)
@@ -54,7 +56,8 @@ class Server:
         self.key = key
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(command, env=environment, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(command, env=environment, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=own_group)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -89,6 +89,22 @@ def test_sigterm_stops_the_engine_core_too():
     assert not still_running(started), out
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_whole_process_group_drains_like_one_to_the_server(signum):
+    """Ctrl-C in a terminal, or a supervisor's stop, signals every process of the group: the engine core
+    is not among them (it follows its front ends), so the server drains and stops it as for a signal
+    to the server alone."""
+    srv = Server("--max-model-len", "256", own_group=True)
+    started = descendants(srv.proc.pid)
+    os.killpg(srv.proc.pid, signum)
+    code = srv.proc.wait(timeout=120)
+    out = srv.output()
+    assert code == 0, out
+    assert re.search(r"stopped with 0 of \d+ KV blocks in use, 0 requests running and 0 waiting", out), out
+    assert "killed by signal" not in out and "Traceback" not in out, out
+    assert not still_running(started), out
+
+
 @pytest.fixture(scope="module")
 def engine():
     with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=1024, use_graphs=False)) as engine:
