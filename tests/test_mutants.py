@@ -89,7 +89,7 @@ def test_cpu_device_graphs_pass_the_graph_checks(tmp_path):
     assert len(checks) >= 3 and {c["status"] for c in checks} == {"pass"} and {c["group"] for c in checks} == {"graphs"}
 
 
-#: Faults that one check alone used to catch, each with its two independent checks (issue 23).
+#: Faults that a flaky or skipped check could let through, each with its two independent checks (issue 23).
 TWO_CHECKS = {
     "wait-event-ignored": ("test_order_across_streams_through_an_event", "test_a_stream_waiting_on_an_event_finishes_after_it"),
     "elapsed-time-in-seconds": ("test_elapsed_time_matches_the_work", "test_elapsed_time_covers_a_wait_on_another_stream"),
