@@ -44,10 +44,6 @@ class EngineStoppedError(AnydevError):
     """The server is shutting down or its engine failed; no request can run (HTTP 503)."""
 
 
-#: A reader this many steps behind gets the steps' tokens as one update.
-COALESCE_BEYOND = 4
-
-
 @dataclass
 class Progress:
     """``num_tokens`` of the request's output are in; ``finished`` once it is done."""
@@ -82,16 +78,11 @@ class RequestStream:
 
     async def updates(self):
         """A :class:`Progress` for each step that gave the request tokens, the last one
-        ``finished``; a reader more than ``COALESCE_BEYOND`` steps behind gets them in one (so that
-        a front end that falls behind catches up instead of staying behind). Raises
-        :class:`EngineStoppedError` when the engine failed or the server stopped meanwhile."""
+        ``finished``; raises :class:`EngineStoppedError` when the engine failed or the server
+        stopped meanwhile."""
         while True:
             if self.error is not None:
                 raise self.error
-            if len(self._steps) > COALESCE_BEYOND:
-                last = self._steps.pop()
-                self._steps.clear()
-                self._steps.append(last)
             if self._steps:
                 count = min(self._steps.popleft(), len(self.output))    # (a stop string may have cut it)
                 done = self.finish_reason is not None and not self._steps

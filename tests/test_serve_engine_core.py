@@ -189,23 +189,3 @@ def test_two_front_ends_share_the_core_and_the_port_and_one_dying_spares_the_oth
     finally:
         srv.stop()
     assert not still_running(started), srv.output()
-
-
-def test_a_reader_far_behind_gets_the_steps_it_missed_in_one_update():
-    """Steps' tokens come one update per step, unless the reader is more than COALESCE_BEYOND
-    steps behind: then the backlog comes as one update (a lagging front end catches up)."""
-    import asyncio
-
-    from anydev.serving.async_engine import COALESCE_BEYOND, RequestStream
-
-    async def updates_after(steps: int) -> list[tuple[int, bool]]:
-        stream = RequestStream("0", [1, 2], SamplingParams())
-        for n in range(1, steps + 1):
-            stream.output.append(n)
-            stream._steps.append(n)
-        stream.finish_reason = "length"
-        return [(p.num_tokens, p.finished) for p in [p async for p in stream.updates()]]
-
-    few, many = COALESCE_BEYOND, COALESCE_BEYOND + 3
-    assert asyncio.run(updates_after(few)) == [(n, n == few) for n in range(1, few + 1)]
-    assert asyncio.run(updates_after(many)) == [(many, True)]
