@@ -15,7 +15,9 @@ Conventions shared by all kernels:
   ``slot_mapping``, which are int64.
 * No kernel synchronises with the host or allocates memory whose size depends on tensor *values*, so
   that decode steps can be captured as device graphs (:meth:`DeviceRuntime.torch_graph`).
-  (:func:`paged_prefill_attention` is the exception: prefill is never captured.)
+  (:func:`paged_prefill_attention` may: prefill is never captured. It runs once per layer between
+  the piecewise graphs of a prefill or mixed step, though, where each host read stalls the device,
+  so a fast one reads nothing back, e.g. sizing its grid from ``T`` and ``B`` as the Triton one does.)
 * Native kernels are checked against these references by the conformance suite's ``kernels`` group
   (``conformance/test_kernels.py``), which states the tolerances per dtype.
 * A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3) does the work of

@@ -5,6 +5,13 @@ attention over packed variable-length sequences, reading keys and values through
 One program per (tile of BLOCK_M queries of one sequence, query head); it walks the key positions
 that tile can see (the causal diagonal and the sliding window bound the walk), tile by tile, with an
 online softmax in float32 (:func:`._attention.attend_tile`, shared with decode).
+
+The grid is sized from host-known shapes only, so a call never reads a tensor back (a step's layers
+run between piecewise graphs, and a host read there stalls the device once per layer). As in vLLM's
+unified Triton attention, sequence ``b``'s tiles are numbered from ``cu_seqlens_q[b] // BLOCK_M + b``
+on, which leaves room for ``ceil(q_len_b / BLOCK_M)`` of them; ``T // BLOCK_M + B`` tiles cover every
+sequence, and a program finds its sequence by a binary search over ``cu_seqlens_q``. A program past
+its sequence's queries does nothing.
 """
 from __future__ import annotations
 
@@ -15,17 +22,34 @@ from ._common import LOG2E, check_cache, check_last_dim_contiguous, dot_precisio
 
 
 @triton.jit
+def _sequence_of(cu_ptr, block, num_seqs, BLOCK_M: tl.constexpr):
+    """The last sequence ``b`` whose first tile ``cu_seqlens_q[b] // BLOCK_M + b`` is at or before
+    ``block`` (a binary search; those first tiles increase with ``b``)."""
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tl.load(cu_ptr + mid) // BLOCK_M + mid <= block:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+@triton.jit
 def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, cu_ptr, lens_ptr, tables_ptr, out_ptr,
                     qk_scale, window,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_tb,
                     stride_page, stride_slot, stride_kvh,
+                    num_seqs,
                     GROUP: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                     UPCAST: tl.constexpr):
-    tile = tl.program_id(0)
+    block = tl.program_id(0)
     head = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
+    b = _sequence_of(cu_ptr, block, num_seqs, BLOCK_M).to(tl.int64)
     first = tl.load(cu_ptr + b)
+    tile = block - (first // BLOCK_M + b)             # this program's tile within its sequence
     q_len = tl.load(cu_ptr + b + 1) - first
     seq_len = tl.load(lens_ptr + b)
     kv_head = head // GROUP
@@ -38,7 +62,7 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, cu_ptr, lens_ptr, tables_pt
     q = tl.load(q_ptr + rows[:, None] * stride_qt + head * stride_qh + d[None, :], mask=q_valid[:, None], other=0.0)
 
     # Keys from the first one the tile's first query sees to the tile's last query; none for a tile
-    # past this sequence's queries (the grid covers the longest sequence).
+    # past this sequence's queries.
     hi = tl.minimum(seq_len, seq_len - q_len + (tile + 1) * BLOCK_M)
     hi = tl.where(tile * BLOCK_M < q_len, hi, 0)
     lo = tl.where(window > 0, tl.maximum(seq_len - q_len + tile * BLOCK_M - window + 1, 0), 0)
@@ -69,14 +93,13 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     out = torch.empty_like(q)
     if T == 0 or B == 0:
         return out
-    max_q_len = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max())   # one host read: prefill is never captured
     block_m = 64 if q.dtype != torch.float32 else 32
     block_n = 64 if D <= 64 else 32
-    _prefill_kernel[(triton.cdiv(max_q_len, block_m), H, B)](
+    _prefill_kernel[(T // block_m + B, H)](
         q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_tables, out,
         float(scale) * LOG2E, int(sliding_window or 0),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), block_tables.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), B,
         GROUP=H // KV, D=D, BLOCK_SIZE=block_size, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device), num_warps=4, num_stages=2,
     )
