@@ -10,7 +10,8 @@ from anydev.core import EngineClosedError, EngineConfig, InferEngine, SamplingPa
 from anydev.core.sched import block_manager as bm
 from anydev.core.sched.block_manager import BlockManager
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.core.sched.sequence import Sequence
+from anydev.core.sched.scheduler import Scheduler
+from anydev.core.sched.sequence import Sequence, Status
 
 BLOCK = 4
 GREEDY = SamplingParams(max_new_tokens=12)
@@ -98,6 +99,37 @@ def test_prefix_caching_off_never_hits():
     manager = BlockManager(num_blocks=8, block_size=BLOCK, enable_prefix_caching=False)
     manager.free(admit_and_compute(manager, range(9)))
     assert manager.match_prefix(list(range(9))) == [] and manager.hit_rate == 0
+
+
+# ---- the scheduler on its own -------------------------------------------------------------------
+
+def running_seq(manager, index, prompt_len, computed, output=()):
+    """A running sequence with ``computed`` of its tokens in the cache (distinct tokens: no hits)."""
+    seq = Sequence(index, [100 * index + t for t in range(prompt_len)], 8, output=list(output))
+    assert manager.admit(seq, budget=computed) == computed
+    seq.num_cached = computed
+    manager.commit(seq)
+    seq.status = Status.RUNNING
+    return seq
+
+
+def test_a_prompt_chunk_leaves_room_for_the_decodes_after_it():
+    manager = BlockManager(num_blocks=64, block_size=BLOCK, enable_prefix_caching=False)
+    scheduler = Scheduler(manager, max_num_seqs=8, max_num_batched_tokens=10)
+    # a decode, a prompt half prefilled (32 tokens to go), two decodes: more work than the budget
+    scheduler.running = [running_seq(manager, 0, 5, 5, output=[7]), running_seq(manager, 1, 40, 8),
+                         running_seq(manager, 2, 5, 5, output=[7]), running_seq(manager, 3, 5, 5, output=[7])]
+    step = scheduler.schedule()
+    assert [(seq.index, n) for seq, n in zip(step.seqs, step.num_new)] == [(0, 1), (1, 7), (2, 1), (3, 1)]
+
+
+def test_a_chunk_with_no_room_beside_the_decodes_waits_and_the_decodes_run():
+    manager = BlockManager(num_blocks=64, block_size=BLOCK, enable_prefix_caching=False)
+    scheduler = Scheduler(manager, max_num_seqs=8, max_num_batched_tokens=2)
+    scheduler.running = [running_seq(manager, 1, 40, 8), running_seq(manager, 2, 5, 5, output=[7]),
+                         running_seq(manager, 3, 5, 5, output=[7])]
+    step = scheduler.schedule()
+    assert [(seq.index, n) for seq, n in zip(step.seqs, step.num_new)] == [(2, 1), (3, 1)]
 
 
 # ---- the engine ----------------------------------------------------------------------------------

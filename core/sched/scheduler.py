@@ -100,16 +100,30 @@ class Scheduler:
 
     def _serve_running(self, step: ScheduledStep, budget: int) -> int:
         """Schedule the running sequences in arrival order, preempting the newest when blocks run
-        out; returns the budget left."""
+        out; returns the budget left. A prompt's chunk leaves one token of the budget to each decode
+        after it, so every decode gets its token each step whatever is prefilling (vLLM's policy
+        for chunked prefill: decodes first, chunks from what is left)."""
+        decodes_after = None    # the decodes after this row, counted at the first chunk
         index = 0
         while index < len(self.running) and budget > 0:
             seq = self.running[index]
             if seq.is_last_pending:     # its last token is on its way: nothing to feed
                 index += 1
                 continue
-            count = min(seq.num_tokens - seq.num_cached, budget)
+            if _decodes(seq):
+                count = 1
+                decodes_after = None if decodes_after is None else decodes_after - 1
+            else:
+                if decodes_after is None:
+                    decodes_after = sum(1 for later in self.running[index + 1:] if _decodes(later))
+                count = min(seq.num_tokens - seq.num_cached, budget - decodes_after)
+                if count < 1:           # no room for a chunk beside the decodes: it waits a step
+                    index += 1
+                    continue
             while not self.blocks.grow(seq, seq.num_cached + count):
                 victim = self.running[-1]
+                if decodes_after is not None and victim is not seq and _decodes(victim):
+                    decodes_after -= 1
                 self._preempt(victim, step)
                 if victim is seq:
                     break
@@ -162,6 +176,11 @@ class Scheduler:
                 seq.num_pending, seq.pending_row = 1, row
                 complete.append(seq)
         return complete
+
+
+def _decodes(seq: Sequence) -> bool:
+    """``seq`` feeds one token this step: its newest (a decode)."""
+    return seq.num_tokens - seq.num_cached == 1 and not seq.is_last_pending
 
 
 def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_blocks: int | None = None, *,
