@@ -29,7 +29,7 @@ from anydev import interrupts
 from anydev.plugin_api import load_backend
 
 from .engine_config import EngineConfig, default_read_threads, resolve_dtype, validate_config
-from .errors import EngineClosedError, EngineConfigError, EngineInitError, SchedulerError
+from .errors import EngineClosedError, EngineConfigError, EngineInitError, RequestFailedError, SchedulerError
 from .executors.base import Executor, RankPlan
 from .executors.registry import make_executor
 from .rank.graphs import batch_bucket, batch_buckets, device_graph
@@ -37,7 +37,7 @@ from .rank.kernel_choice import select_kernels
 from .rank.piecewise import token_bucket, token_buckets
 from .rank.rank_worker import KVRequest
 from .sched.block_manager import BlockManager
-from .sched.sampling import SamplingParams
+from .sched.sampling import ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
 from .test_hooks import TestHooks
 from .timeline import PHASES, PhaseRecord, Timeline
@@ -48,7 +48,8 @@ class GenerationOutput:
     prompt_token_ids: list[int]
     token_ids: list[int]       # generated tokens, the EOS token included when it ended the sequence
     text: str
-    finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token)
+    finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token) | "error"
+    error: str | None = None   # why it failed (finish reason "error"; see RequestFailedError)
 
 
 @dataclass
@@ -217,7 +218,8 @@ class InferEngine:
         """Generate for prompts given as token ids, on the engine's scheduler: the prompts join
         whatever else is running (other threads' calls, a server's requests), and this thread runs
         steps until its own are done (steps run one at a time, whoever calls them; each advances every
-        running request). Raises :class:`EngineClosedError` when the engine is closed meanwhile."""
+        running request). Raises :class:`EngineClosedError` when the engine is closed meanwhile, and
+        :class:`RequestFailedError` when a prompt's sampling failed (the others ran to their end)."""
         self._check_open()
         sampling = _checked_sampling(sampling)
         if not isinstance(prompt_ids, (list, tuple)):
@@ -234,13 +236,19 @@ class InferEngine:
         self.last_stats = _stats_since(before, self._stats)
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
-        return [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason) for seq in seqs]
+        outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error)
+                   for seq in seqs]
+        failed = next((seq for seq in seqs if seq.finish_reason == "error"), None)
+        if failed is not None:
+            raise RequestFailedError(failed.index, failed.error, outputs)
+        return outputs
 
     # ---- the scheduler's interface ---------------------------------------------------------------
     def add_request(self, prompt_ids: list[int], sampling: SamplingParams | None = None,
                     index: int | None = None) -> Sequence:
         """Queue one request; it joins the running batch at the next step. The returned
-        :class:`Sequence` grows its ``output`` as steps run; ``is_finished`` says when it is done."""
+        :class:`Sequence` grows its ``output`` as steps run; ``is_finished`` says when it is done
+        (``finish_reason`` "error" and its ``error`` when its sampling failed)."""
         self._check_open()
         sampling = _checked_sampling(sampling)
         with self._lock:
@@ -319,6 +327,10 @@ class InferEngine:
         return got
 
     def _append_token(self, seq: Sequence, token: int) -> None:
+        if token < 0:          # its sampling failed: this request ends, the engine goes on
+            seq.error = ROW_FAILURES[token]
+            self.scheduler.finish(seq, "error")
+            return
         seq.output.append(token)
         params = seq.sampling
         reason = None

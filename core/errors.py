@@ -1,4 +1,4 @@
-"""Errors the engine raises at its boundaries (configuration, rank initialisation)."""
+"""Errors the engine raises at its boundaries (configuration, rank initialisation, a failed request)."""
 from __future__ import annotations
 
 from anydev.plugin_api.errors import AnydevError
@@ -35,3 +35,16 @@ class EngineClosedError(AnydevError):
 
 class SchedulerError(AnydevError, RuntimeError):
     """An invariant of the scheduler's bookkeeping broke (a bug in anydev, not a usage problem)."""
+
+
+class RequestFailedError(AnydevError):
+    """A request failed inside a step (its token could not be sampled); the engine and every other
+    request go on. ``index`` is the prompt's position in the generate call, ``reason`` says why,
+    ``outputs`` holds every prompt's :class:`~anydev.core.engine.GenerationOutput` (the failed ones
+    with ``finish_reason`` "error" and their ``error``)."""
+
+    def __init__(self, index: int, reason: str, outputs: list):
+        self.index = index
+        self.reason = reason
+        self.outputs = outputs
+        super().__init__(f"prompt {index}: {reason}")

@@ -27,7 +27,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from anydev.core import InferEngine
 from anydev.core.loading.tokenizer import ChatTemplateError, Tokenizer
 
-from .async_engine import AsyncEngine, EngineStoppedError, InvalidRequestError, QueueFullError, RequestStream
+from .async_engine import (AsyncEngine, EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError,
+                           RequestStream)
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
 from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
@@ -76,6 +77,7 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
                   400: _error("a bad request: the error names the parameter"), **denied,
                   413: _error("the body is over --max-body-bytes"),
                   429: _error("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
+                  500: _error("this request failed while it ran (its sampling failed); the server serves on"),
                   503: _error("the server is shutting down or its engine failed")}
 
     @app.get("/health", responses={503: _error("the engine is not running")})
@@ -310,6 +312,8 @@ async def _whole_answer(state: ServerState, request: Request, stream: RequestStr
         collected.result()
     except EngineStoppedError as exc:
         raise APIError(503, str(exc), type="server_error") from exc
+    except FailedRequestError as exc:
+        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
     finally:
         state.engine.abort(stream)     # no-op when it finished
     seq = stream
@@ -365,6 +369,9 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
                     yield event([choice(delta, None)])
         except EngineStoppedError as exc:
             error = APIError(503, str(exc), type="server_error")
+            yield f"data: {json.dumps(error.body())}\n\n"
+        except FailedRequestError as exc:
+            error = APIError(500, str(exc), type="server_error", code="request_failed")
             yield f"data: {json.dumps(error.body())}\n\n"
         yield "data: [DONE]\n\n"
     finally:

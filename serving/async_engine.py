@@ -40,6 +40,10 @@ class InvalidRequestError(AnydevError):
     """The engine cannot run this request as asked (HTTP 400); the message says why."""
 
 
+class FailedRequestError(AnydevError):
+    """The request failed while it ran (its sampling failed); the engine serves on (HTTP 500)."""
+
+
 class EngineStoppedError(AnydevError):
     """The server is shutting down or its engine failed; no request can run (HTTP 503)."""
 
@@ -55,7 +59,7 @@ class Progress:
 @dataclass(eq=False)
 class RequestStream:
     """One request as it runs: ``output`` grows as the core's batches arrive; ``finish_reason`` is
-    set once it is done ("eos", "length", "stop", "abort", "timeout")."""
+    set once it is done ("eos", "length", "stop", "abort", "timeout", "error": then ``error`` says why)."""
 
     request_id: str
     prompt: list[int]
@@ -79,7 +83,7 @@ class RequestStream:
     async def updates(self):
         """A :class:`Progress` for each step that gave the request tokens, the last one
         ``finished``; raises :class:`EngineStoppedError` when the engine failed or the server
-        stopped meanwhile."""
+        stopped meanwhile, :class:`FailedRequestError` when this request failed."""
         while True:
             if self.error is not None:
                 raise self.error
@@ -267,9 +271,11 @@ class AsyncEngine:
                     del stream.output[stop:]
                     self.abort(stream, "stop")
                     continue
-            if out.finish_reason is not None:
+            if out.finish_reason is not None or out.error is not None:
                 del self._streams[out.request_id]
-                stream.finish_reason = out.finish_reason
+                stream.finish_reason = out.finish_reason or "error"
+                if out.error is not None:
+                    stream.error = FailedRequestError(out.error)
                 if self.observer:
                     self.observer.finished(stream)
             stream._wake.set()

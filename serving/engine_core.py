@@ -162,7 +162,9 @@ class EngineCore:
             new = seq.output[tracked.sent:]
             tracked.sent = len(seq.output)
             reason = seq.finish_reason if seq.is_finished else None
-            self._pending.setdefault(tracked.client, []).append(RequestOutput(tracked.request_id, new, reason))
+            output = RequestOutput(tracked.request_id, new, reason) if reason != "error" else \
+                RequestOutput(tracked.request_id, new, error=seq.error, error_kind="failed")
+            self._pending.setdefault(tracked.client, []).append(output)
             if reason is not None:
                 self._forget(tracked)
 

@@ -49,8 +49,9 @@ ToCore = AddRequest | AbortRequests | Shutdown
 class RequestOutput(msgspec.Struct, array_like=True):
     """A request's news: ``new_token_ids`` since its last output; ``finish_reason`` once it is done
     ("eos", "length", "stop", "abort", "timeout"); ``error`` when it was refused at once, with
-    ``error_kind`` "queue_full" (retry later) or "invalid" (the request cannot run). An output with
-    none of these is the acknowledgement that the request was admitted to the queue."""
+    ``error_kind`` "queue_full" (retry later) or "invalid" (the request cannot run), or when it failed
+    while running, with ``error_kind`` "failed" (its sampling failed; the engine goes on). An output
+    with none of these is the acknowledgement that the request was admitted to the queue."""
 
     request_id: str
     new_token_ids: list[int]

@@ -1,4 +1,9 @@
-"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p), per row of a step."""
+"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p), per row of a step.
+
+A row whose token cannot be drawn (its logits hold NaN or infinity, its seed seeds no generator)
+gets a negative code instead of a token (:data:`ROW_FAILURES`): the engine fails that request alone,
+and the other rows of the step are drawn as if it were not there. Only errors raised (the device's,
+a collective's) stop the step."""
 from __future__ import annotations
 
 import math
@@ -12,6 +17,17 @@ from ..errors import EngineConfigError
 GREEDY_BELOW = 1e-5
 #: The largest seed: torch's generators take 64-bit seeds (a larger one fails only inside a step).
 MAX_SEED = 2**64 - 1
+
+#: The token code of a row whose logits hold NaN or infinity (the model overflowed its dtype).
+NON_FINITE_LOGITS = -1
+#: The token code of a row whose seed seeds no generator (changed after the request was validated).
+UNSEEDABLE = -2
+#: Why a row failed, by its code: what the engine tells the request's caller.
+ROW_FAILURES = {
+    NON_FINITE_LOGITS: "sampling failed: the model's logits for this request hold NaN or infinity (an overflow "
+                       "in the model's dtype on this input; a wider dtype such as float32 may avoid it)",
+    UNSEEDABLE: f"sampling failed: the request's seed seeds no generator (it must stay in 0..{MAX_SEED})",
+}
 
 
 @dataclass
@@ -84,22 +100,34 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
-                generators: list[torch.Generator | None]) -> torch.Tensor:
+                generators: list) -> torch.Tensor:
     """Next token of each row of ``logits`` [B, V] with that row's own parameters (a row whose
     params are None needs no token, e.g. a prefill chunk short of its prompt's end: it gets the
     argmax). Greedy rows take one argmax together; sampled rows without a generator are drawn together
     with per-row temperature, top-k and top-p; a row with its own generator (a request's seed, so its
-    tokens do not depend on what shares the step) is drawn alone. Returns [B] int64."""
+    tokens do not depend on what shares the step) is drawn alone. A row whose logits are not all
+    finite gets :data:`NON_FINITE_LOGITS` (a mask on the device: no host sync), one whose generator
+    is :data:`UNSEEDED` gets :data:`UNSEEDABLE`; the engine ignores the codes of rows that need no
+    token. Returns [B] int64."""
+    finite = torch.isfinite(logits).all(dim=-1)
     tokens = logits.argmax(dim=-1)
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
+    if sampled:   # a failed row's draw is thrown away: uniform logits keep torch.multinomial from raising
+        logits = logits.masked_fill(~finite[:, None], 0.0)
     shared = [i for i in sampled if generators[i] is None]
     for row in sampled:
-        if generators[row] is not None:
+        if generators[row] is UNSEEDED:
+            tokens[row] = UNSEEDABLE
+        elif generators[row] is not None:
             tokens[row] = sample(logits[row:row + 1].float(), params[row], generators[row])[0]
     if shared:
         rows = torch.tensor(shared, device=logits.device)
         tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
-    return tokens
+    return tokens.masked_fill(~finite, NON_FINITE_LOGITS)
+
+
+#: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
+UNSEEDED = object()
 
 
 class SeededGenerators:
@@ -111,14 +139,20 @@ class SeededGenerators:
         self.device = device
         self._by_seq: dict[int, torch.Generator] = {}
 
-    def rows(self, seeds: list[tuple[int, int] | None]) -> list[torch.Generator | None]:
-        """Each row's generator: its ``(sequence id, seed)``, or None for torch's default one."""
+    def rows(self, seeds: list[tuple[int, int] | None]) -> list:
+        """Each row's generator: its ``(sequence id, seed)``, or None for torch's default one;
+        :data:`UNSEEDED` where the seed seeds none (that row fails, not the step)."""
         return [None if key is None else self._get(*key) for key in seeds]
 
-    def _get(self, seq_id: int, seed: int) -> torch.Generator:
+    def _get(self, seq_id: int, seed: int):
         generator = self._by_seq.get(seq_id)
         if generator is None:
-            generator = self._by_seq[seq_id] = torch.Generator(device=self.device).manual_seed(seed)
+            generator = torch.Generator(device=self.device)
+            try:
+                generator.manual_seed(seed)
+            except (ValueError, OverflowError, TypeError):   # the seed, not the device: a host-side conversion
+                return UNSEEDED
+            self._by_seq[seq_id] = generator
         return generator
 
     def drop(self, seq_ids) -> None:

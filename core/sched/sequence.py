@@ -27,7 +27,8 @@ class Sequence:
     output: list[int] = field(default_factory=list)
     blocks: list[int] = field(default_factory=list)
     num_cached: int = 0         # tokens whose K/V are in the cache
-    finish_reason: str | None = None   # "eos" | "length" | "stop" | "abort" | "closed"
+    finish_reason: str | None = None   # "eos" | "length" | "stop" | "abort" | "closed" | "error"
+    error: str | None = None           # why it failed (finish reason "error": its sampling failed)
     slots: np.ndarray | None = None    # KV slot of every position the blocks cover (set with the blocks)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     status: Status = Status.WAITING
