@@ -35,26 +35,29 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
 from anydev.core import EngineConfig, InferEngine, format_timeline
+from anydev.core.executors.registry import register_executor
 from anydev.core.engine_config import DTYPES, default_read_threads
 from anydev.exits import exit_process, run_command
 from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
-from anydev.core.test_hooks import TestHooks
 from anydev.core.timeline import PHASES, phase_seconds
 from anydev.core.loading.weights import RankWeights
 from anydev.plugin_api import load_backend
 
-#: mode -> (EngineConfig.init_mode, KV zeroing: None = the init mode's own, "memset" or "host")
+#: mode -> its EngineConfig settings: the executor (default threads: every rank at once; "serial": one
+#: rank after another, see :func:`run`) and the rank worker (default: the KV cache zeroed by one device
+#: memset; HOST_ZERO_WORKER: from host zeros, a synchronize after every layer). Both are the old init's
+#: halves, kept outside the engine in anydev.conformance.serial_init.
 MODE_SETTINGS = {
-    "serial": ("serial", None), "serial+memset": ("serial", "memset"),
-    "parallel+host-zero": ("parallel", "host"), "sequential": ("sequential", None), "parallel": ("parallel", None),
+    "serial": dict(executor="serial", worker_cls=HOST_ZERO_WORKER), "serial+memset": dict(executor="serial"),
+    "parallel+host-zero": dict(worker_cls=HOST_ZERO_WORKER), "sequential": dict(executor="serial"), "parallel": {},
 }
 MODES = tuple(MODE_SETTINGS)
 #: Parallel init with a process per rank (executor="mp"), beside the thread executor's: ``--modes parallel,parallel-mp``.
-MODE_SETTINGS["parallel-mp"] = ("parallel", None)
-EXECUTOR_OF = {"parallel-mp": "mp"}
+MODE_SETTINGS["parallel-mp"] = dict(executor="mp")
 
 
 def parse_args(argv=None):
@@ -88,6 +91,7 @@ def main(argv=None) -> int:
 
 
 def run(args) -> int:
+    register_executor(SerialExecutor)   # EngineConfig(executor="serial"), through the executors' registry
     if args.model:
         from anydev.core.loading.checkpoint import open_checkpoint
 
@@ -139,10 +143,8 @@ def run(args) -> int:
     best: dict[str, dict] = {}
     for _ in range(args.repeat):
         for mode in modes:
-            init_mode, kv_zero = MODE_SETTINGS[mode]
             with fresh() as checkpoint:
-                result = measure(checkpoint, EngineConfig(init_mode=init_mode, executor=EXECUTOR_OF.get(mode, "threads"),
-                                                          **config), TestHooks(kv_zero=kv_zero))
+                result = measure(checkpoint, EngineConfig(**config, **MODE_SETTINGS[mode]))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
     for mode in modes:
@@ -297,8 +299,8 @@ def print_weights(weights: dict, limits: dict) -> None:
 
 
 # ---- engine init ------------------------------------------------------------------------------
-def measure(checkpoint, config: EngineConfig, hooks: TestHooks) -> dict:
-    with InferEngine(checkpoint, config, _hooks=hooks) as engine:
+def measure(checkpoint, config: EngineConfig) -> dict:
+    with InferEngine(checkpoint, config) as engine:
         records = engine.timeline
         t0 = min(r.start for r in records)
         ranks = []

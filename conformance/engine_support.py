@@ -59,12 +59,15 @@ def engine_config(backend, tp: int, **overrides):
 
 def start_engine(config, fail_at=None):
     """``InferEngine(demo, config)``, started on a helper thread so that a hang fails the check;
-    ``fail_at=(rank, phase)`` injects a fault there (the engine's test hook)."""
-    from anydev.core import InferEngine
-    from anydev.core.test_hooks import TestHooks
+    ``fail_at=(rank, phase)`` injects a fault there (ranks built from :mod:`.faults`' failing worker)."""
+    from dataclasses import replace
 
-    hooks = TestHooks(fail_at=fail_at)
-    return run_ranks(1, lambda _: InferEngine(demo(), config, _hooks=hooks),
+    from anydev.conformance.faults import failing_worker
+    from anydev.core import InferEngine
+
+    if fail_at is not None:
+        config = replace(config, worker_cls=failing_worker(*fail_at))
+    return run_ranks(1, lambda _: InferEngine(demo(), config),
                      f"engine init on {config.device} x{config.tp}")[0]
 
 

@@ -41,10 +41,10 @@ def shared_time(spans: dict[int, tuple[float, float]]) -> float:
     return min(end for _, end in spans.values()) - max(start for start, _ in spans.values())
 
 
-def init_timeline(backend, tp: int, num_blocks: int, mode: str):
+def init_timeline(backend, tp: int, num_blocks: int, **settings):
     from anydev.core import format_timeline
 
-    engine = start_engine(engine_config(backend, tp, num_blocks=num_blocks, init_mode=mode))
+    engine = start_engine(engine_config(backend, tp, num_blocks=num_blocks, **settings))
     try:
         return engine.timeline, format_timeline(engine.timeline)
     finally:
@@ -127,19 +127,22 @@ def ranks_meet_before_weights(tp: int, timeout_s: float):
         rank_worker.RankWorker._load_weights = original
 
 
-def test_ranks_initialise_concurrently(backend, request):
+def test_ranks_initialise_concurrently(backend, request, monkeypatch):
     tp = engine_ranks(backend, request, minimum=2)
     blocks = kv_num_blocks(backend, tp)
     with ranks_meet_before_weights(tp, timeout_s=60):
-        parallel, parallel_table = init_timeline(backend, tp, blocks, "parallel")
+        parallel, parallel_table = init_timeline(backend, tp, blocks)
     spans = intervals(parallel)
     assert sorted(spans) == list(range(tp)), f"timeline ranks {sorted(spans)}, expected 0..{tp - 1}"
     assert shared_time(spans) > 0, f"the {tp} ranks never initialised at the same time:\n{parallel_table}"
-    # The old one-rank-after-another mode cannot pass the rendezvous: the check tells the two apart.
+    # The old one-rank-after-another init cannot pass the rendezvous: the check tells the two apart.
+    from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
     from anydev.core import EngineInitError
+    from anydev.core.executors.registry import EXECUTORS
 
+    monkeypatch.setitem(EXECUTORS, SerialExecutor.name, SerialExecutor)
     with ranks_meet_before_weights(tp, timeout_s=1), pytest.raises(EngineInitError, match="BrokenBarrierError"):
-        init_timeline(backend, tp, blocks, "serial")
+        init_timeline(backend, tp, blocks, executor="serial", worker_cls=HOST_ZERO_WORKER)
 
 
 def test_kv_cache_reads_back_as_zeros(backend, request):

@@ -3,8 +3,8 @@ device API (``anydev.plugin_api``); torch does the math on tensors viewed from o
 
 Start-up follows InfiniLM's fixed design: the engine makes every communicator at once, creates every
 rank worker, and only then waits for all of them. Each rank zeroes its KV cache with one async
-memset and synchronises once. ``init_mode="serial"`` keeps the old behaviour for the benchmark;
-``"sequential"`` runs the ranks one after another as parallel mode runs each (each rank alone).
+memset and synchronises once. The ranks are built from ``EngineConfig.worker_cls`` (a
+:class:`~.rank.rank_worker.RankWorker` subclass) and run by the executor ``EngineConfig.executor`` names.
 
 Decode steps run as device graphs (:mod:`.graphs`), captured per batch bucket at start-up, when the
 backend offers them (contract 1.1's optional ``torch_graph``) and ``EngineConfig.use_graphs`` is true;
@@ -32,14 +32,14 @@ from .engine_config import EngineConfig, default_read_threads, resolve_dtype, va
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, RequestFailedError, SchedulerError
 from .executors.base import Executor, RankPlan
 from .executors.registry import make_executor
-from .rank.graphs import batch_bucket, batch_buckets, device_graph
+from .rank.graphs import batch_bucket, batch_buckets
 from .rank.kernel_choice import select_kernels
 from .rank.piecewise import token_bucket, token_buckets
 from .rank.rank_worker import KVRequest
+from .rank.worker_class import worker_class
 from .sched.block_manager import BlockManager
 from .sched.sampling import ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
-from .test_hooks import TestHooks
 from .timeline import PHASES, PhaseRecord, Timeline
 
 
@@ -88,10 +88,8 @@ class InferEngine:
     """Loads a checkpoint onto ``config.tp`` ranks and generates. Use as a context manager or call
     :meth:`close`. ``timeline`` holds each rank's init phases."""
 
-    def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False, *,
-                 _hooks: TestHooks | None = None):
+    def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False):
         self.config = config = config or EngineConfig()
-        self._hooks = _hooks or TestHooks()
         self.timeline: list[PhaseRecord] = []
         self.executor: Executor | None = None
         self.last_stats = GenerationStats()
@@ -116,7 +114,7 @@ class InferEngine:
     # ---- start-up ----------------------------------------------------------------------------
     def _start(self, progress: bool) -> None:
         config, model = self.config, self.checkpoint.config
-        validate_config(config, model, self._hooks)
+        validate_config(config, model)
         self.max_model_len = config.max_model_len or model.max_position_embeddings
         self.backend = load_backend(config.device)
         executor = make_executor(config, self.backend)   # checks the devices and the launch; starts nothing
@@ -126,10 +124,8 @@ class InferEngine:
         #: Steps read their tokens back before the next is planned at pp > 1 (the first stage embeds
         #: tokens the host gives it).
         self.async_steps = config.async_steps and config.pp == 1
-        hooks = self._hooks
-        self.uses_graphs = config.use_graphs and config.pp == 1 and (hooks.graph_factory is not None
-                                                                     or self.backend.supports("torch_graph"))
-        graph_factory = (hooks.graph_factory or device_graph) if self.uses_graphs else None
+        self.uses_graphs = (config.use_graphs and config.pp == 1
+                            and worker_class(config.worker_cls).supports_graphs(self.backend))
 
         #: Block-table width: the blocks of one sequence of the longest context (graphs are captured
         #: at this width, so context length is no bucket).
@@ -140,14 +136,13 @@ class InferEngine:
         budget = config.max_num_batched_tokens or 2048
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
-        plan = RankPlan(config, "", self.dtype, kv, _host_zero(config, hooks), progress, self.max_model_len,
-                        hooks.fail_at, self.uses_graphs,
+        plan = RankPlan(config, "", self.dtype, kv, progress, self.max_model_len, self.uses_graphs,
                         config.weight_read_threads or default_read_threads(config.tp * config.pp),
                         max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
         self.executor = executor
         start = time.perf_counter()
         try:
-            executor.start(plan, self.checkpoint, self.kernels, graph_factory, timeline, cancel)
+            executor.start(plan, self.checkpoint, self.kernels, timeline, cancel)
             self.init_seconds = time.perf_counter() - start
             self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
             pieces = min(config.piecewise_max_tokens, budget) if self.uses_graphs else 0
@@ -530,15 +525,6 @@ def micro_batch_bounds(rows: int, decode: bool, pp: int) -> list[tuple[int, int]
     parts = min(pp, rows) if decode and rows >= 2 else 1
     cuts = [rows * i // parts for i in range(parts + 1)]
     return list(zip(cuts, cuts[1:]))
-
-
-def _host_zero(config: EngineConfig, hooks: TestHooks) -> bool:
-    """Whether ranks zero their KV cache from host zeros (the old way) instead of one device memset."""
-    if hooks.kv_zero is None:
-        return config.init_mode == "serial"
-    if hooks.kv_zero not in ("memset", "host"):
-        raise EngineConfigError(f"kv_zero must be 'memset' or 'host', got {hooks.kv_zero!r}")
-    return hooks.kv_zero == "host"
 
 
 def _checked_sampling(sampling) -> SamplingParams:

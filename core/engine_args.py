@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from .engine_config import INIT_MODES, EngineConfig
+from .engine_config import EngineConfig
 from .executors.registry import EXECUTORS
 from .loading.weights import QUANTIZATIONS
 from .rank.kernel_choice import KERNEL_MODES
@@ -45,8 +45,6 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "enable_chunked_prefill": (("--no-chunked-prefill",), dict(
         action="store_false", help="prefill whole prompts in steps of their own (decodes wait for them)")),
     "use_graphs": (("--enforce-eager",), dict(action="store_false", help="decode eagerly, without device graphs")),
-    "init_mode": (("--init-mode",), dict(
-        choices=INIT_MODES, help="rank start-up: parallel (default), serial or sequential")),
     "kernels": (("--kernels",), dict(
         choices=KERNEL_MODES,
         help="native: the backend's kernels where it has them (default); reference: the torch references")),
@@ -54,6 +52,9 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
         choices=tuple(QUANTIZATIONS),
         help="int8, fp8 (e4m3): quantize a float checkpoint per output channel while loading; dequantize: GGUF "
              "blocks to --dtype (default: the checkpoint's own format, GGUF blocks kept)")),
+    "worker_cls": (("--worker-cls",), dict(
+        help="the class every rank is built from, package.module:Class (a subclass of anydev's RankWorker; "
+             "default anydev's own)")),
 }
 
 #: field -> its flag, for saying a config message in command-line terms.

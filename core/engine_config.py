@@ -11,8 +11,7 @@ from .errors import EngineConfigError
 from .rank.kernel_choice import KERNEL_MODES
 from .executors.registry import validate_executor
 from .models.pipeline import RankLayout
-from .test_hooks import TestHooks
-from .timeline import PHASES
+from .rank.worker_class import DEFAULT_WORKER, worker_class
 from .loading.weights import QUANTIZATIONS
 
 DTYPES = {
@@ -20,7 +19,6 @@ DTYPES = {
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
 }
-INIT_MODES = ("parallel", "serial", "sequential")
 
 
 @dataclass
@@ -44,7 +42,6 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     #: Reuse the KV blocks of a cached prompt prefix (see :mod:`.block_manager`).
     enable_prefix_caching: bool = True
-    init_mode: str = "parallel"       # "parallel" | "serial" (the old behaviour) | "sequential" (benchmarks)
     #: Decode through device graphs where the backend supports them (``--enforce-eager`` turns it
     #: off): one capture per batch bucket, all at start-up.
     use_graphs: bool = True
@@ -72,6 +69,10 @@ class EngineConfig:
     #: output channel while it loads, on each rank's device; "dequantize" turns GGUF blocks into
     #: ``dtype`` (the reference to compare with). See :mod:`.weights`.
     quantization: str | None = None
+    #: The class every rank is built from, "package.module:Class": a subclass of
+    #: :class:`~.rank.rank_worker.RankWorker` that every rank process can import (see
+    #: :mod:`.rank.worker_class`; the extension points are RankWorker's).
+    worker_cls: str = DEFAULT_WORKER
 
 
 def default_read_threads(tp: int) -> int:
@@ -79,17 +80,15 @@ def default_read_threads(tp: int) -> int:
     return max(1, min(8, (os.cpu_count() or 1) // tp))
 
 
-def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None) -> None:
+def validate_config(config: EngineConfig, model) -> None:
     """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
-    config ``model`` (checked before any weights load)."""
-    hooks = hooks or TestHooks()
+    config ``model`` (checked before any weights load), the executor's and the worker class's
+    own checks included."""
     if model.architecture not in SUPPORTED_ARCHITECTURES:
         raise EngineConfigError(
             f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     RankLayout(config.tp, config.pp).check_model(model)
-    if config.init_mode not in INIT_MODES:
-        raise EngineConfigError(f"init_mode must be one of {INIT_MODES}, got {config.init_mode!r}")
     for name in ("block_size", "max_num_seqs"):
         value = getattr(config, name)
         if not _positive_int(value):
@@ -128,14 +127,9 @@ def validate_config(config: EngineConfig, model, hooks: TestHooks | None = None)
     if not isinstance(config.async_steps, bool):
         raise EngineConfigError(f"async_steps must be true or false, got {config.async_steps!r}")
     validate_executor(config)
-    if config.executor != "threads" and hooks.graph_factory is not None:
-        raise EngineConfigError("the graph_factory test hook works with executor='threads' only")
     if config.kernels not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {config.kernels!r}")
-    if hooks.fail_at is not None:
-        rank, phase = hooks.fail_at
-        if phase not in PHASES:
-            raise EngineConfigError(f"fail_at phase must be one of {PHASES}, got {phase!r}")
+    worker_class(config.worker_cls).check_config(config)
 
 
 def _positive_int(value) -> bool:

@@ -10,6 +10,18 @@ def pytest_sessionfinish(session, exitstatus):
         support.FIGURES.write()
 
 
+@pytest.fixture(autouse=True)
+def executors_as_found():
+    """The executor registry as each test found it: an executor a test (or a benchmark it runs in
+    process) registers is gone after it."""
+    from anydev.core.executors.registry import EXECUTORS
+
+    before = dict(EXECUTORS)
+    yield
+    EXECUTORS.clear()
+    EXECUTORS.update(before)
+
+
 @pytest.fixture
 def cpu_with_graphs(monkeypatch):
     """The cpu backend with its recording device graphs (what ANYDEV_CPU_GRAPHS=1 loads), for this test only."""

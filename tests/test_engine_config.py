@@ -5,14 +5,18 @@ import pytest
 
 from anydev.core import EngineConfig, EngineConfigError, InferEngine
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.core.test_hooks import TestHooks
+from anydev.conformance.faults import failing_worker
+from anydev.core.executors.base import RankPlan
+from anydev.core.rank.rank_worker import RankSetup
 from anydev.plugin_api import UnknownBackendError
 
 
 @pytest.mark.parametrize("changes, message", [
     (dict(tp=0), "tp must be an integer >= 1"),
     (dict(dtype="float8"), "dtype 'float8' is not supported"),
-    (dict(init_mode="eager"), "init_mode must be one of"),
+    (dict(worker_cls="RankWorker"), "worker_cls must be 'package.module:Class', got 'RankWorker'"),
+    (dict(worker_cls="anydev.no_such_module:Worker"), "worker_cls 'anydev.no_such_module:Worker' cannot be loaded"),
+    (dict(worker_cls="anydev.core.engine:InferEngine"), "not a subclass of anydev.core.rank.rank_worker:RankWorker"),
     (dict(block_size=0), "block_size must be an integer >= 1"),
     (dict(max_num_seqs=0), "max_num_seqs must be an integer >= 1"),
     (dict(num_blocks=0), "num_blocks must be an integer >= 1"),
@@ -30,12 +34,13 @@ def test_bad_settings_are_config_errors(changes, message):
 
 def test_a_bad_fault_injection_phase_is_a_config_error():
     with pytest.raises(EngineConfigError, match="fail_at phase must be one of"):
-        InferEngine(demo_checkpoint(), EngineConfig(), _hooks=TestHooks(fail_at=(0, "warp drive")))
+        InferEngine(demo_checkpoint(), EngineConfig(worker_cls=failing_worker(0, "warp drive")))
 
 
-def test_the_test_seams_are_not_in_the_public_config():
-    fields = set(EngineConfig.__dataclass_fields__)
-    assert not fields & {"graph_factory", "fail_at"}
+@pytest.mark.parametrize("production", [EngineConfig, RankPlan, RankSetup])
+def test_the_test_seams_are_not_in_the_production_objects(production):
+    fields = set(production.__dataclass_fields__)
+    assert not fields & {"graph_factory", "fail_at", "kv_zero", "serial_zero", "init_mode"}
 
 
 def test_an_unknown_device_names_the_known_backends():

@@ -11,11 +11,24 @@ import torch
 
 from anydev.core import PHASES, EngineClosedError, EngineConfig, EngineConfigError, EngineInitError, InferEngine
 from anydev.core.loading.checkpoint import demo_checkpoint
+from anydev.conformance.faults import failing_worker
+from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
+from anydev.core.executors.registry import EXECUTORS
 from anydev.core.rank.rank_worker import RankWorker
-from anydev.core.test_hooks import TestHooks
 from anydev.plugin_api import OutOfMemoryError, Stream, load_backend
 
 LAYERS = demo_checkpoint().config.num_hidden_layers
+#: The init before parallel init (anydev.conformance.serial_init): ranks one after another, each
+#: zeroing its KV cache from host zeros; and "sequential": ranks one after another, each zeroing as
+#: parallel init does (one memset).
+INITS = {"parallel": {}, "serial": dict(executor="serial", worker_cls=HOST_ZERO_WORKER),
+         "sequential": dict(executor="serial")}
+
+
+@pytest.fixture(autouse=True)
+def serial_executor(monkeypatch):
+    """The serial executor registered for each test (and gone after it)."""
+    monkeypatch.setitem(EXECUTORS, SerialExecutor.name, SerialExecutor)
 
 
 @pytest.fixture
@@ -52,10 +65,10 @@ def test_dirty_malloc_really_dirties(cpu, dirty_malloc):
         buffer.free()
 
 
-@pytest.mark.parametrize("init_mode", ["parallel", "serial"])
+@pytest.mark.parametrize("init", ["parallel", "serial"])
 @pytest.mark.parametrize("tp", [1, 2])
-def test_kv_cache_reads_back_as_zeros_after_init(cpu, dirty_malloc, init_mode, tp):
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, init_mode=init_mode, num_blocks=8)) as engine:
+def test_kv_cache_reads_back_as_zeros_after_init(cpu, dirty_malloc, init, tp):
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, num_blocks=8, **INITS[init])) as engine:
         for rank in range(tp):
             kv = engine.kv_cache_to_host(rank)
             assert kv.shape == (LAYERS, 2, 8 * 16, 2 // tp, 32)
@@ -90,18 +103,19 @@ def test_parallel_init_zeroes_each_kv_pool_with_one_memset_and_synchronizes_once
 def test_serial_init_zeroes_through_host_copies_with_a_sync_per_layer(monkeypatch):
     memsets, syncs = _count_calls(monkeypatch, "memset_async"), _count_calls(monkeypatch, "synchronize")
     copies = _count_calls(monkeypatch, "memcpy_async")
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, num_blocks=8, init_mode="serial")) as engine:
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, num_blocks=8, **INITS["serial"])) as engine:
         weight_copies = len(engine.workers[0].weights.offsets) * 2
         assert memsets == []
         assert len(copies) == weight_copies + 2 * LAYERS     # a host-zeros copy per layer per rank
         assert len(syncs) == 2 * LAYERS + 2                  # a sync per layer, then the final one
 
 
-@pytest.mark.parametrize("init_mode, kv_zero", [("parallel", "host"), ("serial", "memset")])
-def test_the_kv_zeroing_can_be_crossed_with_the_init_mode_for_the_benchmark(monkeypatch, init_mode, kv_zero):
+@pytest.mark.parametrize("settings, kv_zero", [(dict(worker_cls=HOST_ZERO_WORKER), "host"),
+                                               (dict(executor="serial"), "memset")])
+def test_the_kv_zeroing_can_be_crossed_with_the_init_mode_for_the_benchmark(monkeypatch, settings, kv_zero):
     memsets, copies = _count_calls(monkeypatch, "memset_async"), _count_calls(monkeypatch, "memcpy_async")
-    config = EngineConfig(tp=2, num_blocks=8, init_mode=init_mode)
-    with InferEngine(demo_checkpoint(), config, _hooks=TestHooks(kv_zero=kv_zero)) as engine:
+    config = EngineConfig(tp=2, num_blocks=8, **settings)
+    with InferEngine(demo_checkpoint(), config) as engine:
         weight_copies = len(engine.workers[0].weights.offsets) * 2
     if kv_zero == "host":
         assert memsets == [] and len(copies) == weight_copies + 2 * LAYERS
@@ -130,7 +144,7 @@ def test_parallel_init_creates_every_worker_before_waiting_for_any(monkeypatch):
 
 
 def test_serial_init_runs_the_ranks_one_after_another():
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="serial")) as engine:
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, **INITS["serial"])) as engine:
         records = engine.timeline
     for rank in range(1, 4):
         previous_end = max(r.end for r in records if r.rank == rank - 1)
@@ -140,7 +154,7 @@ def test_serial_init_runs_the_ranks_one_after_another():
 def test_sequential_init_runs_each_rank_alone_as_parallel_mode_does(monkeypatch):
     """The benchmark's 'each rank alone': ranks one after another, each zeroing with one memset."""
     memsets = _count_calls(monkeypatch, "memset_async")
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="sequential")) as engine:
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, **INITS["sequential"])) as engine:
         records = engine.timeline
         assert {id(args[0]) for _, args, _ in memsets} == {id(w.kv.buffer) for w in engine.workers}
     assert len(memsets) == 4
@@ -163,7 +177,7 @@ def test_timeline_has_every_phase_of_every_rank_in_order():
 def test_a_failing_rank_stops_everyone_and_frees_everything(cpu, phase):
     free_before, threads_before = free_bytes(cpu), thread_ids()
     with pytest.raises(EngineInitError) as info:
-        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8), _hooks=TestHooks(fail_at=(2, phase)))
+        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, worker_cls=failing_worker(2, phase)))
     error = info.value
     assert (error.rank, error.phase) == (2, phase)
     assert str(error).startswith(f"rank 2 failed during '{phase}': RuntimeError: injected fault")
@@ -175,8 +189,8 @@ def test_a_failing_rank_stops_everyone_and_frees_everything(cpu, phase):
 def test_a_failing_rank_in_serial_mode_frees_the_ranks_before_it(cpu):
     free_before, threads_before = free_bytes(cpu), thread_ids()
     with pytest.raises(EngineInitError, match="rank 1 failed during 'sync'"):
-        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, init_mode="serial"),
-                    _hooks=TestHooks(fail_at=(1, "sync")))
+        InferEngine(demo_checkpoint(), EngineConfig(tp=4, num_blocks=8, executor="serial",
+                                                    worker_cls=failing_worker(1, "sync")))
     assert thread_ids() == threads_before
     assert free_bytes(cpu) == free_before
 

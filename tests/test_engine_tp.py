@@ -30,8 +30,13 @@ def test_tp_gives_the_tp1_tokens(tp, demo_tokens):
 
 
 @pytest.mark.parametrize("tp", [2, 4])
-def test_tp_serial_init_gives_the_same_tokens(tp, demo_tokens):
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, init_mode="serial")) as engine:
+def test_tp_serial_init_gives_the_same_tokens(tp, demo_tokens, monkeypatch):
+    from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
+    from anydev.core.executors.registry import EXECUTORS
+
+    monkeypatch.setitem(EXECUTORS, SerialExecutor.name, SerialExecutor)
+    config = EngineConfig(tp=tp, executor="serial", worker_cls=HOST_ZERO_WORKER)   # the init before parallel init
+    with InferEngine(demo_checkpoint(), config) as engine:
         tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=24))]
     assert tokens == demo_tokens
 

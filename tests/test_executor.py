@@ -15,7 +15,7 @@ import pytest
 from anydev.core import EngineConfig, EngineInitError, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.executors.dist import LaunchError, RankFailedError, launch_from_env
-from anydev.core.test_hooks import TestHooks
+from anydev.conformance.faults import failing_worker
 from process_tree import descendants, still_running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_rank_0_destroys_its_communicator_while_the_other_ranks_destroy_theirs()
 
 def test_a_failing_rank_process_names_itself_and_leaves_no_process():
     with pytest.raises(EngineInitError, match=r"rank 1 failed during 'weights'.*injected fault"):
-        InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp"), _hooks=TestHooks(fail_at=(1, "weights")))
+        InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor="mp", worker_cls=failing_worker(1, "weights")))
     assert rank_processes() == []
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.errors import EngineConfigError
-from anydev.core.executors.registry import EXECUTORS
+from anydev.core.executors.registry import EXECUTORS, register_executor
 from anydev.core.executors.threads import ThreadExecutor
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.models.pipeline import RankLayout
@@ -43,6 +43,21 @@ def test_a_registered_executor_runs_the_engine_with_no_change_to_it(monkeypatch)
         assert engine.generate_ids(prompt, params)[0].token_ids == expected
     assert executor.calls[0] == "init" and "forward" in executor.calls
     assert executor.closed
+
+
+def test_register_executor_adds_one_by_its_name_and_refuses_a_clash():
+    register_executor(RecordingExecutor)   # gone after the test (tests/conftest.py)
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, max_model_len=64, executor="recording")) as engine:
+        assert type(engine.executor) is RecordingExecutor
+    register_executor(RecordingExecutor)   # the same class again: nothing changes
+
+    class Impostor(ThreadExecutor):
+        name = "recording"
+
+    with pytest.raises(ValueError, match="executor 'recording' is already .*RecordingExecutor"):
+        register_executor(Impostor)
+    with pytest.raises(TypeError, match="an Executor subclass with a name"):
+        register_executor(RankLayout)
 
 
 def test_an_unknown_executor_is_a_config_error_naming_the_registered_ones():

@@ -1,6 +1,6 @@
 """Decode through per-bucket graphs captured at start-up, on the cpu backend (no device graphs there):
-the engine takes a test graph factory, and these tests give it an "eager graph" whose capture runs
-the forward once and whose replay re-runs it on the bucket's static buffers. So everything around
+the engine's ranks are built from a test RankWorker (``EngineConfig.worker_cls``) whose graphs are
+"eager graphs": a capture runs the forward once and a replay re-runs it on the bucket's static buffers. So everything around
 the real device graph is checked here: captures at start-up only (one per batch bucket and rank),
 padding to buckets, the persistent input copy, padding rows that write no KV, lockstep over TP ranks,
 sampling of the real rows only."""
@@ -15,8 +15,8 @@ from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.rank.graphs import GraphCaptureError, batch_bucket, batch_buckets
 from anydev.core.models.batch import pad_decode
+from anydev.core.rank.rank_worker import RankWorker
 from anydev.core.sched.scheduler import Sequence, build_step
-from anydev.core.test_hooks import TestHooks
 
 BLOCK = 4
 # Unequal prompts; at max_model_len 48 they stop after 30, 30, 28, 22 and 30 new tokens. Four run at
@@ -50,25 +50,51 @@ class EagerGraph:
         self.replay_eagerly = None
 
 
+class FailingGraph(EagerGraph):
+    @contextlib.contextmanager
+    def capture(self, share_memory_with=None):
+        raise RuntimeError("operation not permitted when stream is capturing")
+        yield
+
+
+class EagerGraphWorker(RankWorker):
+    """A rank whose graphs are :class:`EagerGraph` s: graphs on a backend that has none."""
+
+    graph = EagerGraph
+
+    @classmethod
+    def supports_graphs(cls, backend) -> bool:
+        return True
+
+    def new_graph(self, replay_eagerly):
+        return self.graph(self.stream, replay_eagerly)
+
+
+class FailingGraphWorker(EagerGraphWorker):
+    graph = FailingGraph
+
+
+def graphs_of(worker: type[RankWorker]) -> str:
+    """The ``worker_cls`` of a test worker class of this module."""
+    return f"{__name__}:{worker.__qualname__}"
+
+
 @pytest.fixture(autouse=True)
 def fresh_graph_log():
     EagerGraph.made = []
 
 
-def config(tp=1, graphs=True, **changes):
+def config(tp=1, graphs=True, worker=EagerGraphWorker, **changes):
     changes.setdefault("max_num_seqs", 4)
     changes.setdefault("piecewise_max_tokens", 0)   # decode graphs only (tests/test_piecewise_graphs.py: the rest)
-    return EngineConfig(tp=tp, max_model_len=48, block_size=BLOCK, use_graphs=graphs, **changes)
+    return EngineConfig(tp=tp, max_model_len=48, block_size=BLOCK, use_graphs=graphs, worker_cls=graphs_of(worker),
+                        **changes)
 
 
-def hooks(factory=EagerGraph):
-    return TestHooks(graph_factory=factory)
-
-
-def run(engine_config, prompts=PROMPTS, sampling=GREEDY, kv=False, factory=EagerGraph):
+def run(engine_config, prompts=PROMPTS, sampling=GREEDY, kv=False):
     """Tokens per prompt, (rows, real rows) of each decode step (rank 0), the graphs made at start-up
     and in all, the buckets each rank captured, optionally rank 0's KV pool."""
-    with InferEngine(demo_checkpoint(), engine_config, _hooks=hooks(factory)) as engine:
+    with InferEngine(demo_checkpoint(), engine_config) as engine:
         at_start = len(EagerGraph.made)
         worker, forward, steps = engine.workers[0], engine.workers[0].forward, []
 
@@ -105,7 +131,7 @@ def test_graph_decode_gives_the_eager_tokens_with_every_capture_at_start_up(tp, 
 
 
 def test_a_second_generate_captures_nothing():
-    with InferEngine(demo_checkpoint(), config(), _hooks=hooks()) as engine:
+    with InferEngine(demo_checkpoint(), config()) as engine:
         first = [o.token_ids for o in engine.generate_ids(PROMPTS, GREEDY)]
         made = len(EagerGraph.made)
         second = [o.token_ids for o in engine.generate_ids(PROMPTS, GREEDY)]
@@ -139,22 +165,15 @@ def test_a_backend_without_device_graphs_decodes_eagerly():
 
 
 def test_enforce_eager_makes_no_graph_even_with_a_factory():
-    with InferEngine(demo_checkpoint(), EngineConfig(use_graphs=False), _hooks=hooks()) as engine:
+    with InferEngine(demo_checkpoint(), EngineConfig(use_graphs=False, worker_cls=graphs_of(EagerGraphWorker))) as engine:
         engine.generate_ids([[1, 2, 3]], SamplingParams(max_new_tokens=4))
         assert not engine.uses_graphs
     assert EagerGraph.made == []
 
 
-class FailingGraph(EagerGraph):
-    @contextlib.contextmanager
-    def capture(self, share_memory_with=None):
-        raise RuntimeError("operation not permitted when stream is capturing")
-        yield
-
-
 def test_a_failed_capture_fails_the_start_naming_the_bucket_and_the_way_out():
     with pytest.raises(GraphCaptureError, match=r"bucket of 4 sequence\(s\).*not permitted.*--enforce-eager"):
-        InferEngine(demo_checkpoint(), config(), _hooks=hooks(FailingGraph))
+        InferEngine(demo_checkpoint(), config(worker=FailingGraphWorker))
     assert all(g.replay_eagerly is None for g in EagerGraph.made)   # the failed graphs were closed
 
 

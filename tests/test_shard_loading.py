@@ -188,8 +188,7 @@ def test_pinned_memory_is_the_staging_size_whatever_the_model(model_dirs, monkey
     monkeypatch.setattr(Device, "alloc_host", alloc_host)
     monkeypatch.setattr(HostBuffer, "_release", release)
     monkeypatch.setattr(RankWeights, "load", load)
-    with InferEngine(model_dirs[torch.float32], EngineConfig(tp=1, num_blocks=4, weight_staging_bytes=STAGING,
-                                                             init_mode="serial")) as engine:
+    with InferEngine(model_dirs[torch.float32], EngineConfig(tp=1, num_blocks=4, weight_staging_bytes=STAGING)) as engine:
         weights = engine.workers[0].weights
         assert weights.nbytes > 50 * STAGING      # the model is far larger than the staging memory
         assert weights.stats.blocks > 50

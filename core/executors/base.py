@@ -17,7 +17,8 @@ from anydev import interrupts
 
 from ..models.pipeline import RankLayout
 from ..models.sharding import rank_shard
-from ..rank.rank_worker import InitCancelled, KVRequest, RankSetup
+from ..rank.rank_worker import InitCancelled, KVRequest, RankSetup, RankWorker
+from ..rank.worker_class import worker_class
 
 
 @dataclass(frozen=True)
@@ -28,10 +29,8 @@ class RankPlan:
     checkpoint: object          # a path, or the recipe of a checkpoint built in code (see checkpoint_source)
     dtype: object
     kv: KVRequest
-    serial_zero: bool
     progress: bool
     max_model_len: int
-    fail_at: tuple | None
     uses_graphs: bool
     read_threads: int
     max_step_tokens: int = 1    # the most tokens a step feeds (graph padding included)
@@ -63,12 +62,17 @@ class RankPlan:
             comm.close()
             raise
 
-    def rank_setup(self, rank: int, device, comm, checkpoint, kernels, graph_factory, pipe_comm=None) -> RankSetup:
+    @property
+    def worker_class(self) -> type[RankWorker]:
+        """The class every rank is built from (``EngineConfig.worker_cls``)."""
+        return worker_class(self.config.worker_cls)
+
+    def rank_setup(self, rank: int, device, comm, checkpoint, kernels, pipe_comm=None) -> RankSetup:
         """Rank ``rank`` of the layout's ``tp * pp``; its pipeline ``pipe_comm`` is the caller's."""
         c, layout = self.config, self.layout
         stage, tp_rank = layout.position(rank)
         return RankSetup(rank, device, comm, checkpoint, rank_shard(checkpoint.config, c.tp, tp_rank), self.dtype, self.kv,
-                         self.serial_zero, self.progress, kernels, self.max_model_len, self.fail_at, graph_factory,
+                         self.progress, kernels, self.max_model_len,
                          staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
                          max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
                          stage=layout.stages(checkpoint.config.num_hidden_layers)[stage], layout=layout,
@@ -95,8 +99,8 @@ class Executor(ABC):
 
     # ---- the interface -------------------------------------------------------------------------
     @abstractmethod
-    def start(self, plan: RankPlan, checkpoint, kernels, graph_factory, timeline, cancel) -> None:
-        """Start every rank and run its init; raise the first rank's failure once every rank stopped.
+    def start(self, plan: RankPlan, checkpoint, kernels, timeline, cancel) -> None:
+        """Start every rank (each a ``plan.worker_class``) and run its init; raise the first rank's failure once every rank stopped.
         ``cancel`` (an Event) tells the ranks still initialising to stop."""
 
     def run(self, method: str, *args, sampler_args: tuple | None = None) -> list[Future]:

@@ -36,7 +36,6 @@ from anydev import interrupts
 
 from ..errors import EngineConfigError, EngineInitError
 from ..models.pipeline import RankLayout
-from ..rank.rank_worker import RankWorker
 from ..timeline import PhaseRecord
 from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
 from .base import Executor, RankPlan
@@ -84,23 +83,17 @@ class ProcessExecutor(Executor):
                                     "executor='threads'")
         self.group: ProcessRanks | None = None
 
-    @classmethod
-    def check_config(cls, config) -> None:
-        if config.init_mode != "parallel":
-            raise EngineConfigError(f"init_mode {config.init_mode!r} runs ranks one after another in one process; "
-                                    f"executor {config.executor!r} starts every rank process at once: use init_mode='parallel'")
-
     def _group(self) -> "ProcessRanks":
         """The group of rank processes, formed (rank 0's side)."""
         raise NotImplementedError
 
-    def start(self, plan: RankPlan, checkpoint, kernels, graph_factory, timeline, cancel) -> None:
+    def start(self, plan: RankPlan, checkpoint, kernels, timeline, cancel) -> None:
         self.group = self._group()
         device = self.backend.device(self.group.local_rank)
         comm, pipe_comm = self.group.start(plan, checkpoint, device)
         self.communicators = [comm] + ([pipe_comm] if pipe_comm is not None else [])
-        setup = plan.rank_setup(0, device, comm, checkpoint, kernels, graph_factory, pipe_comm)
-        self.workers = self.group.workers(RankWorker(setup, timeline, cancel), timeline)
+        setup = plan.rank_setup(0, device, comm, checkpoint, kernels, pipe_comm)
+        self.workers = self.group.workers(plan.worker_class(setup, timeline, cancel), timeline)
         self.wait_init(self.run("init"), cancel)
 
     @property

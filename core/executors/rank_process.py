@@ -104,9 +104,7 @@ class _Rank:
     def __init__(self, launch: Launch, plan):
         from anydev.plugin_api import load_backend
 
-        from ..rank.graphs import device_graph
         from ..rank.kernel_choice import select_kernels
-        from ..rank.rank_worker import RankWorker
 
         config = plan.config
         self.backend = backend = load_backend(config.device)
@@ -115,10 +113,10 @@ class _Rank:
         device = backend.device(launch.local_rank)
         self.comm, self.pipe_comm = plan.join_communicators(device, launch.rank)
         setup = plan.rank_setup(launch.rank, device, self.comm, self.checkpoint, select_kernels(backend, config.kernels),
-                                device_graph if plan.uses_graphs else None, self.pipe_comm)
+                                self.pipe_comm)
         self.timeline = Timeline()
         self._sent = 0
-        self.worker = RankWorker(setup, self.timeline, threading.Event())
+        self.worker = plan.worker_class(setup, self.timeline, threading.Event())
 
     def call(self, name: str, args: tuple) -> dict:
         """Run ``name(*args)`` on the rank's thread; its result and what rank 0 keeps of the rank."""

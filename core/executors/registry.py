@@ -1,7 +1,7 @@
 """The executors by name (``EngineConfig.executor``), and the choice a command line makes.
 
 Adding an executor is one module implementing :class:`~.base.Executor` and one line in
-:data:`EXECUTORS` (``docs/executors.md``).
+:data:`EXECUTORS`, or, outside anydev, one :func:`register_executor` call (``docs/executors.md``).
 """
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ EXECUTORS: dict[str, type[Executor]] = {
     "mp": MpExecutor,
     "torchrun": TorchrunExecutor,
 }
+
+
+def register_executor(executor: type[Executor]) -> None:
+    """Make ``executor`` (an :class:`Executor` subclass) the one ``EngineConfig.executor`` names by its
+    ``name``, in this process (an executor whose ranks are threads of it, then)."""
+    if not (isinstance(executor, type) and issubclass(executor, Executor)) or not executor.name:
+        raise TypeError(f"register_executor takes an Executor subclass with a name, got {executor!r}")
+    known = EXECUTORS.get(executor.name)
+    if known is not None and known is not executor:
+        raise ValueError(f"executor {executor.name!r} is already {known.__module__}.{known.__qualname__}")
+    EXECUTORS[executor.name] = executor
 
 
 def validate_executor(config) -> None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 from concurrent.futures import wait
 
 from ..models.pipeline import RankLayout
-from ..rank.rank_worker import RankWorker
 from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
 from .base import Executor, RankPlan
 from .dist import RankFailedError
 
 
 class ThreadExecutor(Executor):
-    """Ranks as threads. ``init_mode`` "parallel" starts every rank's init at once, the others one
-    rank after another. A failed step or init aborts every communicator (contract 1.4, where the
+    """Ranks as threads, every rank's init started at once. A failed step or init aborts every communicator (contract 1.4, where the
     backend can), so that the ranks blocked in a collective with the failed one are freed."""
 
     name = "threads"
@@ -23,7 +21,7 @@ class ThreadExecutor(Executor):
         layout.check_devices(backend)
         self._failed: tuple[int, BaseException] | None = None   # (rank, error) of a step that broke the ranks
 
-    def start(self, plan: RankPlan, checkpoint, kernels, graph_factory, timeline, cancel) -> None:
+    def start(self, plan: RankPlan, checkpoint, kernels, timeline, cancel) -> None:
         layout, backend = self.layout, self.backend
         devices = [backend.device(rank) for rank in range(layout.world)]
         # One TP communicator per stage (rank stage*tp + j is its rank j); at pp > 1, one more over
@@ -34,17 +32,15 @@ class ThreadExecutor(Executor):
         if layout.pp > 1:
             pipe_comms = backend.create_communicators(devices)
             self.communicators += pipe_comms
-        setups = [plan.rank_setup(rank, devices[rank], self.communicators[rank], checkpoint, kernels, graph_factory,
-                                  pipe_comms[rank])
+        setups = [plan.rank_setup(rank, devices[rank], self.communicators[rank], checkpoint, kernels, pipe_comms[rank])
                   for rank in range(layout.world)]
-        if self.config.init_mode == "parallel":
-            self.workers = [RankWorker(setup, timeline, cancel) for setup in setups]   # every worker first...
-            self.wait_init(self.run("init"), cancel)                                   # ...then wait for all
-            return
-        for setup in setups:                                                           # one after another
-            worker = RankWorker(setup, timeline, cancel)
-            self.workers.append(worker)
-            self.wait_init([worker.submit(worker.init)], cancel)
+        self.init_ranks([plan.worker_class(setup, timeline, cancel) for setup in setups], cancel)
+
+    def init_ranks(self, workers: list, cancel) -> None:
+        """Run the init of the created ``workers`` (kept in ``self.workers``, so that :meth:`close`
+        frees them whatever happens): every one at once, then wait for all (InfiniLM's order)."""
+        self.workers = workers
+        self.wait_init(self.run("init"), cancel)
 
     def abort_after_init_failure(self) -> None:
         abort_communicators(self.communicators)   # ranks blocked in a collective with the failed one end too

@@ -162,8 +162,3 @@ def _close_after_error(graph, error: Exception) -> None:
         graph.close()
     except Exception as close_error:  # attached to the capture error, which is the one raised
         error.add_note(f"closing the failed graph also failed: {type(close_error).__name__}: {close_error}")
-
-
-def device_graph(stream, replay_eagerly):
-    """A decode graph from the device API (contract 1.1); device graphs replay without Python."""
-    return stream.create_graph()

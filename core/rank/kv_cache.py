@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from anydev.plugin_api import Device, DeviceBuffer, Stream
@@ -62,8 +61,7 @@ def check_fits(layout: KVLayout, free_bytes: int, memory_fraction: float, rank: 
 
 
 class PagedKVCache:
-    """The KV pool of one rank on ``device``. ``zero_async`` is the fast path; ``zero_serial`` is the
-    old one kept for the init benchmark."""
+    """The KV pool of one rank on ``device``, zeroed by one device memset (``zero_async``)."""
 
     def __init__(self, device: Device, layout: KVLayout):
         self.layout = layout
@@ -73,13 +71,6 @@ class PagedKVCache:
     def zero_async(self, stream: Stream) -> None:
         """One device memset for the whole pool, enqueued on ``stream`` (no host memory, no sync)."""
         stream.memset_async(self.buffer, 0)
-
-    def zero_serial(self, stream: Stream) -> None:
-        """The old way: copy a host buffer of zeros into each layer and wait after every layer."""
-        zeros = np.zeros(self.layout.layer_bytes, dtype=np.uint8)
-        for layer in range(self.layout.num_layers):
-            stream.memcpy_async(self.buffer, zeros, self.layout.layer_bytes, dst_offset=layer * self.layout.layer_bytes)
-            stream.synchronize()
 
     def layer(self, index: int) -> torch.Tensor:
         """Layer ``index``'s K and V pages, [2 (K, V), slots, KV heads, head_dim]."""

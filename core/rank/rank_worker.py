@@ -2,6 +2,12 @@
 
 Every command for a rank runs on that rank's thread (a one-thread executor), so its device stays
 current and its stream is driven by one thread; torch and cffi release the GIL, so ranks overlap.
+
+``EngineConfig.worker_cls`` names the class every rank is built from (:mod:`.worker_class`): this
+:class:`RankWorker` by default, or a subclass that changes one of its documented steps
+(:meth:`RankWorker.check_config`, :meth:`~RankWorker.supports_graphs`, :meth:`~RankWorker.new_graph`,
+:meth:`~RankWorker.zero_kv_cache`, :meth:`~RankWorker.enter_phase`), as the tests' fault injection and
+graph double and the init benchmark's host-staged zeroing do (``docs/executors.md``).
 """
 from __future__ import annotations
 
@@ -60,12 +66,9 @@ class RankSetup:
     shard: RankShard
     dtype: torch.dtype
     kv: KVRequest
-    serial_zero: bool                       # the old KV zeroing (host zeros, a sync per layer)
     progress: bool
     kernels: object                         # the KernelSet the model calls (see ..kernel_choice)
     max_model_len: int                      # positions the rotary table covers
-    fail_at: tuple[int, str] | None = None  # test hook: fault injection (see .engine's _TestHooks)
-    graph_factory: Callable | None = None   # (stream, replay_eagerly) -> graph; None: decode runs eagerly
     staging_bytes: int = DEFAULT_STAGING_BYTES   # pinned host memory for loading the weights
     read_threads: int = 1                   # threads reading each block of weights
     max_step_rows: int = 1                  # the most sequences a step has (max_num_seqs)
@@ -78,6 +81,36 @@ class RankSetup:
 
 
 class RankWorker:
+    """One rank: its init (:meth:`init`), its steps (:meth:`forward`, :meth:`forward_stage`) and its
+    teardown (:meth:`release`), every command on the rank's own thread (:meth:`submit`)."""
+
+    # ---- the extension points (``EngineConfig.worker_cls``) -------------------------------------
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Raise :class:`EngineConfigError` for a setting this worker class cannot run (checked with
+        the rest of the config, before any weights load)."""
+
+    @classmethod
+    def supports_graphs(cls, backend) -> bool:
+        """Whether decode steps can run as graphs on ``backend``: its device graphs (contract 1.1's
+        optional ``torch_graph``)."""
+        return backend.supports("torch_graph")
+
+    def new_graph(self, replay_eagerly: Callable[[], None]):
+        """A new graph on this rank's stream: the device API's. ``replay_eagerly`` runs the captured
+        step again eagerly (for a graph that cannot replay itself)."""
+        return self.stream.create_graph()
+
+    def zero_kv_cache(self) -> None:
+        """Zero the KV cache, queued on the rank's stream: one device memset (init's one
+        synchronize waits for it)."""
+        self.kv.zero_async(self.stream)
+
+    def enter_phase(self, phase: str):
+        """The context of init phase ``phase`` (one of ``anydev.core.timeline.PHASES``): times it."""
+        return self.timeline.phase(self.rank, phase)
+
+    # ---- the rank ------------------------------------------------------------------------------
     def __init__(self, setup: RankSetup, timeline: Timeline, cancel: threading.Event):
         self.setup = setup
         self.rank = setup.rank
@@ -139,9 +172,7 @@ class RankWorker:
     def _phase(self, phase: str):
         if self.cancel.is_set():
             raise InitCancelled(f"rank {self.rank} stopped before '{phase}'")
-        if self.setup.fail_at == (self.rank, phase):
-            raise RuntimeError(f"injected fault (TestHooks.fail_at={self.setup.fail_at!r})")
-        return self.timeline.phase(self.rank, phase)
+        return self.enter_phase(phase)
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -183,10 +214,7 @@ class RankWorker:
     def _zero_kv(self) -> None:
         self._zero_events = (self.device.create_event(timing=True), self.device.create_event(timing=True))
         self.stream.record(self._zero_events[0])
-        if self.setup.serial_zero:
-            self.kv.zero_serial(self.stream)
-        else:
-            self.kv.zero_async(self.stream)
+        self.zero_kv_cache()
         self.stream.record(self._zero_events[1])
 
     def _measure_kv_zero(self) -> None:
@@ -212,16 +240,11 @@ class RankWorker:
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
         bucket (all ranks call this together; every graph shares one memory pool)."""
-        factory = self.setup.graph_factory
-
-        def new_graph(replay_eagerly):
-            return factory(self.stream, replay_eagerly)
-
         with self.stream.torch_stream():
-            self.graphs = DecodeGraphs(self.rank, new_graph, self.model.forward, self.io, self.setup.max_blocks)
+            self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks)
             self.graphs.capture_all(buckets)
             if token_buckets:
-                self.pieces = PiecewiseGraphs(self.rank, new_graph, self.model, self.io, self.setup.max_blocks,
+                self.pieces = PiecewiseGraphs(self.rank, self.new_graph, self.model, self.io, self.setup.max_blocks,
                                               share_pool_with=self.graphs.pool_owner)
                 self.pieces.capture_all(token_buckets)
         self.stream.synchronize()
