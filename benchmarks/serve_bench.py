@@ -20,12 +20,22 @@ first serves an unrecorded warm-up (every prompt length once), so first-use comp
 specialisations) stays out of the cases. ITL max is the longest stall any running stream saw.
 Arrivals are Poisson at --rate requests/s (conversations/s for shared); every case has a fixed number of
 requests and its own --case-deadline, after which what is still running is cancelled and reported.
+
+The client measures the server, not itself: each row says how busy the client was (its CPU time over
+the case's wall time, the busiest client process) and how late its event loop ran a timer (lag p99).
+A client near 100% CPU or with a lag near the ITL is what bounds that row: one asyncio process spends
+~10-40 us of CPU on each token event, so at 256 streams it needs more than a decode step per step.
+--client-processes spreads the streams (all but the shared conversations) over several processes with
+the same arrival times.
+The offline row is timed per token too (when each step's tokens are back in generate_ids), so the
+saturation ratios compare the same measures; its decode step time is the issue's ITL target.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -66,6 +76,9 @@ def parse_args(argv=None):
     p.add_argument("--case-deadline", type=float, default=None, help="seconds per case (default 240; tiny 180)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--api-server-count", type=int, default=1, help="the server's front-end processes (default 1)")
+    p.add_argument("--client-processes", type=int, default=max(1, (os.cpu_count() or 1) // 4),
+                   help="client processes the streams are spread over (default: a quarter of the host's cores, "
+                        "at least 1; the shared conversations stay in one)")
     p.add_argument("--out", help="write the figures as JSON here (e.g. results/serve_bench.json)")
     args = p.parse_args(argv)
     full = dict(max_num_seqs=64, max_model_len=4096, rate=8.0, requests=200, prompt_len=512, output_len=128,
@@ -191,36 +204,96 @@ def random_ids(rng: random.Random, vocab: int, count: int) -> list[int]:
     return [rng.randrange(2, vocab) for _ in range(count)]
 
 
-async def poisson_run(port: int, jobs, rate: float, deadline: float, rng: random.Random) -> tuple[list[Result], float]:
-    """Start each job (a coroutine factory giving a list of Results) at Poisson times; cancel what
-    still runs at ``deadline`` seconds. Returns the results and the wall time."""
-    start = time.perf_counter()
+# ---- the load: one client process, or several --------------------------------------------------------
+@dataclass
+class Load:
+    """What one client process measured: its results, its CPU seconds, its event loop's timer lags."""
+
+    results: list[Result]
+    cpu_seconds: float
+    lags: list[float]
+
+
+#: How often the client's event loop is probed for lag.
+LAG_PROBE_S = 0.005
+
+
+async def _probe_lag(lags: list[float]) -> None:
+    """Every LAG_PROBE_S, how late the event loop woke for its timer: the time it was busy elsewhere."""
+    while True:
+        planned = time.perf_counter() + LAG_PROBE_S
+        await asyncio.sleep(LAG_PROBE_S)
+        lags.append(max(0.0, time.perf_counter() - planned))
+
+
+async def timed_run(jobs, deadline: float) -> Load:
+    """Start each job (``at`` seconds, a coroutine factory giving a list of Results) at its time from
+    now; cancel what still runs at ``deadline`` seconds."""
+    cpu, lags = time.process_time(), []
+    probe = asyncio.ensure_future(_probe_lag(lags))
 
     async def delayed(job, at):
         await asyncio.sleep(at)
         return await job()
 
-    at, tasks = 0.0, []
-    for job in jobs:
-        tasks.append(asyncio.ensure_future(delayed(job, at)))
-        at += rng.expovariate(rate) if rate != float("inf") else 0.0
+    tasks = [asyncio.ensure_future(delayed(job, at)) for at, job in jobs]
     done, pending = await asyncio.wait(tasks, timeout=deadline)
     for task in pending:
         task.cancel()
+    probe.cancel()
     results = []
     for task in tasks:
         if task in done and task.exception() is None:
             results += task.result()
         else:
             results.append(Result(error="cancelled at the case deadline" if task in pending else repr(task.exception())))
-    return results, time.perf_counter() - start
+    return Load(results, time.process_time() - cpu, lags)
 
 
-# ---- workloads -------------------------------------------------------------------------------------
+def request_job(port: int, prompt: list[int], max_tokens: int):
+    async def run():
+        return [await stream_request(port, prompt, max_tokens)]
+    return run
+
+
+def arrival_times(count: int, rate: float, rng: random.Random) -> list[float]:
+    """Poisson arrivals at ``rate`` per second (all at 0 for an infinite rate)."""
+    at, times = 0.0, []
+    for _ in range(count):
+        times.append(at)
+        at += rng.expovariate(rate) if rate != float("inf") else 0.0
+    return times
+
+
+def _client_process(port: int, requests: list[tuple[float, list[int], int]], start_at: float, deadline: float) -> Load:
+    """One of several client processes: from wall time ``start_at`` on, its share of the streams."""
+    time.sleep(max(0.0, start_at - time.time()))
+    return asyncio.run(timed_run([(at, request_job(port, prompt, n)) for at, prompt, n in requests], deadline))
+
+
+def run_load(args, jobs, rate: float) -> tuple[list[Load], float]:
+    """Run a case's jobs against ``args.port``: requests ``(prompt, max_tokens)`` spread round robin
+    over ``args.client_processes`` processes (started before the clock), other jobs (conversations)
+    in this one. Returns each process's load and the wall time from the first arrival."""
+    times = arrival_times(len(jobs), rate, random.Random(args.seed))
+    processes = args.client_processes if all(isinstance(job, tuple) for job in jobs) else 1
+    if processes == 1:
+        timed = [(at, request_job(args.port, *job) if isinstance(job, tuple) else job) for at, job in zip(times, jobs)]
+        start = time.time()
+        load = asyncio.run(timed_run(timed, args.case_deadline))
+        return [load], time.time() - start
+    shares = [[(at, *job) for at, job in list(zip(times, jobs))[i::processes]] for i in range(processes)]
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        pool.map(abs, range(processes))                # every worker up before the clock starts
+        start = time.time() + 0.5
+        loads = pool.starmap(_client_process, [(args.port, share, start, args.case_deadline) for share in shares])
+    return loads, time.time() - start
+
+
+# ---- workloads: requests (prompt, max_tokens), or conversations -----------------------------------
 def random_jobs(args, vocab, rng):
-    def job(prompt):
-        return lambda: _one(args.port, prompt, args.output_len)
-    return [job(random_ids(rng, vocab, rng.randint(args.prompt_len // 2, args.prompt_len))) for _ in range(args.requests)]
+    return [(random_ids(rng, vocab, rng.randint(args.prompt_len // 2, args.prompt_len)), args.output_len)
+            for _ in range(args.requests)]
 
 
 def shared_jobs(args, vocab, rng):
@@ -244,69 +317,71 @@ def mixed_jobs(args, vocab, rng):
     jobs = []
     for i in range(args.requests):
         long = i % args.long_every == args.long_every - 1
-        prompt = random_ids(rng, vocab, args.long_len if long else max(8, args.prompt_len // 8))
-        jobs.append((lambda p, n: (lambda: _one(args.port, p, n)))(prompt, 8 if long else args.output_len))
+        jobs.append((random_ids(rng, vocab, args.long_len if long else max(8, args.prompt_len // 8)),
+                     8 if long else args.output_len))
     return jobs
 
 
 def warmup_jobs(args, vocab, rng):
     """A long prompt and short ones of every workload's lengths, all at once (random ids: no cache hits later)."""
     lengths = [args.long_len, args.prompt_len, args.prompt_len // 2, max(8, args.prompt_len // 8), args.system_len]
-    prompts = [random_ids(rng, vocab, n) for n in lengths for _ in range(2)]
-    return [(lambda p: (lambda: _one(args.port, p, 8)))(p) for p in prompts]
+    return [(random_ids(rng, vocab, n), 8) for n in lengths for _ in range(2)]
 
 
 def saturate_jobs(args, prompts):
-    return [(lambda p: (lambda: _one(args.port, p, args.output_len)))(p) for p in prompts]
-
-
-async def _one(port, prompt, max_tokens):
-    return [await stream_request(port, prompt, max_tokens)]
+    return [(p, args.output_len) for p in prompts]
 
 
 # ---- figures ---------------------------------------------------------------------------------------
-def summarise(workload: str, config: str, results: list[Result], seconds: float, hits: tuple[float, float]) -> dict:
+def pct(values, q) -> float:
+    return float(np.percentile(values, q)) * 1000 if values else float("nan")
+
+
+def summarise(workload: str, config: str, results: list[Result], seconds: float, hits: tuple[float, float],
+              loads: list[Load] | None = None) -> dict:
     ok = [r for r in results if r.ok]
     ttft = [r.ttft for r in ok if r.ttft is not None]
     itl = [x for r in ok for x in r.itl]
     out_tokens = sum(r.output_tokens for r in ok)
-
-    def pct(values, q):
-        return float(np.percentile(values, q)) * 1000 if values else float("nan")
-
     queried, hit = hits
     return dict(workload=workload, config=config, requests=len(results), ok=len(ok),
                 failed=[r.error for r in results if not r.ok][:3], seconds=seconds,
                 requests_per_s=len(ok) / seconds, output_tokens_per_s=out_tokens / seconds,
                 ttft_p50_ms=pct(ttft, 50), ttft_p99_ms=pct(ttft, 99), itl_p50_ms=pct(itl, 50), itl_p99_ms=pct(itl, 99),
                 itl_max_ms=pct(itl, 100),
-                prefix_hit_rate=hit / queried if queried else 0.0)
+                prefix_hit_rate=hit / queried if queried else 0.0,
+                client_processes=len(loads) if loads else 0,
+                client_cpu=max(load.cpu_seconds for load in loads) / seconds if loads else float("nan"),
+                client_lag_p99_ms=pct([lag for load in loads for lag in load.lags], 99) if loads else float("nan"))
 
 
 def row(r: dict) -> str:
     return (f"{r['workload']:>9}  {r['config']:<22} {r['ok']:>4}/{r['requests']:<4} {r['seconds']:>7.1f}  "
             f"{r['requests_per_s']:>6.2f}  {r['output_tokens_per_s']:>9.1f}  {r['ttft_p50_ms']:>8.1f}  "
             f"{r['ttft_p99_ms']:>8.1f}  {r['itl_p50_ms']:>7.1f}  {r['itl_p99_ms']:>7.1f}  {r['itl_max_ms']:>7.1f}  "
-            f"{r['prefix_hit_rate']:>5.2f}")
+            f"{r['prefix_hit_rate']:>5.2f}  {100 * r['client_cpu']:>6.0f}%  {r['client_lag_p99_ms']:>7.1f}")
 
 
 HEADER = (f"{'workload':>9}  {'config':<22} {'ok/req':>9} {'secs':>7}  {'req/s':>6}  {'out tok/s':>9}  "
-          f"{'TTFT p50':>8}  {'TTFT p99':>8}  {'ITL p50':>7}  {'ITL p99':>7}  {'ITL max':>7}  {'hits':>5}")
+          f"{'TTFT p50':>8}  {'TTFT p99':>8}  {'ITL p50':>7}  {'ITL p99':>7}  {'ITL max':>7}  {'hits':>5}  "
+          f"{'cli CPU':>7}  {'lag p99':>7}")
 
 
 def run_case(args, server: Server, workload: str, config: str, jobs, rate: float) -> dict:
     before = server.metrics()
-    results, seconds = asyncio.run(poisson_run(server.port, jobs, rate, args.case_deadline, random.Random(args.seed)))
+    loads, seconds = run_load(args, jobs, rate)
     after = server.metrics()
     hits = tuple(after.get(k, 0) - before.get(k, 0) for k in ("anydev_prefix_cache_queried_tokens_total",
                                                                 "anydev_prefix_cache_hit_tokens_total"))
-    summary = summarise(workload, config, results, seconds, hits)
+    summary = summarise(workload, config, [r for load in loads for r in load.results], seconds, hits, loads)
     print(row(summary), flush=True)
     return summary
 
 
 def offline_saturation(args, prompts, warm_prompts) -> dict:
-    """The same requests through InferEngine.generate_ids in this process (no server)."""
+    """The same requests through InferEngine.generate_ids in this process (no server), each token
+    timed when its step's tokens are back (a wrapper around the engine's step, what generate_ids
+    drives), as the client times the server's."""
     from anydev.core import InferEngine, SamplingParams
     from anydev.core.engine_args import engine_config_from_args
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
@@ -314,17 +389,27 @@ def offline_saturation(args, prompts, warm_prompts) -> dict:
     checkpoint = demo_checkpoint() if args.model is None else open_checkpoint(args.model)
     config = engine_config_from_args(args)
     sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
+    arrivals: dict[int, list[float]] = {}
     with InferEngine(checkpoint, config) as engine:
         engine.generate_ids(warm_prompts, sampling)         # warm-up (graph captures), no cache hits after
+        step = engine.step
+
+        def timed_step():
+            got = step()
+            now = time.perf_counter()
+            for seq in got:
+                arrivals.setdefault(seq.seq_id, []).append(now)
+            return got
+
+        engine.step = timed_step
         start = time.perf_counter()
         engine.generate_ids(prompts, sampling)
         seconds = time.perf_counter() - start
         stats = engine.last_stats
-    return dict(workload="saturate", config="offline generate_ids", requests=len(prompts), ok=len(prompts), failed=[],
-                seconds=seconds, requests_per_s=len(prompts) / seconds,
-                output_tokens_per_s=len(prompts) * args.output_len / seconds,
-                decode_tokens_per_s=stats.decode_tokens_per_s, ttft_p50_ms=float("nan"), ttft_p99_ms=float("nan"),
-                itl_p50_ms=stats.decode_step_ms, itl_p99_ms=float("nan"), itl_max_ms=float("nan"), prefix_hit_rate=0.0)
+    results = [Result(ok=True, ttft=times[0] - start, itl=list(np.diff(times)), output_tokens=len(times))
+               for times in arrivals.values()]
+    summary = summarise("saturate", "offline generate_ids", results, seconds, (0, 0))
+    return dict(summary, decode_tokens_per_s=stats.decode_tokens_per_s, decode_step_ms=stats.decode_step_ms)
 
 
 def main(argv=None) -> int:
@@ -407,7 +492,9 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
         ratios["saturation output tok/s, server / offline generate_ids (same batch)"] = (
             served["output_tokens_per_s"] / offline["output_tokens_per_s"])
         ratios["saturation ITL p50, server / offline decode step (target <= 1.3)"] = (
-            served["itl_p50_ms"] / offline["itl_p50_ms"])
+            served["itl_p50_ms"] / offline["decode_step_ms"])
+        ratios["saturation ITL p50, server / offline, both per token"] = served["itl_p50_ms"] / offline["itl_p50_ms"]
+        ratios["saturation TTFT p50, server / offline, both per token"] = served["ttft_p50_ms"] / offline["ttft_p50_ms"]
     return ratios
 
 

@@ -1,5 +1,7 @@
 """benchmarks/serve_bench.py runs end to end on cpu (tiny sizes): every case's requests are answered in
-full, the ablation rows and ratios are there, and the prefix cache hits only where it is on."""
+full, the ablation rows and ratios are there, the prefix cache hits only where it is on, the streams
+spread over the client processes asked for (each one's load measured), and the offline run is timed
+per token like the server."""
 from __future__ import annotations
 
 import json
@@ -15,7 +17,7 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
     out = tmp_path / "serve_bench.json"
     command = [sys.executable, str(BENCH), "--tiny", "--requests", "6", "--conversations", "2", "--turns", "2",
                "--batch", "3", "--rate", "20", "--long-every", "3", "--system-len", "64", "--case-deadline", "120",
-               "--out", str(out)]
+               "--client-processes", "2", "--out", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
@@ -28,5 +30,14 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
         assert row["ok"] == row["requests"], row
     assert cases[("shared", "prefix on, chunked on")]["prefix_hit_rate"] > 0.3
     assert cases[("shared", "prefix OFF, chunked on")]["prefix_hit_rate"] == 0
-    assert len(report["ratios"]) == 5 and report["command"] and report["date"] and report["device"] == "cpu"
+    assert len(report["ratios"]) == 7 and report["command"] and report["date"] and report["device"] == "cpu"
     assert report["ratios"]["saturation ITL p50, server / offline decode step (target <= 1.3)"] > 0
+    # the streams of every case but the conversations went through two client processes, each measured
+    for (workload, config), row in cases.items():
+        if config != "offline generate_ids":
+            assert row["client_processes"] == (1 if workload == "shared" else 2), row
+            assert 0 < row["client_cpu"] and row["client_lag_p99_ms"] >= 0, row
+    # the offline run is timed per token, as the server is
+    offline = cases[("saturate", "offline generate_ids")]
+    assert 0 < offline["ttft_p50_ms"] and 0 <= offline["itl_p50_ms"] and offline["decode_step_ms"] > 0, offline
+    assert report["ratios"]["saturation TTFT p50, server / offline, both per token"] > 0
