@@ -108,9 +108,9 @@ def stacks(process: subprocess.Popen, err) -> str:
     return "\n" + "\n".join("    " + line for line in dump.splitlines())
 
 
-def one_run(args, sig: signal.Signals, delay: float) -> str | None:
+def one_run(args, sig: signal.Signals, delay: float, exits: list[float]) -> str | None:
     """One signalled run: None when it ended as it must, else what went wrong ("skipped": it ended
-    before the signal)."""
+    before the signal). The seconds from the signal to rank 0's exit go on ``exits``."""
     with tempfile.TemporaryFile("w+") as err:
         process = start(args, err)
         pgid, under = process.pid, set()
@@ -139,6 +139,7 @@ def one_run(args, sig: signal.Signals, delay: float) -> str | None:
             lines = [line for line in err.read().splitlines() if line.strip() and "weights:" not in line]
             if code == 0 and not lines:   # it ran to its end: the signal came as it exited (its handlers
                 return "skipped"          # turn any signal they see into 128 + the signal)
+            exits.append(ended)
             if code != 128 + sig:
                 return f"wrong exit: code {code}, not {128 + sig}, after {sig.name} at {delay:.2f} s; stderr: {lines[-3:]}"
             if lines != [LINES[sig]]:
@@ -169,23 +170,25 @@ def main(argv=None) -> int:
         max_delay = time.monotonic() - began
     print(f"{args.runs} runs: executor {args.executor}, target {args.target}, signals "
           f"{', '.join(s.name for s in sigs)}, delay 0..{max_delay:.1f} s, deadline {args.deadline:g} s", flush=True)
-    counts = Counter()
+    counts, exits = Counter(), []
     for i in range(args.runs):
         sig = rng.choice(sigs)
-        problem = one_run(args, sig, rng.uniform(0, max_delay))
+        problem = one_run(args, sig, rng.uniform(0, max_delay), exits)
         kind = "ok" if problem is None else problem.split(":")[0]
         counts[kind] += 1
         counts[sig.name] += kind != "skipped"
         if problem is not None and kind != "skipped":
             print(f"run {i}: {problem}", flush=True)
         else:
-            print(f"run {i}: {kind} ({sig.name})", flush=True)
+            print(f"run {i}: {kind} ({sig.name}" + (f", exit {exits[-1]:.2f} s after it)" if kind == "ok" else ")"),
+                  flush=True)
     signalled = args.runs - counts["skipped"]
     print(f"executor {args.executor}, target {args.target}: {signalled} signalled runs "
           f"({', '.join(f'{counts[s.name]} {s.name}' for s in sigs)}), {counts['ok']} ok, {counts['hang']} hangs, "
           f"{counts['slow']} slow (over {args.deadline:g} s), {counts['wrong exit']} wrong exits, "
           f"{counts['wrong output']} wrong outputs, "
-          f"{counts['left running']} left running; {counts['skipped']} ended before the signal took effect", flush=True)
+          f"{counts['left running']} left running; {counts['skipped']} ended before the signal took effect; "
+          f"slowest exit {max(exits, default=0):.2f} s after its signal", flush=True)
     return 0 if counts["ok"] == signalled else 1
 
 

@@ -71,9 +71,10 @@ def test_a_seed_that_seeds_no_generator_fails_its_row_only():
 
 
 # ---- the engine, at both executors --------------------------------------------------------------
-@pytest.mark.parametrize("executor", ["threads", "mp"])
-def test_a_failed_request_ends_alone_and_the_engine_serves_on(executor, poisoned):
-    with InferEngine(demo_checkpoint(), EngineConfig(tp=2, executor=executor, num_blocks=32,
+@pytest.mark.parametrize("executor, tp, pp", [("threads", 2, 1), ("mp", 2, 1), ("threads", 1, 2)])
+def test_a_failed_request_ends_alone_and_the_engine_serves_on(executor, tp, pp, poisoned):
+    # (pp=2: the last stage samples and the tokens come back before the next step is built)
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=tp, pp=pp, executor=executor, num_blocks=32,
                                                      max_model_len=64)) as engine:
         [alone] = engine.generate_ids([[1, 2, 3]], GOOD)
         good = engine.add_request([1, 2, 3], GOOD)
