@@ -44,7 +44,8 @@ from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
 from anydev.core.timeline import PHASES, phase_seconds
-from anydev.core.loading.weights import RankWeights
+from anydev.core.config import expected_tensor_names
+from anydev.core.loading.weights import RankWeights, projection_formats
 from anydev.plugin_api import load_backend
 
 #: mode -> its EngineConfig settings: the executor (default threads: every rank at once; "serial": one
@@ -136,7 +137,7 @@ def run(args) -> int:
         print(f"page cache warmed: {report['page_cache']['bytes'] / 1e9:.2f} GB of weight files read in "
               f"{report['page_cache']['seconds']:.2f} s ({report['page_cache']['gbps']:.1f} GB/s)")
 
-    report["weights"] = weights = measure_weights(fresh, devices, dtype, staging, threads)
+    report["weights"] = weights = measure_weights(fresh, devices, dtype, staging, threads, args.quantization)
     print_weights(weights, limits)
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -247,9 +248,10 @@ def warm_page_cache(directory) -> dict:
 
 
 # ---- weights alone and together ---------------------------------------------------------------
-def measure_weights(fresh, devices, dtype, staging: int, threads: int) -> dict:
+def measure_weights(fresh, devices, dtype, staging: int, threads: int, quantization: str | None = None) -> dict:
     """Each rank's weight load alone (one after another, each from a freshly opened checkpoint), then
-    all at once (from one, shared, as the engine does)."""
+    all at once (from one, shared, as the engine does), in the weight formats the engine loads
+    (``quantization``: as EngineConfig's; GGUF blocks kept by default)."""
     tp = len(devices)
 
     def load(rank: int, barrier=None, shared=None) -> dict:
@@ -261,7 +263,9 @@ def measure_weights(fresh, devices, dtype, staging: int, threads: int) -> dict:
         device = devices[rank]
         device.set_current()
         stream = device.create_stream()
-        weights = RankWeights(device, config, rank_shard(config, tp, rank), dtype)
+        shard = rank_shard(config, tp, rank)
+        formats = projection_formats(checkpoint, expected_tensor_names(config), shard, quantization)
+        weights = RankWeights(device, config, shard, dtype, formats=formats)
         try:
             if barrier is not None:
                 barrier.wait()

@@ -45,7 +45,15 @@ def test_init_bench_reports_each_ranks_shard_alone_and_together(tmp_path):
     assert all(g > 0 for g in report["limits"]["h2d_gbps_alone"] + [report["limits"]["host_copy_gbps_all"]])
 
 
-def test_init_bench_from_a_gguf_file_loads_dequantized_shards(tmp_path):
+def q8_0_shard_bytes(config, shard) -> int:
+    """Stored bytes of a rank's shard of a Q8_0 file of save_random_gguf: 34 bytes per 32 values of the
+    2-D tensors (the projections, the lm_head and the embedding), float32 for the norms."""
+    shapes = [local_shape(n, config, shard) for n in expected_tensor_names(config)]
+    return sum(math.prod(s) // 32 * 34 if len(s) == 2 else 4 * math.prod(s) for s in shapes)
+
+
+def test_init_bench_from_a_gguf_file_dequantizes_each_shards_blocks_on_the_device(tmp_path):
+    """Under "dequantize" the ranks still copy their shards' blocks as stored (no host decoding)."""
     from anydev.core.loading.random_weights import save_random_gguf
     config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
@@ -57,14 +65,15 @@ def test_init_bench_from_a_gguf_file_loads_dequantized_shards(tmp_path):
     report = json.loads(out.read_text())
     assert report["page_cache"]["bytes"] == (tmp_path / "model.gguf").stat().st_size
     for rank in range(2):
-        shard = rank_shard(config, 2, rank)
-        float32_bytes = 4 * sum(math.prod(local_shape(n, config, shard)) for n in expected_tensor_names(config))
-        assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == float32_bytes
+        want = q8_0_shard_bytes(config, rank_shard(config, 2, rank))
+        assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == want
+        assert report["weights"]["alone"][rank]["stored_bytes"] == want
 
 
 def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(tmp_path):
-    """By default the Q8_0 projections (and lm_head) stay in their blocks: each rank copies 34 bytes per
-    32 values of its shard of them, and float32 for the embedding and the norms (no host dequantization)."""
+    """By default the Q8_0 projections (and lm_head) stay in their blocks and the embedding is
+    dequantized on the device: each rank copies 34 bytes per 32 values of its shard of them, and the
+    float32 norms. The weight-load rows measure the same formats as the engine's init."""
     from anydev.core.loading.random_weights import save_random_gguf
     config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
@@ -75,8 +84,10 @@ def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(t
     report = json.loads(out.read_text())
     for rank in range(2):
         shard = rank_shard(config, 2, rank)
-        names = expected_tensor_names(config)
-        blocks = [n for n in names if n.endswith("proj.weight") or n == "lm_head.weight"]
-        want = sum(math.prod(local_shape(n, config, shard)) // 32 * 34 for n in blocks) \
-            + 4 * sum(math.prod(local_shape(n, config, shard)) for n in names if n not in blocks)
+        want = q8_0_shard_bytes(config, shard)
         assert report["modes"]["parallel"]["ranks"][rank]["load"]["stored_bytes"] == want
+        assert report["weights"]["alone"][rank]["stored_bytes"] == want
+        assert report["weights"]["together"][rank]["stored_bytes"] == want
+        held = report["modes"]["parallel"]["ranks"][rank]["load"]["formats"]
+        assert held.startswith("float32 ") and "q8_0 " in held, held
+        assert report["weights"]["alone"][rank]["formats"] == report["weights"]["together"][rank]["formats"] == held

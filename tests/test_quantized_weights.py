@@ -7,6 +7,7 @@ and their scales) and gives the tokens of its weights dequantized."""
 from __future__ import annotations
 
 import pytest
+import torch
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import Checkpoint, demo_checkpoint
 from anydev.core.loading.tensor_store import InMemoryStore
@@ -66,6 +67,48 @@ def test_gguf_blocks_kept_quantized_are_sharded_by_rows_columns_and_layers(gguf_
         assert down == tensor_type.lower()                 # 512 inputs: 256 a rank, whole blocks
         assert o == (None if tensor_type in ("Q4_K", "Q6_K") else tensor_type.lower())
 
+
+
+@pytest.mark.parametrize("quantization", [None, "dequantize", "int8"])
+def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file, quantization, monkeypatch):
+    """Every tensor a GGUF file stores in blocks is copied to the device as stored: kept (the
+    projections), dequantized there (the token embedding; every projection under "dequantize") or
+    quantized there ("int8"). The gguf package's host decoder is never called, and each float weight
+    equals its decoding of the file (q/k rows un-permuted), in blocks of rows small enough to split
+    every tensor, read by two threads."""
+    from anydev.core.config import expected_tensor_names
+    from anydev.core.loading import gguf_loader
+    from anydev.core.loading.checkpoint import open_checkpoint
+    from anydev.core.loading.weights import RankWeights, projection_formats
+    from anydev.core.models.sharding import rank_shard
+    from anydev.plugin_api import load_backend
+
+    def refuse(*args):
+        raise AssertionError("a GGUF block format was decoded on the host")
+
+    with open_checkpoint(gguf_file[1]) as checkpoint:
+        decoded = {name: checkpoint.load(name).float() for name in checkpoint.tensor_names()}   # by gguf
+        monkeypatch.setattr(gguf_loader, "dequantize", refuse)
+        device = load_backend("cpu").device(0)
+        shard = rank_shard(checkpoint.config, 1, 0)
+        formats = projection_formats(checkpoint, expected_tensor_names(checkpoint.config), shard, quantization)
+        weights = RankWeights(device, checkpoint.config, shard, torch.float32, formats=formats)
+        stream = device.create_stream()
+        try:
+            weights.load(checkpoint, stream, lambda: None, lambda n: None, staging_bytes=1 << 16, read_threads=2)
+            stream.synchronize()
+            floats = {name: t for name, t in weights.tensors.items() if not isinstance(t, QuantizedWeight)}
+            for name, tensor in floats.items():
+                assert torch.equal(tensor, decoded[name]), name
+            assert "model.embed_tokens.weight" in floats
+            assert (len(floats) == len(decoded)) == (quantization == "dequantize")
+            if quantization == "int8":
+                q_proj = weights.tensors["model.layers.0.self_attn.q_proj.weight"]
+                want = quantize_per_channel(decoded["model.layers.0.self_attn.q_proj.weight"], "int8")
+                assert torch.equal(q_proj.data, want[0]) and torch.equal(q_proj.scales, want[1])
+        finally:
+            weights.close()
+            stream.close()
 
 def round_trip_checkpoint(weight_format: str) -> Checkpoint:
     """The demo model with every projection (and the lm_head) replaced by its per-channel round trip."""

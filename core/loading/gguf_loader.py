@@ -157,7 +157,8 @@ class GGUFSlice:
     """The part ``cut`` of a GGUF tensor in HF layout (see :mod:`.tensor_slices`), decoded a block of
     rows at a time from the bytes of those rows only: along a row, only the quantization blocks the
     cut covers (a cut that splits a block decodes whole rows, then narrows). Quantized types are
-    dequantized on the host, per block, by the thread that reads it; F32/F16/BF16 keep their dtype.
+    dequantized on the host, per block, by the thread that reads it (the engine's loader reads the
+    block formats as stored instead: ``blocks``); F32/F16/BF16 keep their dtype.
     ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads. ``blocks``: rows of
     stored bytes instead (dtype uint8, ``row_bytes`` bytes a row; the cut must be whole blocks, see
     :meth:`GGUFStore.stored_format`)."""
@@ -201,7 +202,11 @@ class GGUFSlice:
 
     def read_rows(self, first: int, count: int, out: np.ndarray) -> None:
         if self.blocks:
-            out.reshape(count, self.row_bytes)[:] = self._raw[self._file_rows(first, count), self._columns]
+            rows = self._file_rows(first, count)
+            if isinstance(rows, slice):
+                out.reshape(count, self.row_bytes)[:] = self._raw[rows, self._columns]
+            else:   # q/k's permuted rows, gathered straight into ``out`` (no temporary)
+                np.take(self._raw[:, self._columns], rows, axis=0, out=out.reshape(count, self.row_bytes), mode="clip")
             return
         if len(self.full_shape) == 1:   # norms and biases: small, decoded whole
             decoded = decode_tensor(self._tensor, self._path)

@@ -7,8 +7,11 @@ change (say a float32 or float16 checkpoint run in bfloat16) happens on the devi
 the host only ever holds stored bytes, and never more than the staging buffers.
 
 Projection weights may stay quantized (``formats``, see :func:`projection_formats`): GGUF blocks are
-copied as stored (no host dequantization); ``int8``/``fp8_e4m3`` quantize a float checkpoint per output
-channel on the device, a block of rows at a time, as it loads. They become
+copied as stored; ``int8``/``fp8_e4m3`` quantize a float checkpoint per output channel on the device, a
+block of rows at a time, as it loads. A GGUF tensor in a block format that does not stay quantized (the
+token embedding; every tensor under ``quantization="dequantize"``) is copied as stored too and
+dequantized on the device: the host never decodes blocks (only a rank's cut that splits blocks, or a
+type ``quantized_linear`` lacks, is decoded on the host by the ``gguf`` package). They become
 :class:`~anydev.core.models.quantized.QuantizedWeight` values of ``tensors``; per-channel scales sit
 after all the weights, in the same order (so fused projections span their parts' scales too).
 """
@@ -24,7 +27,7 @@ import numpy as np
 import torch
 
 from anydev.plugin_api import Device, Stream
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, quantize_per_channel
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, dequantize, quantize_per_channel
 from anydev.plugin_api.weight_formats import row_bytes as format_row_bytes
 
 from ..config import expected_tensor_names
@@ -43,7 +46,8 @@ _MIN_PART_BYTES = 1 << 20
 #: The linear layers whose weight may be quantized (the lm_head too, when it is not the embedding).
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 #: ``quantization`` values: quantize per channel while loading (``fp8`` is ``fp8_e4m3``), or
-#: dequantize GGUF blocks to the dtype (the reference to compare with); None keeps what is stored.
+#: dequantize GGUF blocks to the dtype on the device (the reference to compare with); None keeps what
+#: is stored.
 QUANTIZATIONS = {"int8": "int8", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "dequantize": None}
 
 
@@ -75,11 +79,11 @@ def projection_formats(checkpoint, names, shard: RankShard, quantization: str | 
 class LoadStats:
     """Where one rank's weight load spent its time (seconds on the rank's thread)."""
 
-    stored_bytes: int = 0        # bytes copied host→device: the checkpoint's dtype (GGUF quants: float32, or their blocks)
+    stored_bytes: int = 0        # bytes copied host→device: the checkpoint's dtype, or its GGUF blocks
     device_bytes: int = 0        # bytes of weights on the device (the engine's dtype)
     seconds: float = 0.0         # the whole load, until the last copy (and conversion) finished
     open_seconds: float = 0.0    # opening each tensor's slice (headers, shape checks)
-    read_seconds: float = 0.0    # filling staging buffers from the checkpoint (GGUF: dequantizing too)
+    read_seconds: float = 0.0    # filling staging buffers from the checkpoint
     wait_seconds: float = 0.0    # waiting for a staging buffer the device was still copying from
     blocks: int = 0
     formats: str = ""            # the weights' formats and device bytes (RankWeights.describe)
@@ -179,12 +183,12 @@ class RankWeights:
         try:
             for name, (offset, shape) in self.offsets.items():
                 t = time.perf_counter()
-                piece = self._open(checkpoint, name, shape)
+                piece, blocks = self._open(checkpoint, name, shape)
                 self.stats.open_seconds += time.perf_counter() - t
-                if self._converts(name, piece) and scratch is None:
+                if self._converts(name, piece, blocks) and scratch is None:
                     scratch = self.device.alloc(staging.buffer_bytes)
-                self._copy(piece, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
-                if name in self.scale_offsets and not self._converts(name, piece):   # scales stored beside
+                self._copy(piece, blocks, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
+                if name in self.scale_offsets and not self._converts(name, piece, blocks):   # scales stored beside
                     scales = checkpoint.channel_scales(name, slice_of(name, self.shard))
                     with stream.torch_stream():
                         self.buffer.as_tensor(torch.float32, scales.shape, self.scale_offsets[name]).copy_(scales)
@@ -200,14 +204,15 @@ class RankWeights:
         self.stats.formats = self.describe()
         return self.stats
 
-    def _open(self, checkpoint, name: str, shape: tuple[int, ...]) -> TensorSlice:
-        from .checkpoint import ModelLoadError
-
-        fmt, cut = self.formats.get(name), slice_of(name, self.shard)
-        if fmt is not None and checkpoint.stored_format(name, cut) == fmt:
+    def _open(self, checkpoint, name: str, shape: tuple[int, ...]) -> tuple[TensorSlice, str | None]:
+        """The rank's slice of ``name`` and the GGUF block format it is read in (None: rows of its dtype).
+        Whatever is stored in a block format is read as stored (kept, or converted on the device)."""
+        cut = slice_of(name, self.shard)
+        stored = checkpoint.stored_format(name, cut)
+        if stored is not None and (stored in BLOCK_FORMATS or stored == self.formats.get(name)):
             piece = checkpoint.stored_slice(name, cut)
         else:
-            piece = checkpoint.tensor_slice(name, slice_of(name, self.shard))
+            piece, stored = checkpoint.tensor_slice(name, cut), None
         expected = full_shape(name, self.config)
         if tuple(piece.full_shape) != expected:
             raise ModelLoadError(
@@ -216,15 +221,18 @@ class RankWeights:
         if tuple(piece.shape) != shape:
             raise ModelLoadError(f"{checkpoint.source}: the slice of {name} for rank {self.shard.rank} is "
                                  f"{tuple(piece.shape)}, expected {shape}")
-        return piece
+        return piece, stored if stored in BLOCK_FORMATS else None
 
-    def _copy(self, piece: TensorSlice, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes):
+    def _copy(self, piece: TensorSlice, blocks: str | None, name, offset, staging, stream, scratch, readers,
+              check_cancel, on_bytes):
         """The slice block by block: read into a staging buffer, copy to the device (then convert there)."""
         shape = piece.shape
         fmt = self.formats.get(name)
-        rows, in_row = shape[0], piece.row_bytes if fmt in BLOCK_FORMATS else row_bytes(piece)
+        converts = self._converts(name, piece, blocks)
+        rows, in_row = shape[0], piece.row_bytes if blocks else row_bytes(piece)
         out_row = self.row_bytes(name, shape)
-        per_block = staging.buffer_bytes // in_row
+        # Blocks dequantized on the device become float32 rows: at most a staging buffer of them at once.
+        per_block = staging.buffer_bytes // (max(in_row, 4 * shape[1]) if blocks and converts else in_row)
         if per_block < 1:
             raise ValueError(f"a row of {name} ({in_row} bytes) does not fit a staging buffer of "
                              f"{staging.buffer_bytes} bytes; raise the staging size")
@@ -238,19 +246,21 @@ class RankWeights:
             self.stats.wait_seconds += t_read - t
             self.stats.read_seconds += time.perf_counter() - t_read
             dst_offset = offset + first * out_row
-            if not self._converts(name, piece):
+            if not converts:
                 stream.memcpy_async(self.buffer, host, count * in_row, dst_offset=dst_offset)
-            elif fmt in CHANNEL_FORMATS:   # quantized on the device, per row, in stream order after the copy
-                stream.memcpy_async(scratch, host, count * in_row)
-                with stream.torch_stream():
-                    data, scales = quantize_per_channel(scratch.as_tensor(piece.dtype, (count, *shape[1:])), fmt)
-                    self.buffer.as_tensor(data.dtype, data.shape, dst_offset).copy_(data)
-                    self.buffer.as_tensor(torch.float32, (count,), self.scale_offsets[name] + 4 * first).copy_(scales)
             else:   # the conversion runs on the device, in stream order after the copy
                 stream.memcpy_async(scratch, host, count * in_row)
                 with stream.torch_stream():
-                    stored = scratch.as_tensor(piece.dtype, (count, *shape[1:]))
-                    self.buffer.as_tensor(self.dtype, (count, *shape[1:]), dst_offset).copy_(stored)
+                    if blocks:
+                        stored = dequantize(scratch.as_tensor(torch.uint8, (count, in_row)), None, blocks, shape[1])
+                    else:
+                        stored = scratch.as_tensor(piece.dtype, (count, *shape[1:]))
+                    if fmt in CHANNEL_FORMATS:   # quantized per row
+                        data, scales = quantize_per_channel(stored, fmt)
+                        self.buffer.as_tensor(data.dtype, data.shape, dst_offset).copy_(data)
+                        self.buffer.as_tensor(torch.float32, (count,), self.scale_offsets[name] + 4 * first).copy_(scales)
+                    else:
+                        self.buffer.as_tensor(self.dtype, (count, *shape[1:]), dst_offset).copy_(stored)
             staging.release(index, stream)
             self.stats.stored_bytes += count * in_row
             self.stats.device_bytes += count * out_row
@@ -271,9 +281,11 @@ class RankWeights:
         for future in futures:
             future.result()
 
-    def _converts(self, name: str, piece: TensorSlice) -> bool:
-        """Whether the stored rows change on the device (a dtype change, or quantization)."""
+    def _converts(self, name: str, piece: TensorSlice, blocks: str | None) -> bool:
+        """Whether the stored rows change on the device (dequantization, a dtype change, quantization)."""
         fmt = self.formats.get(name)
+        if blocks is not None:
+            return fmt != blocks
         if fmt is None:
             return piece.dtype != self.dtype
         return fmt in CHANNEL_FORMATS and piece.dtype != CHANNEL_FORMATS[fmt]
