@@ -94,6 +94,13 @@ class InferEngine:
         self.executor: Executor | None = None
         self.last_stats = GenerationStats()
         self._closed = False
+        self._lock = threading.Lock()        # the scheduler's state (add, abort, plan, advance)
+        self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
+        self._stats = GenerationStats()      # every step since start-up
+        self._next_id = 0
+        self._seq_ids = itertools.count()   # every request's own id (``index`` may repeat)
+        self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
+        self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
         if self._owns_checkpoint:
             from .loading.checkpoint import open_checkpoint
@@ -159,13 +166,6 @@ class InferEngine:
         self.num_blocks = min(w.kv.layout.num_blocks for w in self.workers)
         self.block_manager = BlockManager(self.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, config.max_num_seqs, budget, config.enable_chunked_prefill)
-        self._lock = threading.Lock()        # the scheduler's state (add, abort, plan, advance)
-        self._step_lock = threading.Lock()   # one step at a time; close waits for the one running
-        self._stats = GenerationStats()      # every step since start-up
-        self._next_id = 0
-        self._seq_ids = itertools.count()   # every request's own id (``index`` may repeat)
-        self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
-        self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
 
     @property
     def workers(self) -> list:
@@ -478,17 +478,17 @@ class InferEngine:
     def close(self) -> None:
         """Stop: every waiting or running request ends (its caller gets :class:`EngineClosedError`),
         the step in flight (if any) is let finish, then every device buffer, stream and communicator
-        is freed and every rank thread joined."""
+        is freed and every rank thread joined. (A start that failed released everything itself and left
+        the engine closed, so this runs on a started engine only.)"""
         if self._closed:
             return
         self._closed = True
         try:
-            if hasattr(self, "scheduler"):
-                with self._lock:
-                    for seq in [*self.scheduler.running, *self.scheduler.waiting]:
-                        self.scheduler.finish(seq, "closed")
-                with self._step_lock:    # the step call in progress, if any, has returned
-                    self._inflight = None    # a launched step's tokens are dropped; release waits for its work
+            with self._lock:
+                for seq in [*self.scheduler.running, *self.scheduler.waiting]:
+                    self.scheduler.finish(seq, "closed")
+            with self._step_lock:    # the step call in progress, if any, has returned
+                self._inflight = None    # a launched step's tokens are dropped; release waits for its work
             self._release_all()
         finally:
             if self._owns_checkpoint:

@@ -350,7 +350,7 @@ class RankWorker:
         so the caller can report them without losing the first one."""
         self.model = None
         errors = []
-        events = getattr(self, "_zero_events", None) or ()
+        events = self._zero_events or ()
         for obj in (self.pieces, self.graphs, *events, self.io, self.kv, self.weights, self.stream):
             if obj is None:
                 continue
