@@ -19,18 +19,22 @@ import argparse
 
 import torch
 
-from anydev.core import EngineConfig, EngineConfigError, InferEngine, SamplingParams
+from anydev.core import EngineConfigError, InferEngine, SamplingParams
+from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from anydev.plugin_api import load_backend
 
 NEW_TOKENS = 48
+#: The settings each case sets itself (--tp is a list here; float32 and the sizes the prompts need).
+CASE_FIELDS = ("tp", "dtype", "max_num_seqs", "max_model_len", "use_graphs")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="nvidia")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
+    p.set_defaults(device="nvidia")
     p.add_argument("--tp", default=None, help="comma-separated TP sizes (default: 1 and 2 when 2+ devices)")
     p.add_argument("--skip-1b", action="store_true", help="check the demo model only")
     return p.parse_args(argv)
@@ -54,8 +58,8 @@ def run(args) -> int:
         prompts = _prompts(checkpoint.config.vocab_size)
         for tp in tps:
             for label, batch in (("3 seqs", prompts), ("1 seq", prompts[1:2])):
-                eager, _ = _tokens(checkpoint, args.device, tp, batch, use_graphs=False)
-                graphs, buckets = _tokens(checkpoint, args.device, tp, batch, use_graphs=True)
+                eager, _ = _tokens(checkpoint, args, tp, batch, use_graphs=False)
+                graphs, buckets = _tokens(checkpoint, args, tp, batch, use_graphs=True)
                 match = graphs == eager
                 all_match &= match
                 print(f"{name:>11}  tp={tp}  {label:>6}  float32  graphs == eager: {'yes' if match else 'no'}"
@@ -74,14 +78,14 @@ def _prompts(vocab_size: int) -> list[list[int]]:
     return [torch.randint(3, vocab_size, (n,), generator=generator).tolist() for n in (5, 17, 40)]
 
 
-def _tokens(checkpoint, device: str, tp: int, prompts, use_graphs: bool):
+def _tokens(checkpoint, args, tp: int, prompts, use_graphs: bool):
     """Greedy float32 tokens, and the buckets rank 0 captured (None when eager)."""
     # max_model_len stops the 40-token prompt after 32 new tokens, so the batch shrinks while the others go on.
-    config = EngineConfig(device=device, tp=tp, dtype="float32", max_num_seqs=4, max_model_len=40 + NEW_TOKENS - 16,
-                          use_graphs=use_graphs)
+    config = engine_config_from_args(args, tp=tp, dtype="float32", max_num_seqs=4, max_model_len=40 + NEW_TOKENS - 16,
+                                     use_graphs=use_graphs)
     with InferEngine(checkpoint, config) as engine:
         if use_graphs and not engine.uses_graphs:
-            raise EngineConfigError(f"backend '{device}' did not enable decode graphs")
+            raise EngineConfigError(f"backend '{config.device}' did not enable decode graphs")
         outputs = engine.generate_ids(prompts, SamplingParams(max_new_tokens=NEW_TOKENS))
         tokens = [o.token_ids for o in outputs]
         return tokens, engine.workers[0].graphs.buckets if use_graphs else None

@@ -31,12 +31,14 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
 from anydev.core import EngineConfig, InferEngine, format_timeline
+from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.executors.registry import register_executor
 from anydev.core.engine_config import DTYPES, default_read_threads
 from anydev.exits import exit_process, run_command
@@ -61,21 +63,19 @@ MODES = tuple(MODE_SETTINGS)
 MODE_SETTINGS["parallel-mp"] = dict(executor="mp")
 
 
+#: The settings each mode sets itself (see MODE_SETTINGS), and those the bench sets from its own flags.
+CASE_FIELDS = ("executor", "worker_cls", "use_graphs", "pp")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--tp", type=int, default=1)
-    p.add_argument("--dtype", default=None, help="default: bf16 on GPUs, float32 on cpu")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
+    p.set_defaults(device="cpu", tp=1, block_size=16, memory_fraction=0.95)
     p.add_argument("--model", help="an HF model directory or a .gguf file (make_random_model.py writes both); "
                                    "default: random weights made in process from the shape options")
     add_shape_arguments(p)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--quantization", default=None, choices=("int8", "fp8", "dequantize"),
-                   help="the engine's quantization (default: the checkpoint's own format, GGUF blocks kept)")
-    size = p.add_mutually_exclusive_group()
-    size.add_argument("--num-blocks", type=int, default=None, help="KV blocks per rank")
-    size.add_argument("--kv-gib-per-rank", type=float, default=None, help="KV cache size per rank, GiB (default 1)")
-    p.add_argument("--memory-fraction", type=float, default=0.95)
+    p.add_argument("--kv-gib-per-rank", type=float, default=None,
+                   help="KV cache size per rank, GiB (default 1; --num-blocks gives it in blocks instead)")
     p.add_argument("--staging-mib", type=int, default=128, help="pinned staging memory per rank, MiB")
     p.add_argument("--read-threads", type=int, default=None, help="reader threads per rank (default: cores / tp, <= 8)")
     p.add_argument("--limit-mib", type=int, default=1024, help="buffer size of the bandwidth measurements, MiB")
@@ -84,7 +84,10 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, default=1, help="runs per mode (alternating); the best is reported")
     p.add_argument("--no-warmup", action="store_true", help="let the first run also pay for device context creation")
     p.add_argument("--out", help="write the results as JSON here")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.num_blocks is not None and args.kv_gib_per_rank is not None:
+        p.error("give the KV cache size once: --num-blocks or --kv-gib-per-rank")
+    return args
 
 
 def main(argv=None) -> int:
@@ -113,9 +116,9 @@ def run(args) -> int:
     num_blocks = args.num_blocks or max(1, int((args.kv_gib_per_rank or 1.0) * 2**30) // block_bytes)
     threads = args.read_threads or default_read_threads(args.tp)
     staging = args.staging_mib << 20
-    config = dict(device=args.device, tp=args.tp, dtype=str(dtype).removeprefix("torch."), block_size=args.block_size,
-                  num_blocks=num_blocks, memory_fraction=args.memory_fraction, weight_staging_bytes=staging,
-                  weight_read_threads=threads, use_graphs=False, quantization=args.quantization)
+    engine = engine_config_from_args(args, dtype=str(dtype).removeprefix("torch."), num_blocks=num_blocks,
+                                     weight_staging_bytes=staging, weight_read_threads=threads, use_graphs=False)
+    config = {name: value for name, value in vars(engine).items() if name not in ("executor", "worker_cls")}
     print(f"model: {checkpoint!r}\nKV cache per rank: {num_blocks} blocks x {block_bytes} B = "
           f"{num_blocks * block_bytes / 2**30:.2f} GiB; {args.tp} rank(s) on {args.device}; "
           f"{threads} reader thread(s) and {args.staging_mib} MiB pinned staging per rank; {os.cpu_count()} cores")
@@ -145,7 +148,7 @@ def run(args) -> int:
     for _ in range(args.repeat):
         for mode in modes:
             with fresh() as checkpoint:
-                result = measure(checkpoint, EngineConfig(**config, **MODE_SETTINGS[mode]))
+                result = measure(checkpoint, replace(engine, **MODE_SETTINGS[mode]))
             if mode not in best or result["init_seconds"] < best[mode]["init_seconds"]:
                 best[mode] = result
     for mode in modes:

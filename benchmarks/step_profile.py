@@ -26,28 +26,30 @@ import time
 
 import torch
 
-from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core import InferEngine, SamplingParams
+from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
 
 _MIXED_STEPS = 64    # at most this many mixed steps are profiled
 TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
             num_hidden_layers=2)
+#: The settings the profile sets itself (from --context, --batch-sizes and --graphs).
+CASE_FIELDS = ("max_model_len", "max_num_seqs", "use_graphs", "enable_prefix_caching")
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cpu")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
+    p.set_defaults(device="cpu")
     p.add_argument("--batch-sizes", default="1")
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--steps", type=int, default=4, help="decode steps profiled")
     p.add_argument("--graphs", action="store_true", help="replay decode graphs (default: eager)")
-    p.add_argument("--kernels", default="native", choices=("native", "reference"))
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--rows", type=int, default=25, help="table rows")
     p.add_argument("--mixed", type=int, default=0,
                    help="also profile the mixed steps that prefill a prompt of this many tokens beside the decodes")
-    p.add_argument("--max-num-batched-tokens", type=int, default=None, help="tokens per step (the prefill chunk)")
     return p.parse_args(argv)
 
 
@@ -66,10 +68,9 @@ def run(args) -> int:
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context), generator=generator).tolist()
     long_prompt = torch.randint(2, model.vocab_size, (args.mixed,), generator=generator).tolist()
-    config = EngineConfig(device=args.device, max_model_len=context, max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_seqs=max(batch_sizes) + 1, use_graphs=args.graphs, kernels=args.kernels,
-                          enable_prefix_caching=False)
-    gpu = torch.cuda.is_available() and args.device != "cpu"
+    config = engine_config_from_args(args, max_model_len=context, max_num_seqs=max(batch_sizes) + 1,
+                                     use_graphs=args.graphs, enable_prefix_caching=False)
+    gpu = torch.cuda.is_available() and config.device != "cpu"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     with InferEngine(checkpoint, config) as engine:
         print(f"model: {checkpoint!r}; {engine.kernels_description}; graphs {'on' if engine.uses_graphs else 'off'}")
