@@ -120,7 +120,8 @@ def test_a_prompt_chunk_leaves_room_for_the_decodes_after_it():
     scheduler.running = [running_seq(manager, 0, 5, 5, output=[7]), running_seq(manager, 1, 40, 8),
                          running_seq(manager, 2, 5, 5, output=[7]), running_seq(manager, 3, 5, 5, output=[7])]
     step = scheduler.schedule()
-    assert [(seq.index, n) for seq, n in zip(step.seqs, step.num_new)] == [(0, 1), (1, 7), (2, 1), (3, 1)]
+    # (the decodes first, each group in arrival order: the model runs their attention as decodes)
+    assert [(seq.index, n) for seq, n in zip(step.seqs, step.num_new)] == [(0, 1), (2, 1), (3, 1), (1, 7)]
 
 
 def test_a_chunk_with_no_room_beside_the_decodes_waits_and_the_decodes_run():

@@ -110,6 +110,28 @@ def counting_kernels(offered=KERNEL_NAMES):
     return KernelSet("cpu", {name: counted(name) for name in offered}, note="counting"), calls
 
 
+def test_a_mixed_steps_decodes_run_as_decode_attention_and_only_its_chunk_as_prefill(monkeypatch, separate_tokens):
+    from anydev.plugin_api import load_backend
+
+    queries = {"paged_decode_attention": [], "paged_prefill_attention": []}    # each call's query rows
+
+    def recorded(name):
+        def call(q, *args):
+            queries[name].append(q.shape[0])
+            return REFERENCES[name](q, *args)
+        return call
+
+    kernels = KernelSet("cpu", {**{name: REFERENCES[name] for name in KERNEL_NAMES},
+                                **{name: recorded(name) for name in queries}}, note="recording")
+    monkeypatch.setattr(type(load_backend("cpu")), "kernels", lambda self: kernels)
+    with InferEngine(demo_checkpoint(), engine_config()) as engine:
+        # prompt 0 whole; then its decode (first) beside prompt 1's first chunk of 4 tokens
+        assert drive(engine, PROMPTS[:2], [[(0, 11)], [(0, 1), (1, 4)]]) == separate_tokens[:2]
+    layers = demo_checkpoint().config.num_hidden_layers
+    assert queries["paged_prefill_attention"][:2 * layers] == [11] * layers + [4] * layers
+    assert queries["paged_decode_attention"][:layers] == [1] * layers
+
+
 @pytest.mark.parametrize("mode,fused", [("native", True), ("native", False), ("reference", True)])
 def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, fused, monkeypatch, separate_tokens):
     from anydev.plugin_api import load_backend

@@ -28,8 +28,9 @@ def sent(message: tuple) -> tuple[list, tuple]:
 
 
 def same_batch(a: StepBatch, b: StepBatch) -> bool:
-    return (torch.equal(a.packed, b.packed) and (a.T, a.B, a.M, a.max_q_len, a.real_rows, a.num_prev, a.real_tokens)
-            == (b.T, b.B, b.M, b.max_q_len, b.real_rows, b.num_prev, b.real_tokens))
+    return (torch.equal(a.packed, b.packed)
+            and (a.T, a.B, a.M, a.max_q_len, a.real_rows, a.num_prev, a.real_tokens, a.num_decodes)
+            == (b.T, b.B, b.M, b.max_q_len, b.real_rows, b.num_prev, b.real_tokens, b.num_decodes))
 
 
 @pytest.fixture
@@ -45,6 +46,7 @@ def no_pickle(monkeypatch):
                                    step_batch(2, 3, prefill=5)], ids=["decode1", "prev-tokens", "graph-padded", "prefill"])
 def test_a_forward_step_comes_back_equal_without_pickle(batch, no_pickle):
     batch.real_tokens = None if batch.max_q_len == 1 else batch.T - 1
+    batch.num_decodes = 1 if batch.max_q_len > 1 else 0      # (a value the receiver must not lose)
     sampling = [SamplingParams(temperature=0.7, top_k=5, top_p=0.9, seed=11, stop=["x"]), None] + [None] * (batch.B - 2) \
         if batch.B > 1 else [SamplingParams()]
     seeds = [(4, 11), None] + [None] * (batch.B - 2) if batch.B > 1 else [None]

@@ -36,6 +36,7 @@ class BatchShape(msgspec.Struct, array_like=True):
     real_rows: int | None
     num_prev: int
     real_tokens: int | None
+    num_decodes: int
 
 
 class StepHeader(msgspec.Struct, array_like=True):
@@ -85,7 +86,7 @@ def decode(data: bytearray) -> tuple:
     for s in h.batches:
         nbytes = packed_nbytes(s.T, s.B, s.M)
         batches.append(StepBatch(payload[at:at + nbytes], s.T, s.B, s.M, s.max_q_len, s.real_rows, s.num_prev,
-                                 real_tokens=s.real_tokens))
+                                 real_tokens=s.real_tokens, num_decodes=s.num_decodes))
         at += nbytes + len(_pad(nbytes))
     if h.name == "forward":
         args = (batches[0], h.sampling[0], h.seeds[0], h.share_tokens, None, h.ended)
@@ -115,7 +116,8 @@ def _step_header(message: tuple) -> StepHeader | None:
     if any(b.token_pool is not None for b in batches):
         return None
     return StepHeader(seq, wants_reply, target, name,
-                      [BatchShape(b.T, b.B, b.M, b.max_q_len, b.real_rows, b.num_prev, b.real_tokens) for b in batches],
+                      [BatchShape(b.T, b.B, b.M, b.max_q_len, b.real_rows, b.num_prev, b.real_tokens, b.num_decodes)
+                       for b in batches],
                       [list(p) for p in sampling], [list(k) for k in seeds], share, tuple(ended))
 
 

@@ -63,6 +63,9 @@ class StepBatch:
     """A packed step; the fields named in the module docstring are views of ``packed``.
 
     ``max_q_len`` (host int) is the most tokens one sequence feeds: 1 makes it a pure decode step.
+    ``num_decodes`` (host int): the first ``num_decodes`` sequences feed one token each (the scheduler
+    puts a mixed step's decodes first), so their attention runs as decode attention; the prefill
+    attention then covers only the rows after them (as vLLM splits a batch's decodes from its prefills).
     ``real_rows`` is set on a decode step padded to a graph's batch size: only its first
     ``real_rows`` rows are sequences (see :mod:`anydev.core.rank.graphs`). ``real_tokens`` is set on a
     step padded to a token bucket of the piecewise graphs: only its first ``real_tokens`` tokens
@@ -80,15 +83,18 @@ class StepBatch:
     num_prev: int = 0
     token_pool: torch.Tensor | None = None
     real_tokens: int | None = None
+    num_decodes: int = 0
 
     @classmethod
-    def pack(cls, fields: dict[str, np.ndarray], max_q_len: int, num_prev: int = 0) -> "StepBatch":
+    def pack(cls, fields: dict[str, np.ndarray], max_q_len: int, num_prev: int = 0,
+             num_decodes: int = 0) -> "StepBatch":
         """Pack ``fields`` (numpy arrays by name); ``token_src`` defaults to every token the host's own."""
         T, (B, M) = len(fields["input_ids"]), fields["block_tables"].shape
         if "token_src" not in fields:
             fields = {**fields, "token_src": np.arange(num_prev, num_prev + T)}
         parts = [np.ascontiguousarray(fields[name], dtype=dt).view(np.uint8).ravel() for name, dt, _ in _LAYOUT]
-        return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len, num_prev=num_prev)
+        return cls(torch.from_numpy(np.concatenate(parts)), T, B, M, max_q_len, num_prev=num_prev,
+                   num_decodes=num_decodes)
 
     def __post_init__(self):
         fields, size = _fields(self.T, self.B, self.M)
@@ -105,7 +111,7 @@ class StepBatch:
     def view_of(self, packed: torch.Tensor) -> "StepBatch":
         """The same step shape over other bytes (a device copy, a graph's static buffer)."""
         return StepBatch(packed[:self.packed.numel()], self.T, self.B, self.M, self.max_q_len, self.real_rows,
-                         self.num_prev, real_tokens=self.real_tokens)
+                         self.num_prev, real_tokens=self.real_tokens, num_decodes=self.num_decodes)
 
     def placed(self, buffer: torch.Tensor) -> "StepBatch":
         """The same step shape in a uint8 ``buffer`` that starts with the ``num_prev`` int64 slots of

@@ -144,9 +144,15 @@ class LlamaRank:
         if batch.is_decode:
             out = k.paged_decode_attention(q, k_pages, v_pages, batch.block_tables, batch.seq_lens, self.scale,
                                            self.sliding_window)
-        else:
-            out = k.paged_prefill_attention(q, k_pages, v_pages, batch.cu_seqlens_q, batch.seq_lens,
-                                            batch.block_tables, self.scale, self.sliding_window)
+            return out.reshape(q.shape[0], -1)
+        d = batch.num_decodes       # a mixed step's decodes come first: their tokens are q[:d]
+        cu_seqlens_q = batch.cu_seqlens_q[d:] - d if d else batch.cu_seqlens_q
+        out = k.paged_prefill_attention(q[d:], k_pages, v_pages, cu_seqlens_q, batch.seq_lens[d:],
+                                        batch.block_tables[d:], self.scale, self.sliding_window)
+        if d:
+            decodes = k.paged_decode_attention(q[:d], k_pages, v_pages, batch.block_tables[:d], batch.seq_lens[:d],
+                                               self.scale, self.sliding_window)
+            out = torch.cat((decodes, out))
         return out.reshape(q.shape[0], -1)
 
     def _after_attention(self, i: int, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

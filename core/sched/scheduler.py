@@ -96,7 +96,7 @@ class Scheduler:
         budget = self._serve_running(step, self.max_num_batched_tokens)
         if not step.preempted:
             self._admit(step, budget, chunks=True)
-        return step
+        return _decodes_first(step)
 
     def _serve_running(self, step: ScheduledStep, budget: int) -> int:
         """Schedule the running sequences in arrival order, preempting the newest when blocks run
@@ -178,6 +178,13 @@ class Scheduler:
         return complete
 
 
+def _decodes_first(step: ScheduledStep) -> ScheduledStep:
+    """``step`` with the rows that feed one token first, each group in its order: the model runs
+    their attention as decodes and only the rest as prefill (``StepBatch.num_decodes``)."""
+    order = sorted(range(len(step.seqs)), key=lambda row: step.num_new[row] != 1)
+    return ScheduledStep([step.seqs[row] for row in order], [step.num_new[row] for row in order], step.preempted)
+
+
 def _decodes(seq: Sequence) -> bool:
     """``seq`` feeds one token this step: its newest (a decode)."""
     return seq.num_tokens - seq.num_cached == 1 and not seq.is_last_pending
@@ -242,10 +249,12 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
                                                                 num_prev)
         seq_lens = np.concatenate((seq_lens, np.zeros(rows - B, np.int64)))
         cu = np.arange(rows + 1)
+    ones = q_lens == 1
+    num_decodes = B if ones.all() else int(np.argmin(ones))      # the leading rows that feed one token
     batch = StepBatch.pack(dict(input_ids=input_ids, positions=positions, slot_mapping=slots,
                                 last_index=cu[1:] - 1, cu_seqlens_q=cu, seq_lens=seq_lens, block_tables=tables,
                                 token_src=token_src),
-                           max_q_len=int(q_lens.max()), num_prev=num_prev)
+                           max_q_len=int(q_lens.max()), num_prev=num_prev, num_decodes=num_decodes)
     batch.real_tokens = real_tokens
     if pad_to is not None:
         batch.real_rows = B
