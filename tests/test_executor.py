@@ -2,12 +2,15 @@
 a rank killed mid-generation, and bad launches. Every child process runs under a timeout."""
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -58,6 +61,24 @@ def test_mp_tp2_gives_the_tp1_tokens_and_one_timeline_of_both_ranks(tp1_tokens):
     assert tokens == tp1_tokens
     assert {rank for rank, _ in phases} == {0, 1} and (1, "weights") in phases
     assert rank_processes() == []   # the rank process ended with the engine
+
+
+def live_futures() -> int:
+    gc.collect()
+    return sum(isinstance(o, Future) for o in gc.get_objects())
+
+
+def test_mp_at_tp1_gives_the_threads_tokens_keeps_nothing_per_step_and_ends_its_threads(tp1_tokens):
+    # Rank 0 alone sends no step message: a step future kept to pair with one would pile up (two per
+    # step), and the garbage collector's pauses with them.
+    with InferEngine(demo_checkpoint(), EngineConfig(tp=1, executor="mp")) as engine:
+        tokens = [o.token_ids for o in engine.generate(PROMPTS, SamplingParams(max_new_tokens=NEW_TOKENS))]
+        before = live_futures()
+        engine.generate_ids([[1, 5, 9]], SamplingParams(max_new_tokens=64, ignore_eos=True))
+        kept = live_futures() - before
+    assert tokens == tp1_tokens
+    assert kept < 8, f"{kept} futures outlived 64 steps"
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("anydev-watchdog")]   # the group ended
 
 
 def test_mp_ranks_take_every_step_from_the_shared_memory_queue_without_pickle(tp1_tokens, monkeypatch):

@@ -157,6 +157,7 @@ class ProcessRanks:
         self._store = store
         self._store_server = store_server
         self._children = children or []
+        self._spawned = children is not None   # mp: this group started its processes and ends with its engine
         self._lock = threading.RLock()
         self._seq = 0
         self._pending: dict[int, list[tuple[str, Future]]] = {r: [] for r in range(1, self.world_size)}
@@ -292,6 +293,10 @@ class ProcessRanks:
         return [f for _, f in futures]
 
     def workers(self, local_worker, timeline) -> list:
+        """The engine's handle on every rank. Rank 0 alone (tp * pp = 1) is its bare worker, as on the
+        threads executor: no other rank's failure to relay and no step message to pair its steps with."""
+        if self.world_size == 1:
+            return [local_worker]
         return [LocalRank(local_worker, self)] + [RemoteRank(r, self, timeline) for r in range(1, self.world_size)]
 
     def local_call(self, name: str, local: Future) -> Future:
@@ -528,7 +533,7 @@ class ProcessRanks:
                 future.result(timeout=60)
             except Exception as exc:
                 problems.append(exc)
-        if self._children:
+        if self._spawned:
             self.end()
         return problems
 
