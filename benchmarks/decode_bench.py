@@ -42,14 +42,12 @@ import torch
 from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.exits import exit_process, run_command
-from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
 
 #: The Llama-3-8B shape (issue 21's targets).
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8)
 
-#: A shape too small to keep any device busy: its step time is host overhead (and a fast cpu smoke).
-TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
 ENGINES = ("graphs", "graphs-sync", "eager")
 HF_MODES = ("eager", "compiled")
 
@@ -99,7 +97,7 @@ def run(args) -> int:
     args.layers = args.layers or (2 if args.tiny else shape["num_hidden_layers"])
     longest = max(contexts + [args.prefill_len]) + args.new_tokens + 16
     model = llama_config(max_position_embeddings=longest,
-                         **dict(shape, **dict(TINY if args.tiny else {}, num_hidden_layers=args.layers)))
+                         **dict(shape, **dict(LLAMA_TINY if args.tiny else {}, num_hidden_layers=args.layers)))
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = {n: torch.randint(2, model.vocab_size, (max(batch_sizes), n), generator=generator).tolist()

@@ -29,11 +29,9 @@ import torch
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.exits import exit_process, run_command
-from anydev.core.loading.random_weights import LLAMA_1B, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
 
 _MIXED_STEPS = 64    # at most this many mixed steps are profiled
-TINY = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-            num_hidden_layers=2)
 #: The settings the profile sets itself (from --context, --batch-sizes and --graphs).
 CASE_FIELDS = ("max_model_len", "max_num_seqs", "use_graphs", "enable_prefix_caching")
 
@@ -63,7 +61,7 @@ def run(args) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     extra = _MIXED_STEPS + 2 if args.mixed else 0     # the decodes keep running through the mixed steps
     context = max(args.context + extra, args.mixed) + args.steps + 32
-    model = llama_config(max_position_embeddings=context, **(TINY if args.tiny else {}))
+    model = llama_config(max_position_embeddings=context, **(LLAMA_TINY if args.tiny else {}))
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context), generator=generator).tolist()

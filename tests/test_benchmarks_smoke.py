@@ -67,6 +67,16 @@ def test_step_profile_profiles_each_mixed_step_of_a_long_prompt(capsys):
     assert all("mixed step wall" in t for t in titles)
 
 
+def test_executor_bench_sets_each_executors_step_beside_the_threads(capsys):
+    assert load("executor_bench").main(["--tiny", "--context", "8", "--new-tokens", "6", "--repeats", "2",
+                                        "--batch-sizes", "1,2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["threads"], ["mp"]) and "/" not in line]
+    assert sorted((r[0], int(r[1])) for r in rows) == [("mp", 1), ("mp", 2), ("threads", 1), ("threads", 2)]
+    assert all(float(r[2]) > 0 and float(r[3]) > 0 for r in rows)   # step ms, and the launch beyond the forward
+    assert "mp / threads, batch 1: step" in out and "mp / threads, batch 2: step" in out
+
+
 def test_linear_bench_times_every_method_for_every_gemm(tmp_path):
     out = tmp_path / "linear.json"
     assert load("linear_bench").main(["--device", "cpu", "--tiny", "--batches", "1,3", "--reps", "1", "--out", str(out)]) == 0
