@@ -155,24 +155,16 @@ _RANDOM_BLOCKS = {"Q8_0": ((0,), 127), "Q4_0": ((0,), 8), "Q4_1": ((0, 2), 15), 
 GGUF_TYPES = ("F32", "F16", *_RANDOM_BLOCKS)
 
 
-def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
-    """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer): 2-D
-    weights in ``tensor_type``, norms in F32. Quantized blocks are drawn directly (random bytes, their
-    fp16 scale fields 1/(largest code x sqrt(fan_in))), so even an 8B shape is written in seconds; the
-    file is for timing the loader and the kernels, not a model of anything. Returns the number of
-    parameters."""
+def gguf_writer(path, config):
+    """A ``gguf.GGUFWriter`` for ``path`` holding the metadata of a llama ``config`` model with the demo
+    tokenizer; the caller adds the tensors (HF names through ``gguf_loader.gguf_name``; llama.cpp's
+    q/k row order) and writes the file (``write_gguf``)."""
     import json
 
     import gguf
-    import numpy as np
-
-    from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
     from .demo_model import BOS, EOS, build_demo_tokenizer
-    from .gguf_loader import gguf_name
 
-    if tensor_type not in GGUF_TYPES:
-        raise ValueError(f"tensor type {tensor_type!r}: use one of {GGUF_TYPES}")
     tokenizer = json.loads(build_demo_tokenizer().to_str())["model"]
     tokens = sorted(tokenizer["vocab"], key=tokenizer["vocab"].get)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["merges"]]
@@ -192,6 +184,33 @@ def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> 
     writer.add_token_merges(merges)
     writer.add_bos_token_id(tokenizer["vocab"][BOS])
     writer.add_eos_token_id(tokenizer["vocab"][EOS])
+    return writer
+
+
+def write_gguf(writer) -> None:
+    """Write and close a :func:`gguf_writer` whose tensors are all added."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
+    """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer): 2-D
+    weights in ``tensor_type``, norms in F32. Quantized blocks are drawn directly (random bytes, their
+    fp16 scale fields 1/(largest code x sqrt(fan_in))), so even an 8B shape is written in seconds; the
+    file is for timing the loader and the kernels, not a model of anything. Returns the number of
+    parameters."""
+    import gguf
+    import numpy as np
+
+    from anydev.plugin_api.weight_formats import BLOCK_FORMATS
+
+    from .gguf_loader import gguf_name
+
+    if tensor_type not in GGUF_TYPES:
+        raise ValueError(f"tensor type {tensor_type!r}: use one of {GGUF_TYPES}")
+    writer = gguf_writer(path, config)
 
     store = RandomStore(config, seed)
     rng = np.random.default_rng(seed)
@@ -209,8 +228,5 @@ def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> 
             for at in fields:
                 blocks[..., at:at + 2] = scale
             writer.add_tensor(gguf_name(name), blocks.reshape(rows, -1), raw_dtype=gguf.GGMLQuantizationType[tensor_type])
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(writer)
     return sum(math.prod(shape) for shape in store.shapes.values())

@@ -74,6 +74,14 @@ class LlamaRank:
         on every rank."""
         return self.head(*self.run_layers(self.embed_tokens(batch), None, batch), batch)
 
+    @torch.inference_mode()
+    def token_logits(self, batch: StepBatch) -> torch.Tensor:
+        """Logits [T, vocab] after every token of a step, not only each sequence's last (teacher-forced
+        scoring: a prompt's log-probabilities, perplexity). A rank that holds the whole model only."""
+        x, residual = self.run_layers(self.embed_tokens(batch), None, batch)
+        self.kernels.fused_add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)
+        return self.logits(x)
+
     def embed_tokens(self, batch: StepBatch) -> torch.Tensor:
         """The step's token embeddings [T, hidden]."""
         return F.embedding(batch.embedding_ids(), self.embed)
