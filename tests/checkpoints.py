@@ -224,8 +224,9 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     writes llama.cpp's ``rope_freqs`` tensor). Returns the path, the dequantized HF state dict (load it
     into a transformers model built from ``hf_config`` for reference outputs) and the config.
     """
-    import gguf
     import transformers
+
+    from anydev.core.loading.gguf_writing import gguf_model_writer, write_gguf
     path = Path(path)
     spec = _tokenizer_spec("qwen2" if arch == "qwen2" else "llama")
     if tokenizer_model == "llama":
@@ -245,16 +246,7 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     head_dim = config.hidden_size // config.num_attention_heads
     theta = config.rope_parameters["rope_theta"]
 
-    writer = gguf.GGUFWriter(path, arch)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(theta)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer = gguf_model_writer(path, arch, config, rope_theta=theta, head_dim=head_dim)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
@@ -294,8 +286,5 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
         state_dict["lm_head.weight"] = state_dict["model.embed_tokens.weight"]
         original["lm_head.weight"] = original["model.embed_tokens.weight"]
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_gguf(writer)
     return WrittenGGUF(path, state_dict, original, config, backend)

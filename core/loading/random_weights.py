@@ -14,6 +14,7 @@ import torch
 
 from ..config import expected_tensor_names
 from ..models.sharding import full_shape
+from .gguf_writing import gguf_model_writer, write_gguf
 
 #: The ~1B Llama shape of the decode benchmark.
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -161,23 +162,12 @@ def gguf_writer(path, config):
     q/k row order) and writes the file (``write_gguf``)."""
     import json
 
-    import gguf
-
     from .demo_model import BOS, EOS, build_demo_tokenizer
 
     tokenizer = json.loads(build_demo_tokenizer().to_str())["model"]
     tokens = sorted(tokenizer["vocab"], key=tokenizer["vocab"].get)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["merges"]]
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_theta)
-    writer.add_rope_dimension_count(config.head_dim)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer = gguf_model_writer(path, "llama", config, rope_theta=config.rope_theta, head_dim=config.head_dim)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokens)
     writer.add_token_types([3 if t in (BOS, EOS) else 1 for t in tokens])
@@ -185,14 +175,6 @@ def gguf_writer(path, config):
     writer.add_bos_token_id(tokenizer["vocab"][BOS])
     writer.add_eos_token_id(tokenizer["vocab"][EOS])
     return writer
-
-
-def write_gguf(writer) -> None:
-    """Write and close a :func:`gguf_writer` whose tensors are all added."""
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
