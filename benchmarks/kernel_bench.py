@@ -133,14 +133,20 @@ def cases(args, dtype, dev, kernels):
         yield ("silu_and_mul", f"{T} x {inter}", lambda gu=gu: (gu,), [])
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    backend = load_backend(args.device)
+def open_kernels(device_name: str):
+    """(backend, torch device, kernels) of backend ``device_name``'s device 0, made current on this
+    thread; the kernels' description printed."""
+    backend = load_backend(device_name)
     device = backend.device(0)
     device.set_current()
-    dev = device.torch_device
     kernels = backend.kernels()
     print(kernels.describe())
+    return backend, device.torch_device, kernels
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    backend, dev, kernels = open_kernels(args.device)
     if not kernels.native:
         print(f"'{backend.name}' offers no native kernels: nothing to compare", file=sys.stderr)
         return 1

@@ -23,8 +23,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from anydev.plugin_api import load_backend
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, WEIGHT_FORMATS, quantize_per_channel, row_bytes
+from kernel_bench import open_kernels   # the script beside this one
 
 MODELS = {  # Llama-3.2-1B and Llama-3-8B: hidden, query heads, KV heads, head dim, MLP, vocabulary, layers
     "1B": (2048, 32, 8, 64, 8192, 128256, 16),
@@ -183,12 +183,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    backend = load_backend(args.device)
-    device = backend.device(0)
-    device.set_current()
-    dev = device.torch_device
-    kernels = backend.kernels()
-    print(kernels.describe())
+    backend, dev, kernels = open_kernels(args.device)
     models = TINY if args.tiny else MODELS
     with torch.inference_mode():
         rows = table(args, kernels, dev, models)
