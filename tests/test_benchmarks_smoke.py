@@ -101,3 +101,13 @@ def test_decode_bench_runs_each_quantization_beside_the_unquantized_engine(tmp_p
     report = json.loads(out.read_text())
     assert {r["engine"] for r in report["rows"]} == {"anydev eager", "anydev eager int8"}
     assert any(line.startswith("anydev eager int8 / anydev eager, decode batch 1") for line in report["ratios"])
+
+
+def test_serve_client_cost_measures_every_stream_count():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "serve_client_cost.py"), "--streams", "2,3", "--tokens", "4",
+                           "--tick-ms", "5"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "   2 streams: client CPU" in done.stdout and "   3 streams: client CPU" in done.stdout, done.stdout
