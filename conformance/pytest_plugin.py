@@ -210,8 +210,11 @@ class ConformanceReporter:
             return
         terminalreporter.write_sep("=", "anydev conformance matrix")
         terminalreporter.write(markdown_matrix(results))
-        for line in failure_lines(results):
+        failures = failure_lines(results)
+        for line in failures:
             terminalreporter.write_line(line)
+        if failures and self.config.getoption("tbstyle") == "no":
+            terminalreporter.write_line("(tracebacks are off: add -- --tb=short to see them, and -k NAME for one check)")
         for line in self.uncertified:
             terminalreporter.write_line(f"NOT CERTIFIED (fails the run: it was asked for by name): {line}")
         backends = sorted({r.backend for r in results})

@@ -23,14 +23,15 @@ echo "== conformance suite"
 # cpu virtual devices of 1 GiB: less than a small CI machine's free memory, so that their free memory
 # is the backend's own accounting, not the host's (the failed-init leak checks compare it). Four of
 # them: each backend is certified at its device count, and the cpu backend at 4 ranks (collectives at
-# 1, 2, 3 and 4), as the mutants runner runs it.
+# 1, 2, 3 and 4), as the mutants runner runs it. Short tracebacks (the suite's default is none): a
+# failure in CI cannot be run again to see one.
 ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} ANYDEV_CPU_DEVICES=${ANYDEV_CPU_DEVICES:-4} \
-    "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" || status=1
+    "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" --tb=short || status=1
 
 echo "== conformance kernels group: the Triton kernels under Triton's interpreter"
 TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 \
     "$PYTHON" -m anydev.conformance --device cpu -n 2 --report "$(dirname "$REPORT")/kernels-triton-interpreter.json" \
-    -- -k kernels || status=1
+    -- --tb=short -k kernels || status=1
 
 echo "== mutation testing of the conformance suite"
 "$PYTHON" -m anydev.conformance.mutants -j 2 || status=1

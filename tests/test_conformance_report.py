@@ -294,6 +294,10 @@ def test_contract_breaches_are_reported_as_failures(tmp_path, fake_plugins_path)
     max_2 = status["test_all_reduce[sloppy-2ranks-max-float32]"]
     assert max_2[0] == "fail" and "all_reduce max float32" in max_2[1]
     assert status["test_all_reduce[sloppy-1ranks-max-float32]"][0] == "pass"  # one rank: max == sum
+    # one line per failure under the matrix, no traceback: a new backend's first run is a page
+    assert "FAIL conformance/test_streams_events.py::test_query_reports_running_then_done[sloppy]: " in done.stdout
+    assert "Traceback" not in done.stdout and "_____ test_" not in done.stdout
+    assert "add -- --tb=short to see them" in done.stdout
 
 
 def test_a_backend_named_that_certifies_nothing_fails_the_run(tmp_path, fake_plugins_path):
