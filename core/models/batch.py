@@ -122,10 +122,12 @@ class StepBatch:
         return step
 
     def embedding_ids(self) -> torch.Tensor:
-        """The token ids to embed: ``input_ids``, with the previous step's tokens taken on the device."""
+        """The token ids to embed: ``input_ids``, with the previous step's tokens taken on the device.
+        A previous token that is a failure code (negative: that row's request ends once the host
+        reads it) is embedded as token 0; the clamp is inside the decode graph, free on the host."""
         if self.token_pool is None:
             return self.input_ids
-        return self.token_pool.index_select(0, self.token_src)
+        return self.token_pool.index_select(0, self.token_src).clamp_(min=0)
 
     @property
     def num_tokens(self) -> int:

@@ -72,18 +72,16 @@ class StepIO:
     def publish(self, tokens: torch.Tensor, read_back: bool) -> TokenTicket | None:
         """Store a step's sampled ``tokens`` [rows] (int64, on the device) where the next step takes
         them; with ``read_back``, also start copying them to the host (see :meth:`read`). A negative
-        token (a row whose sampling failed: see ``sampling.ROW_FAILURES``) is read back as it is, and
-        the next step takes token 0 in its place (its request ends once the host reads the code)."""
+        token (a row whose sampling failed: see ``sampling.ROW_FAILURES``) is kept and read back as it
+        is; the next step embeds token 0 in its place (``StepBatch.embedding_ids``)."""
         rows = tokens.shape[0]
         self.prev_tokens[:rows].copy_(tokens)
-        ticket = None
-        if read_back:
-            slot, self._next = self._next, self._next ^ 1
-            self.stream.memcpy_async(self._readback[slot], self.buffer, 8 * rows)
-            self.stream.record(self._events[slot])
-            ticket = TokenTicket(slot, rows)
-        self.prev_tokens[:rows].clamp_(min=0)   # after the copy out, in stream order
-        return ticket
+        if not read_back:
+            return None
+        slot, self._next = self._next, self._next ^ 1
+        self.stream.memcpy_async(self._readback[slot], self.buffer, 8 * rows)
+        self.stream.record(self._events[slot])
+        return TokenTicket(slot, rows)
 
     def read(self, ticket: TokenTicket) -> list[int]:
         """The tokens of a published step, once the device has them (waits for that step only)."""

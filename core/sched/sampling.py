@@ -105,15 +105,18 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     params are None needs no token, e.g. a prefill chunk short of its prompt's end: it gets the
     argmax). Greedy rows take one argmax together; sampled rows without a generator are drawn together
     with per-row temperature, top-k and top-p; a row with its own generator (a request's seed, so its
-    tokens do not depend on what shares the step) is drawn alone. A row whose logits are not all
-    finite gets :data:`NON_FINITE_LOGITS` (a mask on the device: no host sync), one whose generator
-    is :data:`UNSEEDED` gets :data:`UNSEEDABLE`; the engine ignores the codes of rows that need no
-    token. Returns [B] int64."""
-    finite = torch.isfinite(logits).all(dim=-1)
-    tokens = logits.argmax(dim=-1)
+    tokens do not depend on what shares the step) is drawn alone. A row whose logits hold NaN or
+    +inf, or only -inf, gets :data:`NON_FINITE_LOGITS`, one whose generator is :data:`UNSEEDED` gets
+    :data:`UNSEEDABLE`; the engine ignores the codes of rows that need no token. The check is on the
+    device (no host sync) and reads only each row's largest logit, which NaN and +inf always are:
+    greedy decoding, the hot path, pays three tiny kernels for it. Returns [B] int64."""
+    best, tokens = logits.max(dim=-1)
+    finite = best.abs() < math.inf     # False for NaN too
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
-    if sampled:   # a failed row's draw is thrown away: uniform logits keep torch.multinomial from raising
-        logits = logits.masked_fill(~finite[:, None], 0.0)
+    if not sampled:
+        return torch.where(finite, tokens, NON_FINITE_LOGITS)
+    # a failed row's draw is thrown away: uniform logits keep torch.multinomial from raising
+    logits = logits.masked_fill(~finite[:, None], 0.0)
     shared = [i for i in sampled if generators[i] is None]
     for row in sampled:
         if generators[row] is UNSEEDED:
@@ -123,7 +126,7 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     if shared:
         rows = torch.tensor(shared, device=logits.device)
         tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
-    return tokens.masked_fill(~finite, NON_FINITE_LOGITS)
+    return torch.where(finite, tokens, NON_FINITE_LOGITS)
 
 
 #: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
