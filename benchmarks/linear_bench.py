@@ -5,13 +5,17 @@ bandwidth (weight bytes + activations over the time), and per model the GEMMs' t
 
     python benchmarks/linear_bench.py --device nvidia                         # the table
     python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
+    python benchmarks/linear_bench.py --device nvidia --skip-table --sweep --sweep-batches 32 \\
+        --sweep-formats int8,fp8_e4m3 --table-out plans.txt                     # batch-32 tl.dot tiles
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
 
 Times: a device graph of one call per copy of the weights (as many copies as it takes to exceed 256 MB,
 so the L2 cache does not serve the weights), replayed ``--reps`` times; per call. On the cpu (no graphs),
-wall time of the same calls. ``--sweep`` times the Triton kernel's candidate plans (blocks, warps, K
-split) for the batch-1 GEMMs of a few formats and prints the best beside the heuristic's
-(``anydev.backends.triton_kernels.linear.plan``).
+wall time of the same calls. ``--sweep`` times the Triton kernel's candidate plans (blocks, warps,
+pipeline stages, K split) for the GEMMs of a few formats at ``--sweep-batches`` rows and prints the best
+beside the heuristic's (``anydev.backends.triton_kernels.linear.plan``); ``--table-out`` writes those
+that beat it as entries of ``anydev.backends.triton_kernels.linear_plans.RECORDED``, which ``plan``
+then takes on that device.
 """
 from __future__ import annotations
 
@@ -138,35 +142,77 @@ def table(args, kernels, dev, models) -> list[dict]:
     return rows
 
 
-def sweep(args, dev, models) -> list[dict]:
-    """Batch 1: every candidate plan of the Triton family beside the heuristic's, per GEMM and format."""
+def candidates(M: int, K: int, fmt: str):
+    """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
+    (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile); above, the
+    ``tl.dot`` tiles (rows 16 or the bucket's, outputs, inputs), warps, pipeline stages and K split."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
+    if M == 1:
+        widths = (256,) if fmt in ("q4_k", "q6_k") else (128, 256, 512)
+        for bn, bk, warps, split in itertools.product((16, 32, 64), widths, (4, 8), (1, 2, 4, 8, 16)):
+            yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
+        return
+    rows = sorted({16, max(16, triton_linear.triton.next_power_of_2(M))})
+    for bm, bn, bk, warps, stages, split in itertools.product(rows, (32, 64, 128), (64, 128, 256), (4, 8), (2, 3, 4, 5),
+                                                              (1, 2, 4)):
+        yield triton_linear.Plan.sliced(M, K, bm, bn, bk, split, warps, stages)
+
+
+def sweep(args, dev, models) -> tuple[list[dict], dict]:
+    """Per batch of ``--sweep-batches``, GEMM and format: every candidate plan of the Triton family
+    beside the heuristic's (a candidate whose output differs from the heuristic's is dropped, and
+    counted). Returns the rows and the table of the plans that beat the heuristic's by more than 3%
+    (``linear_plans.RECORDED``'s keys and values)."""
+    from anydev.backends.triton_kernels import linear as triton_linear
+    from anydev.backends.triton_kernels.linear_plans import device_name, rows_bucket
+
     timer = Timer(dev, args.reps)
-    rows = []
-    print("\n== plan sweep, batch 1: best plan vs the heuristic's (us)")
-    for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
-        for name, N, K in gemms(model)[:4]:
-            x = torch.randn(1, K, device=dev).bfloat16()
-            weights = copies_of(fmt, N, K, dev, args.tiny)
-            scales_fmt = "dense" if fmt == "dense" else fmt
+    rows, recorded = [], {}
+    for batch in args.sweep_batches:
+        print(f"\n== plan sweep, batch {batch}: best plan vs the heuristic's (us)")
+        for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
+            for name, N, K in gemms(model)[:4 if batch == 1 else 5]:
+                x = torch.randn(batch, K, device=dev).bfloat16()
+                weights = copies_of(fmt, N, K, dev, args.tiny)
 
-            def timed(p):
-                return timer([lambda w=w, s=s: triton_linear.run(x, w, s, scales_fmt, p) for w, s in weights])
+                def timed(p):
+                    return timer([lambda w=w, s=s: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
 
-            chosen = triton_linear.plan(1, N, K, fmt, dev)
-            results = {chosen: timed(chosen)}
-            for bn, bk, warps, split in itertools.product((16, 32, 64), (128, 256, 512), (4, 8), (1, 2, 4, 8, 16)):
-                p = triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
-                if p not in results:
+                chosen = triton_linear.plan(batch, N, K, fmt, dev)
+                want = triton_linear.run(x, *weights[0], fmt, chosen).float()
+                results, wrong = {chosen: timed(chosen)}, 0
+                for p in candidates(batch, K, fmt):
+                    if p in results:
+                        continue
+                    got = triton_linear.run(x, *weights[0], fmt, p).float()
+                    if not torch.allclose(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item()):
+                        wrong += 1
+                        continue
                     results[p] = timed(p)
-            best = min(results, key=results.get)
-            moved = weight_bytes(fmt, N, K)
-            print(f"{model_name} {name:8} {fmt:9} heuristic {results[chosen]:7.1f} ({moved / results[chosen] / 1e6:4.2f} TB/s) "
-                  f"{chosen}  best {results[best]:7.1f} ({moved / results[best] / 1e6:4.2f} TB/s) {best}", flush=True)
-            rows.append({"model": model_name, "gemm": name, "format": fmt, "heuristic": str(chosen),
-                         "heuristic_us": results[chosen], "best": str(best), "best_us": results[best]})
-    return rows
+                best = min(results, key=results.get)
+                moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
+                gain = results[chosen] / results[best]
+                print(f"{model_name} b{batch} {name:8} {fmt:9} heuristic {results[chosen]:7.1f} "
+                      f"({moved / results[chosen] / 1e6:4.2f} TB/s) {chosen}  best {results[best]:7.1f} "
+                      f"({moved / results[best] / 1e6:4.2f} TB/s, {gain:.2f}x) {best}"
+                      + (f"  [{wrong} plans gave other outputs]" if wrong else ""), flush=True)
+                rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
+                             "heuristic": str(chosen), "heuristic_us": results[chosen], "best": str(best),
+                             "best_us": results[best], "wrong_plans": wrong})
+                if gain > 1.03 and rows_bucket(batch) == batch:
+                    recorded[(device_name(dev), batch, fmt, N, K)] = (best.block_m, best.block_n, best.block_k,
+                                                                      best.split, best.num_warps, best.num_stages)
+                del weights
+    return rows, recorded
+
+
+def write_table(path: str, recorded: dict) -> None:
+    """``recorded`` as lines to paste into ``linear_plans.RECORDED``."""
+    with open(path, "w") as f:
+        for key, value in sorted(recorded.items()):
+            f.write(f"    {key!r}: {value!r},\n")
+    print(f"wrote {len(recorded)} plan(s) that beat the heuristic to {path} (paste into linear_plans.RECORDED)")
 
 
 def parse_args(argv=None):
@@ -175,8 +221,12 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[1, 32])
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--tiny", action="store_true", help="one small shape (a smoke run, e.g. under Triton's interpreter)")
-    p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans at batch 1")
+    p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
+    p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],
+                   help="rows of the swept calls (a batch above 1 sweeps the tl.dot tiles; recorded for 1, 16, 32, 64)")
+    p.add_argument("--table-out", help="write the sweep's plans that beat the heuristic here, as linear_plans.RECORDED lines")
+    p.add_argument("--skip-table", action="store_true", help="only the sweep (with --sweep)")
     p.add_argument("--out", help="write the rows as JSON here")
     return p.parse_args(argv)
 
@@ -186,8 +236,10 @@ def main(argv=None) -> int:
     backend, dev, kernels = open_kernels(args.device)
     models = TINY if args.tiny else MODELS
     with torch.inference_mode():
-        rows = table(args, kernels, dev, models)
-        sweep_rows = sweep(args, dev, models) if args.sweep else []
+        rows = [] if args.skip_table else table(args, kernels, dev, models)
+        sweep_rows, recorded = sweep(args, dev, models) if args.sweep else ([], {})
+    if args.table_out:
+        write_table(args.table_out, recorded)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": args.device, "hardware": backend.runtime.hardware_label, "torch": torch.__version__,

@@ -5,8 +5,9 @@ time to read the weights.
 A program computes ``BLOCK_N`` outputs of ``BLOCK_M`` rows over one slice of ``K`` (split-K: the
 slices' float32 partial sums are added by a second launch), loading each weight tile once: at
 ``BLOCK_M == 1`` as a GEMV (multiply and sum), otherwise with ``tl.dot`` on the tile dequantized to the
-activations' dtype. :func:`plan` picks the blocks and the split by shape, a fixed heuristic: enough
-programs to fill the device (:func:`~._common.programs_to_fill`). A float weight at ``T >
+activations' dtype. :func:`plan` picks the blocks and the split by shape: a plan measured on the device
+where :mod:`.linear_plans` records one, else a fixed heuristic (enough programs to fill the device,
+:func:`~._common.programs_to_fill`). A float weight at ``T >
 DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._weight_tiles import CODES, block32_gemv, q4_k_gemv_block, q6_k_gemv_block, weight_tile
+from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
 DENSE_MAX_ROWS = 16
@@ -28,23 +30,27 @@ DENSE_MAX_ROWS = 16
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps."""
+    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps and
+    the software pipeline's stages (None: Triton's default)."""
     block_m: int
     block_n: int
     block_k: int
     split: int
     k_per_split: int
     num_warps: int = 4
+    num_stages: int | None = None
 
     @classmethod
-    def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4) -> "Plan":
+    def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
+               num_stages: int | None = None) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
-        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps)
+        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
-    """The fixed heuristic (results/2026-12-01-h200-linear/ has the sweep it comes from).
+    """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
+    (results/2026-12-01-h200-linear/ has the sweep it comes from).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by per-(sub-)block sums, 32 rows a program, 4 warps:
@@ -53,6 +59,10 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
+    recorded = recorded_plan(M, N, K, weight_format, device)
+    if recorded is not None:
+        block_m, block_n, block_k, split, num_warps, num_stages = recorded
+        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
     if M == 1 and weight_format in ("q4_k", "q6_k"):     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
@@ -129,6 +139,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
+        **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     if p.split > 1:
         torch.sum(partial, dim=0, out=out) if x.dtype == torch.float32 else out.copy_(partial.sum(dim=0))

@@ -1,0 +1,44 @@
+"""Plans of the linear kernel family measured on a device, which :func:`.linear.plan` takes before its
+heuristic: the best of ``benchmarks/linear_bench.py --sweep --table-out`` per device, rows bucket,
+weight format and GEMM shape. A shape, format or device missing here runs the heuristic's plan.
+
+To record a device: run the sweep on it with ``--table-out FILE`` and paste FILE's entries into
+``RECORDED`` (with the results/ folder of that run named in a comment above them).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+#: Rows (the ``T`` of ``x``) are looked up by the smallest of these at least as large; more rows than
+#: the last have no recorded plans.
+ROW_BUCKETS = (1, 16, 32, 64)
+
+#: (device name, rows bucket, weight format or "dense", N, K) ->
+#: (block_m, block_n, block_k, split, num_warps, num_stages)
+RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, int]] = {}
+
+
+def rows_bucket(rows: int) -> int | None:
+    """The bucket of ``rows`` in :data:`ROW_BUCKETS`, or None past the last."""
+    return next((bucket for bucket in ROW_BUCKETS if rows <= bucket), None)
+
+
+@functools.lru_cache(maxsize=None)
+def device_name(device: torch.device) -> str:
+    """The name plans are recorded under: the accelerator's product name (``torch.cuda.get_device_name``
+    or its vendor's copy), the device type where there is none (Triton's interpreter: "cpu")."""
+    module = getattr(torch, device.type, None)
+    if device.type != "cpu" and hasattr(module, "get_device_name"):
+        return module.get_device_name(device)
+    return device.type
+
+
+def recorded_plan(rows: int, N: int, K: int, weight_format: str, device: torch.device,
+                  table: dict | None = None) -> tuple[int, int, int, int, int, int] | None:
+    """The recorded (block_m, block_n, block_k, split, num_warps, num_stages) of this call, or None."""
+    bucket = rows_bucket(rows)
+    if bucket is None:
+        return None
+    return (RECORDED if table is None else table).get((device_name(device), bucket, weight_format, N, K))

@@ -1,0 +1,56 @@
+"""The linear kernel family's recorded plans (``backends/triton_kernels/linear_plans.py``): ``plan`` takes
+the one recorded for the device, rows bucket, weight format and shape, and its heuristic's elsewhere;
+a recorded plan, its pipeline stages included, computes the reference product (under Triton's
+interpreter, in a process of its own: the interpreter is chosen when triton is imported)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from anydev.backends.triton_kernels import triton_importable
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
+CPU = torch.device("cpu")
+RECORDED = (32, 128, 128, 2, 8, 4)     # block_m, block_n, block_k, split, num_warps, num_stages
+
+
+def test_plan_takes_the_recorded_plan_of_its_bucket_and_the_heuristic_elsewhere(monkeypatch):
+    from anydev.backends.triton_kernels import linear, linear_plans
+
+    others = [(20, 512, 1024, "fp8_e4m3"), (20, 512, 2048, "int8"), (33, 512, 1024, "int8"), (80, 512, 1024, "int8"),
+              (1, 512, 1024, "int8")]
+    heuristic = {call: linear.plan(*call, CPU) for call in others}
+    monkeypatch.setitem(linear_plans.RECORDED, ("cpu", 32, "int8", 512, 1024), RECORDED)
+    for rows in (17, 20, 32):                                  # the bucket of 32 rows
+        got = linear.plan(rows, 512, 1024, "int8", CPU)
+        assert (got.block_m, got.block_n, got.block_k, got.split, got.num_warps, got.num_stages) == RECORDED
+        assert got.k_per_split == 512
+    for call, want in heuristic.items():                       # another format, K, bucket, or none
+        assert linear.plan(*call, CPU) == want, call
+    assert linear_plans.rows_bucket(16) == 16 and linear_plans.rows_bucket(65) is None
+
+
+def test_a_recorded_plan_computes_the_reference_product():
+    script = textwrap.dedent(f"""
+        import torch
+        from anydev.backends.triton_kernels import linear, linear_plans
+        from anydev.plugin_api.weight_formats import dequantize, quantize_per_channel
+        torch.manual_seed(0)
+        x = torch.randn(20, 256).bfloat16()
+        w, s = quantize_per_channel(torch.randn(64, 256), "int8")
+        linear_plans.RECORDED[("cpu", 32, "int8", 64, 256)] = (32, 32, 64, 2, 4, 3)
+        p = linear.plan(20, 64, 256, "int8", torch.device("cpu"))
+        assert (p.block_m, p.split, p.num_stages) == (32, 2, 3), p
+        got = linear.run(x, w, s, "int8", p).float()
+        want = x.float() @ dequantize(w, s, "int8", 256).T
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+        print("ok")
+    """)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
