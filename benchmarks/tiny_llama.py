@@ -2,10 +2,10 @@
 hub; no package on the index ships one): its weights have structure, so quantizing them costs
 perplexity the way it does in a real model, and every number is reproducible from this file alone.
 
-    python benchmarks/tiny_llama.py /tmp/tiny-llama            # minutes on 2 CPU cores
+    OMP_NUM_THREADS=1 python benchmarks/tiny_llama.py /tmp/tiny-llama   # ~1 min on a busy 2-core machine
     python benchmarks/perplexity.py --model /tmp/tiny-llama --gguf /tmp/tiny-llama/q8_0.gguf,/tmp/tiny-llama/q4_k.gguf
 
-Writes into OUT: the model as an HF directory in bfloat16 (transformers' ``LlamaForCausalLM``: 4
+Writes into OUT: the model as an HF directory in bfloat16 (transformers' ``LlamaForCausalLM``: 2
 layers, hidden 256, MLP 512, 4 heads of 64, 2 KV heads, the demo tokenizer's 384 tokens), and the same
 weights as GGUF files ``q8_0.gguf`` and ``q4_k.gguf`` (llama.cpp's layout: q/k rows permuted; the
 norms float32). The text is :func:`corpus`: English-like sentences from a small seeded grammar, and
@@ -29,7 +29,7 @@ from anydev.core.loading.gguf_loader import gguf_name
 from anydev.core.loading.random_weights import gguf_writer, llama_config, write_gguf
 
 #: The model's shape: K-quant blocks (256 values) fit every projection's rows.
-SHAPE = dict(vocab_size=384, hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+SHAPE = dict(vocab_size=384, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2)
 GGUF_FORMATS = ("Q8_0", "Q4_K")
 TRAIN_SEED, HELD_OUT_SEED = 0, 1
@@ -162,7 +162,7 @@ def save_gguf(model_dir: Path, path: Path, tensor_type: str) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=200)
     p.add_argument("--batch", type=int, default=8, help="sequences a step")
     p.add_argument("--seq-len", type=int, default=64, help="tokens a sequence")
     args = p.parse_args(argv)
