@@ -12,6 +12,8 @@ from __future__ import annotations
 import pytest
 
 from anydev.conformance import crashes
+from anydev.conformance import emulated_runtime  # noqa: F401  (registers the emulated runtime: a library built
+#                                                  from conformance/emulated/ loads as one, whatever its prefix)
 from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY, RANKS_KEY
 from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import guarded, load_outcome, rank_counts, selected_backends

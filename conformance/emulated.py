@@ -3,13 +3,15 @@
 ``build_emulated_runtime("moore", out_dir)`` compiles ``emulated/runtime.c`` (the MUSA runtime API,
 prefix ``musa``) and ``emulated/mccl.c`` (MCCL) with gcc into one library under ``out_dir`` (reusing an
 earlier build of the same sources; ``libmccl.so`` is a link to it), and returns the environment
-variables that point the moore plugin at them (``ANYDEV_MUSART_LIBRARY``, ``ANYDEV_MUSA_MCCL_LIBRARY``). ``"metax"`` does the same for the MACA
-runtime API (prefix ``mc``, without ``mcGetErrorName``/``mcRuntimeGetVersion``, as MACA).
+variables that point the moore plugin at them (``ANYDEV_MUSART_LIBRARY``, ``ANYDEV_MUSA_MCCL_LIBRARY``)
+and register the emulated runtime's class with the cudalike backends (``ANYDEV_CUDALIKE_VARIANTS``:
+:mod:`.emulated_runtime`). ``"metax"`` does the same for the MACA runtime API (prefix ``mc``, without
+``mcGetErrorName``/``mcRuntimeGetVersion``, as MACA).
 
 The libraries emulate devices over host memory; see the header of ``emulated/runtime.c`` for what is
 emulated and for the environment variables that configure them (device count, memory per device,
 collective timeout). On them the plugin's torch bridge gives CPU tensors over the emulated device
-memory (``backends/cudalike/emulated.py``), so anydev's engine runs on the real moore and metax plugin
+memory (:mod:`.emulated_runtime`), so anydev's engine runs on the real moore and metax plugin
 code; every report labels such a run "emulated runtime".
 
 From the shell (one command: build, then run a program with the library variables set)::
@@ -31,7 +33,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from anydev.backends.cudalike.variants import VARIANT_MODULES_ENV
+
 SOURCE_DIR = Path(__file__).with_name("emulated")
+#: The module of the emulated runtime's class; importing it registers the class with the cudalike backends.
+RUNTIME_MODULE = f"{__package__}.emulated_runtime"
 SOURCES = ("emulated.h", "runtime.c", "mccl.c")
 CFLAGS = ("-shared", "-fPIC", "-O2", "-pthread")
 
@@ -57,7 +63,8 @@ CCL_FILE = "libmccl.so"
 
 def build_emulated_runtime(vendor: str, out_dir, extra_defines: tuple[str, ...] = ()) -> dict[str, str]:
     """Compile (or reuse) the emulated runtime of ``vendor`` ("moore" or "metax") under ``out_dir``;
-    return ``{env var: library path}`` for the plugin's exact-library variables.
+    return the variables that load it: ``{env var: library path}`` for the plugin's exact-library
+    variables, and the runtime variant module (:mod:`.emulated_runtime`) the cudalike backends import.
 
     ``extra_defines`` (e.g. ``("EMU_NOT_READY_CODE=34",)``) builds a variant, for tests of the
     plugin's load-time resolution. Raises :class:`EmulatedBuildError` without a C compiler.
@@ -72,7 +79,8 @@ def build_emulated_runtime(vendor: str, out_dir, extra_defines: tuple[str, ...] 
     if not (runtime_path.exists() and ccl_path.exists()):
         _build(compiler, emulated, defines, build_dir)
     spec = importlib.import_module(emulated.spec_module).SPEC
-    return {spec.runtime_library.env_var: str(runtime_path), spec.ccl_library.env_var: str(ccl_path)}
+    return {spec.runtime_library.env_var: str(runtime_path), spec.ccl_library.env_var: str(ccl_path),
+            VARIANT_MODULES_ENV: RUNTIME_MODULE}
 
 
 def _compiler() -> str:

@@ -60,6 +60,7 @@ def test_without_a_command_it_prints_the_exports(build_dir, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("# anydev emulated runtime") and "not real hardware" in lines[0]
     exported = dict(line.removeprefix("export ").split("=", 1) for line in lines[1:])
+    assert exported.pop("ANYDEV_CUDALIKE_VARIANTS") == "anydev.conformance.emulated_runtime"   # registers its runtime
     assert sorted(exported) == sorted(VARIABLES["moore"] + VARIABLES["metax"])
     assert all(Path(path).is_file() and Path(path).is_relative_to(build_dir) for path in exported.values())
 

@@ -190,7 +190,7 @@ def test_typed_errors_from_the_emulated_runtime(backend):
 def test_the_emulated_runtime_gets_a_cpu_tensor_bridge_labelled_emulated(backend):
     import torch
 
-    from anydev.backends.cudalike.emulated import EmulatedRuntime
+    from anydev.conformance.emulated_runtime import EmulatedRuntime
 
     runtime = backend.runtime
     assert isinstance(runtime, EmulatedRuntime) and runtime.hardware_label == "emulated runtime"
@@ -249,14 +249,14 @@ def test_inside_torch_stream_a_collective_has_finished_before_torch_reads(backen
 def test_a_library_without_the_emulation_marker_gets_the_vendor_torch_bridge(build_dir, monkeypatch):
     """A runtime that does not report itself as emulated (as a vendor's) keeps the vendor's bridge:
     torch_musa (moore) or MetaX's cuda torch (metax), refused here with the install hint."""
-    from anydev.backends.cudalike.emulated import EmulatedRuntime
+    from anydev.conformance.emulated_runtime import EmulatedRuntime
     from anydev.backends.cudalike.runtime import CudaLikeRuntime
 
     for vendor, device_type, hint in (("moore", "musa", "torch_musa"), ("metax", "cuda", "MetaX")):
         for name, value in build_emulated_runtime(vendor, build_dir, extra_defines=("EMU_NO_MARKER",)).items():
             monkeypatch.setenv(name, value)
         runtime = Registry(builtin_modules=(f"anydev.backends.{vendor}.plugin",), entry_point_group=None).load(vendor).runtime
-        assert type(runtime) is CudaLikeRuntime and runtime.emulation is None
+        assert type(runtime) is CudaLikeRuntime and runtime.claimed_by is None
         assert runtime.torch_device_type == device_type
         with pytest.raises(NotSupportedError, match=hint):
             runtime.tensor_from_pointer(runtime.malloc(64), 64, 0, owner=None)
@@ -268,9 +268,10 @@ def test_the_vendor_bridge_is_refused_on_the_emulated_library(backend):
     """Built directly (not through the plugin), the vendor runtime class never hands emulated host
     memory to the vendor's torch bridge."""
     from anydev.backends.cudalike.runtime import CudaLikeRuntime
+    from anydev.conformance.emulated_runtime import EmulatedRuntime
 
     runtime = CudaLikeRuntime(backend.runtime.spec)
-    assert runtime.emulation
+    assert runtime.claimed_by is EmulatedRuntime
     with pytest.raises(NotSupportedError, match="refused on an emulated runtime"):
         runtime.tensor_from_pointer(runtime.malloc(64), 64, 0, owner=None)
 

@@ -74,12 +74,7 @@ CCL_ABORT_CDEF = """
 {ccl}Result_t {ccl}CommAbort(uintptr_t comm);
 """
 
-#: Exported only by anydev's emulated runtimes (conformance/emulated/), never by a vendor library.
-EMULATED_MARKER_CDEF = """
-const char *anydevEmulatedRuntime(void);
-"""
-
 
 def render(rt: str, ccl: str) -> str:
     """The cdef text for runtime prefix ``rt`` and collective prefix ``ccl``."""
-    return (RUNTIME_CDEF + CCL_CDEF + CCL_POINT_TO_POINT_CDEF + CCL_ABORT_CDEF + EMULATED_MARKER_CDEF).format(rt=rt, ccl=ccl)
+    return (RUNTIME_CDEF + CCL_CDEF + CCL_POINT_TO_POINT_CDEF + CCL_ABORT_CDEF).format(rt=rt, ccl=ccl)

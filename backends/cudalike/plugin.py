@@ -16,15 +16,15 @@ def backend_plugin(spec: VendorSpec) -> BackendPlugin:
 
 
 def open_runtime(spec: VendorSpec) -> "CudaLikeRuntime":
-    """Load ``spec``'s runtime library and build its runtime: a :class:`CudaLikeRuntime`, or, only
-    when the library reports itself as anydev's emulated runtime, an ``EmulatedRuntime`` (the same
-    bindings, with a torch bridge onto CPU tensors, since its device memory is host memory)."""
-    from .emulated import EmulatedRuntime   # a subclass of the runtime; chosen only for anydev's emulated libraries
+    """Load ``spec``'s runtime library and build its runtime: a :class:`CudaLikeRuntime`, or the
+    registered runtime variant that claims the library (:mod:`.variants`: e.g. anydev's emulated
+    runtimes, which register theirs)."""
     from .library import load_library
-    from .runtime import EMULATION_MARKER, CudaLikeRuntime, bind_optional, ffi_for
+    from .runtime import CudaLikeRuntime, ffi_for
+    from .variants import variant_for
 
     library = load_library(ffi_for(spec.rt, spec.ccl), spec.runtime_library, spec.name, spec.sdk_roots,
                            spec.lib_subdirs)
-    if bind_optional(library, EMULATION_MARKER) is not None:
-        return EmulatedRuntime(spec, library)
-    return CudaLikeRuntime(spec, library)
+    claim = variant_for(library, spec.name)
+    runtime_class = claim[0] if claim is not None else CudaLikeRuntime
+    return runtime_class(spec, library)

@@ -21,10 +21,9 @@ from . import cdefs
 from .check import Checker
 from .library import LoadedLibrary, load_library
 from .spec import VendorSpec
+from .variants import variant_for
 
 UNIQUE_ID_BYTES = 128
-#: Exported only by anydev's emulated runtimes (conformance/emulated/); no vendor library has it.
-EMULATION_MARKER = "anydevEmulatedRuntime"
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,16 +83,15 @@ class CudaLikeRuntime(DeviceRuntime):
         self._bind_runtime(self.runtime_library)
         self.check = self._make_checker()
         self.not_ready_code = self.check.find_code("ErrorNotReady", "not ready", spec.runtime.not_ready_candidates)
-        marker = bind_optional(self.runtime_library, EMULATION_MARKER)
-        #: What the emulated runtime says it is, or None on a vendor's library.
-        self.emulation = None if marker is None else self.ffi.string(marker()).decode()
+        claim = variant_for(self.runtime_library, spec.name)
+        #: The runtime variant (:mod:`.variants`) that claims this library, and what it says the library
+        #: is; None, None on a vendor's own library.
+        self.claimed_by, self.claim = claim if claim is not None else (None, None)
         self._device_count = self._count_devices()  # before loading the CCL: "no driver" is the likelier cause
 
         self.ccl_library = load_library(self.ffi, spec.ccl_library, spec.name, spec.sdk_roots, spec.lib_subdirs)
         self._bind_collectives(self.ccl_library)
-        self.hardware_label = "emulated runtime" if self.emulation else self._hardware_label()
-        if self.emulation:   # the emulated MCCL/NCCL keeps its groups in this process's memory
-            self.cross_process_collectives = False
+        self.hardware_label = self._hardware_label()
 
         constants = spec.runtime
         self._memcpy_kinds = constants.memcpy_kinds
@@ -409,7 +407,7 @@ class CudaLikeRuntime(DeviceRuntime):
         functions = "/".join(self.ccl + suffix for suffix in suffixes)
         if not bound:
             return f"{label}: unavailable ({functions} not exported)"
-        where = "" if verified or self.emulation else f", unverified on {self.spec.hardware_name}"
+        where = "" if verified else f", unverified on {self.spec.hardware_name}"
         return f"{label}: {functions}{where}"
 
     def _dtype(self, dtype: str) -> int:
@@ -441,11 +439,11 @@ class CudaLikeRuntime(DeviceRuntime):
         return self.spec.torch_bridge.torch_graph(stream, index)
 
     def _check_real_device_memory(self) -> None:
-        if self.emulation:
+        if self.claimed_by is not None and not isinstance(self, self.claimed_by):
             raise NotSupportedError(
-                f"{self.name}: the {self.spec.hardware_name} torch bridge is refused on an emulated runtime "
-                f"({self.emulation}): its device memory is host memory; load it through the plugin "
-                "(open_runtime), which gives the emulated runtime its CPU-tensor bridge"
+                f"{self.name}: the {self.spec.hardware_name} torch bridge is refused on {self.claim}, which is not "
+                f"the vendor's runtime; load it through the plugin (open_runtime), which builds "
+                f"{self.claimed_by.__name__} for it"
             )
 
     # ---- optional ------------------------------------------------------------------------
@@ -460,13 +458,10 @@ class CudaLikeRuntime(DeviceRuntime):
         (CUDA builds of torch bundle it; MUSA and MACA ship their own); none otherwise."""
         from anydev.backends.triton_kernels import kernels, triton_importable
 
-        if self.emulation:     # host memory behind an emulated runtime: no device for Triton to run on
-            return {}
         return kernels() if triton_importable() else {}
 
     def runtime_info(self) -> RuntimeInfo:
-        notes = [f"emulated runtime: {self.emulation}"] if self.emulation else []
-        notes += [self._optional_call_note("send/recv", ("Send", "Recv"), self._ccl_point_to_point is not None,
+        notes = [self._optional_call_note("send/recv", ("Send", "Recv"), self._ccl_point_to_point is not None,
                                            self.spec.send_recv_verified),
                   self._optional_call_note("comm_abort", ("CommAbort",), self._ccl_comm_abort is not None,
                                            self.spec.comm_abort_verified)]

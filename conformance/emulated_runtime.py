@@ -1,9 +1,14 @@
 """The CUDA-like runtime on anydev's emulated MUSA/MACA libraries, with a torch bridge onto CPU tensors.
 
-The emulated runtimes (``conformance/emulated/``, built with gcc in CI) keep device memory in host
-memory. On them the real plugin code runs unchanged (cffi bindings, runtime calls, MCCL collectives);
-only the torch bridge differs: views are CPU tensors over the emulated device memory, and torch math
-runs on the host. :func:`~.plugin.open_runtime` picks this class only when the loaded library exports
+The emulated runtimes (``conformance/emulated/``, built with gcc in CI by :mod:`.emulated`) keep device
+memory in host memory. On them the real plugin code runs unchanged (cffi bindings, runtime calls, MCCL
+collectives); only the torch bridge differs: views are CPU tensors over the emulated device memory,
+and torch math runs on the host.
+
+This module registers :class:`EmulatedRuntime` as a runtime variant of the cudalike backends
+(``anydev.backends.cudalike.variants``) when imported; :func:`.emulated.build_emulated_runtime` hands
+out ``$ANYDEV_CUDALIKE_VARIANTS`` naming it with the library variables, so every process given them
+imports it. The moore and metax plugins then build it for a library that exports
 ``anydevEmulatedRuntime``, which no vendor library does: on a real card the vendor's bridge
 (torch_musa, MetaX's torch) is used, or refused with its install hint, never this one. The runtime
 says it is emulated wherever it reports itself: ``hardware_label`` ("emulated runtime"),
@@ -19,32 +24,54 @@ line may read its result). There are no device graphs: ``torch_graph`` keeps the
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 
+from anydev.backends.cudalike.library import LoadedLibrary
+from anydev.backends.cudalike.runtime import CudaLikeRuntime
+from anydev.backends.cudalike.spec import VendorSpec
+from anydev.backends.cudalike.variants import register_variant
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.objects.memory import host_array
 from anydev.plugin_api.runtime import DeviceRuntime
 from anydev.plugin_api.types import RuntimeInfo
 
-from .library import LoadedLibrary
-from .runtime import CudaLikeRuntime
-from .spec import VendorSpec
-
+#: Exported only by anydev's emulated runtimes (conformance/emulated/runtime.c); no vendor library has it.
+EMULATION_MARKER = "anydevEmulatedRuntime"
 TORCH_BRIDGE_NOTE = "torch bridge: CPU tensors over the emulated device memory (host memory)"
+
+
+def emulation_of(library: LoadedLibrary) -> str | None:
+    """What an emulated runtime library says it is (its marker's text), or None for any other library."""
+    try:
+        marker = getattr(ctypes.CDLL(library.path), EMULATION_MARKER)
+    except (OSError, AttributeError):
+        return None
+    marker.restype = ctypes.c_char_p
+    return marker().decode()
 
 
 class EmulatedRuntime(CudaLikeRuntime):
     """:class:`CudaLikeRuntime` on an emulated runtime library; torch sees its memory as CPU tensors."""
 
     torch_graph = DeviceRuntime.torch_graph  # nothing to record: CPU kernels run at once
+    cross_process_collectives = False        # the emulated MCCL keeps its groups in this process's memory
+
+    @classmethod
+    def claims(cls, library: LoadedLibrary) -> str | None:
+        """The runtime variant's test (see ``anydev.backends.cudalike.variants``)."""
+        emulation = emulation_of(library)
+        return f"an emulated runtime ({emulation})" if emulation else None
 
     def __init__(self, spec: VendorSpec, runtime_library: LoadedLibrary):
-        super().__init__(spec, runtime_library)
+        #: What the emulated runtime says it is.
+        self.emulation = emulation_of(runtime_library)
         if not self.emulation:
             raise InvalidArgumentError(
-                f"{spec.name}: {self.runtime_library.path} is not anydev's emulated runtime (it does not export "
-                "anydevEmulatedRuntime); the CPU-tensor torch bridge is only for the emulated runtime"
+                f"{spec.name}: {runtime_library.path} is not anydev's emulated runtime (it does not export "
+                f"{EMULATION_MARKER}); the CPU-tensor torch bridge is only for the emulated runtime"
             )
+        super().__init__(spec, runtime_library)
         self.torch_device_type = "cpu"
         self._inside = threading.local()  # .streams: the handles of this thread's open torch_stream blocks
 
@@ -133,8 +160,20 @@ class EmulatedRuntime(CudaLikeRuntime):
         else:
             self._finish_if_inside_torch_stream(stream)
 
-    # ---- optional ------------------------------------------------------------------------
+    # ---- what the emulation reports -------------------------------------------------------
+    def _hardware_label(self) -> str:
+        return "emulated runtime"
+
+    def _optional_call_note(self, label: str, suffixes: tuple[str, ...], bound: bool, verified: bool) -> str:
+        return super()._optional_call_note(label, suffixes, bound, True)   # no hardware to verify on
+
+    def kernels(self):
+        return {}   # host memory behind an emulated runtime: no device for Triton to run on
+
     def runtime_info(self) -> RuntimeInfo:
         info = super().runtime_info()
-        info.notes = "; ".join(filter(None, (info.notes, TORCH_BRIDGE_NOTE)))
+        info.notes = "; ".join(filter(None, (f"emulated runtime: {self.emulation}", info.notes, TORCH_BRIDGE_NOTE)))
         return info
+
+
+register_variant(EmulatedRuntime)
