@@ -2,8 +2,10 @@
 at any step, and each step is planned within a token budget.
 
 A step first serves the running sequences in arrival order (one token each at decode, the next chunk
-of a prompt still in prefill), then admits waiting ones while the budget, ``max_num_seqs`` and the KV
-blocks allow; a long prompt is split over steps (chunked prefill), so it never stalls running decodes.
+of a prompt still in prefill, which leaves a token of the budget to every decode after it), then
+admits waiting ones while the budget, ``max_num_seqs`` and the KV blocks allow; a long prompt is split
+over steps (chunked prefill), so it never stalls running decodes. The planned step lists its decodes
+first (the model runs their attention as decodes, the chunks' as prefill).
 Blocks are allocated as sequences grow; when a running sequence cannot grow, the newest running
 sequences are preempted (their blocks given back, their tokens recomputed later: cheaply, since their
 full blocks usually stay in the prefix cache). Without chunked prefill a step either prefills whole
