@@ -298,6 +298,9 @@ def print_weights(weights: dict, limits: dict) -> None:
         print(f"{a['rank']:>4}  {a['stored_bytes'] / 1e9:>6.2f}  {a['seconds']:>8.3f}  {a['gbps']:>6.1f}  "
               f"{t['seconds']:>10.3f}  {t['gbps']:>6.1f}  {t['read_seconds']:>7.3f}  {t['wait_seconds']:>7.3f}  "
               f"{t['open_seconds']:>7.3f}")
+    print("rank 0 alone, reading the checkpoint by kind of tensor (host time; conversions on the device are not in it):")
+    for kind, (seconds, nbytes) in sorted(weights["alone"][0]["reads"].items(), key=lambda kind: -kind[1][0]):
+        print(f"  {kind:>24}  {seconds:7.3f} s  {nbytes / 1e9:6.3f} GB  {nbytes / seconds / 1e9 if seconds else 0:6.1f} GB/s")
     slowest_alone = max(a["seconds"] for a in weights["alone"])
     print(f"together: {weights['together_total_gbps']:.1f} GB/s in total; slowest rank together / slowest alone "
           f"{weights['together_slowest_seconds'] / slowest_alone:.2f}x; limits: pinned host->device "

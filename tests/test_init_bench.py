@@ -91,3 +91,6 @@ def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(t
         held = report["modes"]["parallel"]["ranks"][rank]["load"]["formats"]
         assert held.startswith("float32 ") and "q8_0 " in held, held
         assert report["weights"]["alone"][rank]["formats"] == report["weights"]["together"][rank]["formats"] == held
+        reads = report["weights"]["alone"][rank]["reads"]      # per kind of tensor: [seconds, stored bytes]
+        assert set(reads) == {name.rsplit(".", 2)[-2] for name in expected_tensor_names(config)}
+        assert sum(nbytes for _, nbytes in reads.values()) == want

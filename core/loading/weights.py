@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -87,6 +87,9 @@ class LoadStats:
     wait_seconds: float = 0.0    # waiting for a staging buffer the device was still copying from
     blocks: int = 0
     formats: str = ""            # the weights' formats and device bytes (RankWeights.describe)
+    #: Reading per kind of tensor (the part of its name before ".weight": "q_proj", "embed_tokens",
+    #: "input_layernorm", ...): [seconds, stored bytes].
+    reads: dict[str, list] = field(default_factory=dict)
 
     @property
     def gbps(self) -> float:
@@ -244,7 +247,11 @@ class RankWeights:
             t_read = time.perf_counter()
             self._read(piece, first, count, array[:count * in_row], readers, self._read_threads)
             self.stats.wait_seconds += t_read - t
-            self.stats.read_seconds += time.perf_counter() - t_read
+            read = time.perf_counter() - t_read
+            self.stats.read_seconds += read
+            kind = self.stats.reads.setdefault(name.rsplit(".", 2)[-2], [0.0, 0])
+            kind[0] += read
+            kind[1] += count * in_row
             dst_offset = offset + first * out_row
             if not converts:
                 stream.memcpy_async(self.buffer, host, count * in_row, dst_offset=dst_offset)
