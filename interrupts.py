@@ -121,7 +121,14 @@ def join(thread: threading.Thread, timeout: float) -> None:
 
 
 def engine_live(engine) -> None:
-    """From here on, a signal is recorded, not raised (the engine has rank threads)."""
+    """From here on, a signal is recorded, not raised (the engine has rank threads). A signal
+    recorded before it ends the command here, before any rank starts: raised where no engine was
+    live, it was swallowed on its way out (C code that clears every error, as some of torch's
+    import-time calls do, runs the handler and drops its exception), or the command would not be
+    starting an engine."""
+    if _deferring() and _State.received is not None:
+        _State.raised = True
+        raise Interrupted(_State.received)
     _State.live.add(id(engine))
 
 

@@ -26,6 +26,24 @@ def test_a_signal_with_no_engine_live_raises_at_once():
     assert raised.value.exit_code == 143 and raised.value.line == "terminated"
 
 
+def test_a_signal_whose_exception_was_swallowed_stops_the_next_engine_before_its_ranks_start():
+    # Some of torch's import-time C calls run the handler and clear the exception it raised; the
+    # command then went on to start an engine and run to its end, the signal lost.
+    from anydev.core import EngineConfig, InferEngine
+    from anydev.core.loading.checkpoint import demo_checkpoint
+
+    with interrupts.handled():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):
+                pass
+        except interrupts.Interrupted:
+            pass   # swallowed
+        with pytest.raises(interrupts.Interrupted):
+            InferEngine(demo_checkpoint(), EngineConfig(device="cpu", tp=2, num_blocks=16, max_model_len=64))
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("anydev-rank")]
+
+
 def test_a_signal_while_an_engine_runs_waits_for_its_next_wait_and_close_joins_every_rank():
     from anydev.core import EngineConfig, InferEngine, SamplingParams
     from anydev.core.loading.checkpoint import demo_checkpoint
