@@ -283,11 +283,19 @@ def run_load(args, jobs, rate: float) -> tuple[list[Load], float]:
         load = asyncio.run(timed_run(timed, args.case_deadline))
         return [load], time.time() - start
     shares = [[(at, *job) for at, job in list(zip(times, jobs))[i::processes]] for i in range(processes)]
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        pool.map(abs, range(processes))                # every worker up before the clock starts
-        start = time.time() + 0.5
-        loads = pool.starmap(_client_process, [(args.port, share, start, args.case_deadline) for share in shares])
+    context = multiprocessing.get_context("spawn")
+    started = context.Barrier(processes + 1)
+    with context.Pool(processes, initializer=_started, initargs=(started,)) as pool:
+        started.wait(timeout=300)                      # every worker is up (and idle) before the clock starts
+        start = time.time() + 0.2
+        loads = pool.starmap(_client_process, [(args.port, share, start, args.case_deadline) for share in shares],
+                             chunksize=1)
     return loads, time.time() - start
+
+
+def _started(barrier) -> None:
+    """A client process's first act: say it is up."""
+    barrier.wait(timeout=300)
 
 
 # ---- workloads: requests (prompt, max_tokens), or conversations -----------------------------------
