@@ -10,7 +10,7 @@
 In both, rank 0 drives (:class:`ProcessRanks`): the engine sees a :class:`LocalRank` (its own
 RankWorker, whose every command is first broadcast to the others) and one :class:`RemoteRank` per
 other process, whose futures resolve with that rank's reply, or, for the steps (no reply: the hot
-path), when rank 0's own step ends. A rank that dies, hangs or fails fails every pending future with
+path), are rank 0's own step's future. A rank that dies, hangs or fails fails every pending future with
 :class:`~.dist.RankFailedError` naming it, and rank 0's communicators are aborted (contract 1.4, where
 the backend can), so that its own thread, blocked in a collective with the failed rank, is freed.
 The commands travel over :class:`~.dist.ControlGroup` (``send`` here, ``receive``/``reply`` in
@@ -302,12 +302,12 @@ class ProcessRanks:
     def local_call(self, name: str, local: Future) -> Future:
         """Rank 0 runs ``name`` on its own rank (``local``): the future the engine gets. It fails
         with :class:`RankFailedError` when a rank fails meanwhile; for a command of every rank without
-        reply, its end also ends the other ranks' futures (see :meth:`remote_future`)."""
+        reply it is the other ranks' future too (see :meth:`remote_future`)."""
         outer = Future()
         with self._lock:
             self._unresolved.add(outer)
             if name in EVERY_RANK and name in NO_REPLY:
-                self._local[name].append(local)
+                self._local[name].append(outer)
         local.add_done_callback(lambda done: self._local_done(outer, done, name))
         return outer
 
@@ -330,7 +330,8 @@ class ProcessRanks:
     def remote_future(self, rank: int, name: str, args: tuple) -> Future:
         """The future of ``name(*args)`` on rank ``rank``. A command of every rank (:data:`EVERY_RANK`)
         is sent to all of them at its first remote submit (with that rank's arguments: only rank 0's
-        differ); the later ranks take their future of that message. Other commands go to one rank."""
+        differ); the later ranks take their future of that message. Other commands go to one rank.
+        A step without reply (:data:`NO_REPLY`) has rank 0's own future, which a failed rank fails."""
         self._check()
         with self._lock:
             for i, (pending, future) in enumerate(self._pending[rank]):
@@ -362,35 +363,21 @@ class ProcessRanks:
 
     def _futures(self, seq: int, name: str, wants_reply: bool, target: int | None,
                  claimer: int | None) -> list[tuple[int, Future]]:
-        """Under the lock: a future per rank the message went to."""
-        made = []
-        for rank in ([target] if target is not None else range(1, self.world_size)):
-            future = Future()
-            made.append((rank, future))
-            if wants_reply:
+        """Under the lock: a future per rank the message went to; for a step without reply, rank 0's
+        future of the same command (one future and no callback more per rank and step)."""
+        ranks = [target] if target is not None else range(1, self.world_size)
+        if wants_reply:
+            made = [(rank, Future()) for rank in ranks]
+            for rank, future in made:
                 self._collector(rank).put((seq, future))
-            else:
-                self._unresolved.add(future)
-            if target is None and rank != claimer and name in EVERY_RANK:
-                self._pending[rank].append((name, future))
-        if not wants_reply:   # they end with rank 0's own call of the same command
-            local = self._local[name].popleft() if self._local[name] else None
-            futures = [f for _, f in made]
-            if local is None:
-                self._steps_done(futures)
-            else:
-                local.add_done_callback(lambda _: self._steps_done(futures, lock=True))
+        else:
+            step = self._local[name].popleft() if self._local[name] else _done(None)
+            made = [(rank, step) for rank in ranks]
+        if target is None and name in EVERY_RANK:
+            for rank, future in made:
+                if rank != claimer:
+                    self._pending[rank].append((name, future))
         return made
-
-    def _steps_done(self, futures: list[Future], lock: bool = False) -> None:
-        if lock:
-            with self._lock:
-                self._steps_done(futures)
-            return
-        for future in futures:
-            self._unresolved.discard(future)
-            if not future.done():
-                future.set_result(None)
 
     def _collector(self, rank: int) -> queue.SimpleQueue:
         """The queue of rank ``rank``'s awaited replies; a thread with its own store connection reads
@@ -605,13 +592,13 @@ class RemoteRank:
     def submit(self, method, *args) -> Future:
         name = method.__name__
         if name in CLEANUP and self._ranks._failed.is_set():
-            done = Future()   # the process is gone or about to be: nothing of it to free from here
-            done.set_result([])
-            return done
+            return _done([])   # the process is gone or about to be: nothing of it to free from here
         try:
             future = self._ranks.remote_future(self.rank, name, args)
         except Exception as exc:
             return _failed(exc)
+        if name in NO_REPLY:   # a step: rank 0's own future (nothing comes back from this rank)
+            return future
         outer = Future()
         future.add_done_callback(lambda done: self._unpack(done, outer))
         return outer
@@ -644,6 +631,12 @@ class RemoteRank:
 def _lost_peers(text: str) -> bool:
     """Whether a rank's failure report is a collective that failed because a peer did."""
     return any(sign in text for sign in ("lost its peers", "lost rank", "Connection reset", "Connection closed"))
+
+
+def _done(value) -> Future:
+    future = Future()
+    future.set_result(value)
+    return future
 
 
 def _failed(error: BaseException) -> Future:
