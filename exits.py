@@ -31,6 +31,7 @@ def run_command(run: Callable[..., int], *args) -> int:
     ``run`` releases what it holds on the way out. Other exceptions are bugs and propagate."""
     with interrupts.handled():
         try:
+            _import_numpy_before_torch()
             code = run(*args)
             sys.stdout.flush()   # a reader that went away is met here, not in the interpreter's exit
         except SystemExit:
@@ -41,6 +42,14 @@ def run_command(run: Callable[..., int], *args) -> int:
     if signum is not None and code not in (128 + signum, BROKEN_PIPE_EXIT):   # recorded, never raised
         return _ending(interrupts.Interrupted(signum))
     return code
+
+
+def _import_numpy_before_torch() -> None:
+    """Import numpy from Python, before torch imports it from C: torch's C import of numpy (its
+    ``is_numpy_available``) clears whatever exception that import raises, so a Ctrl-C that lands
+    while numpy loads under ``import torch`` would be lost (the run going on until an engine starts:
+    see :func:`anydev.interrupts.engine_live`). Imported here, its exception propagates."""
+    import numpy  # noqa: F401  (imported for its side effect: in sys.modules before torch asks)
 
 
 def _ending(exc: BaseException) -> int:
