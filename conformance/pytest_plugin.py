@@ -156,10 +156,9 @@ def _set_up_emulation(config) -> dict[str, dict[str, str]]:
 def explicitly_requested(config) -> set[str]:
     """Backends asked for by name (``--device NAME``, or ``$ANYDEV_DEVICE``/cpu by default), not
     through ``all``."""
-    from anydev.plugin_api.discovery import DEVICE_ENV
+    from .support import requested_names
 
-    requested = config.getoption("anydev_device") or [os.environ.get(DEVICE_ENV) or "cpu"]
-    return {n.strip() for item in requested for n in item.split(",") if n.strip() and n.strip() != "all"}
+    return set(requested_names(config)) - {"all"}
 
 
 def _usage_error(message: str):

@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from anydev.plugin_api import Backend, BackendUnavailableError, NotSupportedError, get_registry
-from anydev.plugin_api.discovery import DEVICE_ENV
+from anydev.plugin_api.discovery import default_backend_name
 
 from anydev.conformance.report import RANKS_KEY
 
@@ -23,10 +23,16 @@ _outcomes: dict[str, object] = {}
 _outcomes_lock = threading.Lock()
 
 
+def requested_names(config) -> list[str]:
+    """The names ``--device`` gives, once each, in order ("all" included); default: the backend a
+    program uses when given none (``$ANYDEV_DEVICE``, else cpu)."""
+    requested = config.getoption("anydev_device") or [default_backend_name()]
+    return list(dict.fromkeys(n.strip() for item in requested for n in item.split(",") if n.strip()))
+
+
 def selected_backends(config) -> list[str]:
     """The backend names from ``--device`` (``all``: every registered one, broken ones included)."""
-    requested = config.getoption("anydev_device") or [os.environ.get(DEVICE_ENV) or "cpu"]
-    names = list(dict.fromkeys(n.strip() for item in requested for n in item.split(",") if n.strip()))
+    names = requested_names(config)
     known = get_registry().names()
     if "all" in names:
         return known
