@@ -145,16 +145,22 @@ def test_ranks_initialise_concurrently(backend, request, monkeypatch):
         init_timeline(backend, tp, blocks, executor="serial", worker_cls=HOST_ZERO_WORKER)
 
 
+def engine_over_dirty_memory(backend, tp: int):
+    """An engine whose KV cache is allocated over dirtied memory: device memory written and freed
+    before init, and every allocation as large as the cache filled with a pattern when made."""
+    blocks = kv_num_blocks(backend, tp)
+    kv_bytes = blocks * kv_block_bytes(tp)
+    dirty_device_memory(backend, tp, nbytes=kv_bytes + 16 * MiB)
+    with allocations_dirtied(min_bytes=kv_bytes):
+        return start_engine(engine_config(backend, tp, num_blocks=blocks))
+
+
 def test_kv_cache_reads_back_as_zeros(backend, request):
     """The KV cache's memory holds a non-zero pattern before the engine zeroes it (filled when it is
     allocated, and the device memory dirtied and freed before init), so every byte must be zeroed by
     init, whatever freed memory reads back as."""
     tp = engine_ranks(backend, request)
-    blocks = kv_num_blocks(backend, tp)
-    kv_bytes = blocks * kv_block_bytes(tp)
-    dirty_device_memory(backend, tp, nbytes=kv_bytes + 16 * MiB)
-    with allocations_dirtied(min_bytes=kv_bytes):
-        engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
+    engine = engine_over_dirty_memory(backend, tp)
     try:
         for rank in range(tp):
             cache = engine.kv_cache_to_host(rank)
@@ -170,11 +176,7 @@ def test_ready_only_after_device_work_finished(backend, request):
     """Each rank's phases run in order, 'sync' ends before 'ready', and the KV cache read right after
     the constructor returns, on a fresh stream that waits for nothing, is already all zeros."""
     tp = engine_ranks(backend, request)
-    blocks = kv_num_blocks(backend, tp)
-    kv_bytes = blocks * kv_block_bytes(tp)
-    dirty_device_memory(backend, tp, nbytes=kv_bytes + 16 * MiB)
-    with allocations_dirtied(min_bytes=kv_bytes):
-        engine = start_engine(engine_config(backend, tp, num_blocks=blocks))
+    engine = engine_over_dirty_memory(backend, tp)
     try:
         for rank in range(tp):  # read first: nothing else may give the device time to catch up
             device = backend.device(rank)
