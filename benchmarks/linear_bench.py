@@ -5,8 +5,8 @@ bandwidth (weight bytes + activations over the time), and per model the GEMMs' t
 
     python benchmarks/linear_bench.py --device nvidia                         # the table
     python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
-    python benchmarks/linear_bench.py --device nvidia --skip-table --sweep --sweep-batches 32 \\
-        --sweep-formats int8,fp8_e4m3 --table-out plans.txt                     # batch-32 tl.dot tiles
+    python benchmarks/linear_bench.py --device nvidia --models 8B --skip-table --sweep --sweep-batches 32 \\
+        --sweep-formats int8 --table-out plans.txt                              # batch-32 tl.dot tiles
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
 
 Times: a device graph of one call per copy of the weights (as many copies as it takes to exceed 256 MB,
@@ -154,7 +154,7 @@ def candidates(M: int, K: int, fmt: str):
             yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
         return
     rows = sorted({16, max(16, triton_linear.triton.next_power_of_2(M))})
-    for bm, bn, bk, warps, stages, split in itertools.product(rows, (32, 64, 128), (64, 128, 256), (4, 8), (2, 3, 4, 5),
+    for bm, bn, bk, warps, stages, split in itertools.product(rows, (32, 64, 128), (64, 128, 256), (4, 8), (3, 4, 5),
                                                               (1, 2, 4)):
         yield triton_linear.Plan.sliced(M, K, bm, bn, bk, split, warps, stages)
 
@@ -203,6 +203,8 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
                 if gain > 1.03 and rows_bucket(batch) == batch:
                     recorded[(device_name(dev), batch, fmt, N, K)] = (best.block_m, best.block_n, best.block_k,
                                                                       best.split, best.num_warps, best.num_stages)
+                    if args.table_out:      # as it grows: a run cut short keeps what it found
+                        write_table(args.table_out, recorded)
                 del weights
     return rows, recorded
 
@@ -212,7 +214,7 @@ def write_table(path: str, recorded: dict) -> None:
     with open(path, "w") as f:
         for key, value in sorted(recorded.items()):
             f.write(f"    {key!r}: {value!r},\n")
-    print(f"wrote {len(recorded)} plan(s) that beat the heuristic to {path} (paste into linear_plans.RECORDED)")
+    print(f"wrote {len(recorded)} plan(s) that beat the heuristic to {path} (paste into linear_plans.RECORDED)", flush=True)
 
 
 def parse_args(argv=None):
@@ -221,6 +223,7 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[1, 32])
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--tiny", action="store_true", help="one small shape (a smoke run, e.g. under Triton's interpreter)")
+    p.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS), help=f"of {','.join(MODELS)}")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],
@@ -234,7 +237,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     backend, dev, kernels = open_kernels(args.device)
-    models = TINY if args.tiny else MODELS
+    models = TINY if args.tiny else {name: MODELS[name] for name in args.models}
     with torch.inference_mode():
         rows = [] if args.skip_table else table(args, kernels, dev, models)
         sweep_rows, recorded = sweep(args, dev, models) if args.sweep else ([], {})

@@ -11,7 +11,13 @@
 #   decode8b     decode_bench, Llama-3-8B shape, batch 1 and 32, context 256: bf16, int8, fp8 (graphs)
 #   decode1b     the same on the 1B shape
 #   gguf         random 8B-shaped GGUF files in Q4_K and Q8_0: each loaded (init_bench: GB/s of file
-#                bytes, kept in blocks) and run by test_infer (weights per rank, decode tok/s at batch 1)
+#                bytes, kept in blocks, the host's reading time by kind of tensor) and run by test_infer
+#                (weights per rank, decode tok/s at batch 1)
+#   perplexity   tiny_llama.py trains the tiny Llama (on the CPU), perplexity.py scores its held-out
+#                text on nvidia: bf16, int8, fp8 and its Q8_0/Q4_K GGUF files, ratios over bf16
+#   tiles-int8, tiles-fp8   linear_bench's batch-32 tl.dot tile sweep on the 8B shape; the plans that
+#                beat the heuristic in $OUT/plans-*.txt (paste into triton_kernels/linear_plans.py's
+#                RECORDED, then run decode8b again)
 # Every step runs whatever the others did; steps.txt has each one's exit status.
 set -uo pipefail
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -39,6 +45,14 @@ want sweep && run sweep 400 python3 benchmarks/linear_bench.py --device nvidia -
     --sweep-formats dense,int8,fp8_e4m3,q8_0,q4_k --out "$OUT/sweep.json"
 want decode8b && run decode8b 240 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 8b --out "$OUT/decode8b.json"
 want decode1b && run decode1b 150 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 1b --out "$OUT/decode1b.json"
+want perplexity && run perplexity 400 bash -c "OMP_NUM_THREADS=4 python3 benchmarks/tiny_llama.py /tmp/tiny-llama && \
+    python3 benchmarks/perplexity.py --device nvidia --model /tmp/tiny-llama --reference \
+    --gguf /tmp/tiny-llama/q8_0.gguf,/tmp/tiny-llama/q4_k.gguf --out $OUT/perplexity.json"
+for fmt in int8 fp8; do
+    want "tiles-$fmt" && run "tiles-$fmt" 560 python3 benchmarks/linear_bench.py --device nvidia --models 8B --skip-table \
+        --sweep --sweep-batches 32 --sweep-formats "${fmt/fp8/fp8_e4m3}" --table-out "$OUT/plans-$fmt.txt" \
+        --out "$OUT/tiles-$fmt.json"
+done
 if want gguf; then
     for type in Q4_K Q8_0; do
         file=/tmp/llama-8b-${type,,}.gguf
