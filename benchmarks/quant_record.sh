@@ -12,7 +12,8 @@
 #   decode1b     the same on the 1B shape
 #   gguf         random 8B-shaped GGUF files in Q4_K and Q8_0: each loaded (init_bench: GB/s of file
 #                bytes, kept in blocks, the host's reading time by kind of tensor) and run by test_infer
-#                (weights per rank, decode tok/s at batch 1)
+#                (weights per rank, decode tok/s at batch 1); read_bench: the file's bytes by mmap, mmap
+#                after MADV_POPULATE_READ and preadv at 1-16 threads (what bounds the loader's reading)
 #   perplexity   tiny_llama.py trains the tiny Llama (on the CPU), perplexity.py scores its held-out
 #                text on nvidia: bf16, int8, fp8 and its Q8_0/Q4_K GGUF files, ratios over bf16
 #   tiles-int8, tiles-fp8   linear_bench's batch-32 tl.dot tile sweep on the 8B shape; the plans that
@@ -57,6 +58,7 @@ if want gguf; then
     for type in Q4_K Q8_0; do
         file=/tmp/llama-8b-${type,,}.gguf
         [[ -f $file ]] || run "gguf-write-$type" 120 python3 benchmarks/make_random_model.py "$file" "${SHAPE_8B[@]}" --gguf "$type"
+        run "gguf-read-$type" 120 python3 benchmarks/read_bench.py "$file" --out "$OUT/gguf-read-$type.json"
         run "gguf-load-$type" 120 python3 benchmarks/init_bench.py --device nvidia --model "$file" --kv-gib-per-rank 4 \
             --modes parallel --out "$OUT/gguf-load-$type.json"
         run "gguf-infer-$type" 150 python3 examples/test_infer.py --device nvidia --model "$file" --max-new-tokens 256 \

@@ -111,3 +111,15 @@ def test_serve_client_cost_measures_every_stream_count():
                            "--tick-ms", "5"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "   2 streams: client CPU" in done.stdout and "   3 streams: client CPU" in done.stdout, done.stdout
+
+
+def test_read_bench_reads_the_file_by_every_method_at_each_thread_count(tmp_path):
+    data = tmp_path / "weights.bin"
+    data.write_bytes(bytes(range(256)) * 40_000)          # 10 MB: parts of several chunks
+    out = tmp_path / "read.json"
+    assert load("read_bench").main([str(data), "--threads", "1,3", "--chunk-mib", "1", "--repeat", "1",
+                                    "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["bytes"] == 10_240_000 and [r["threads"] for r in report["rows"]] == [1, 3]
+    assert all(set(r["gbps"]) == {"mmap", "mmap+populate", "pread"} and min(r["gbps"].values()) > 0
+               for r in report["rows"])
