@@ -6,9 +6,10 @@
 
 Options not listed here (and everything after ``--``) go to pytest unchanged. The checks run in
 pytest-xdist workers (``-n``, default 1), so that a backend that crashes its process costs only the
-check group it crashed in (``crashes.py``). Tracebacks are off by default (``--tb=no``): the matrix
-and one line per failed check say what failed and why, so that a new backend's first run (every
-call a stub) is a page, not thousands of lines; ``-- --tb=short`` brings them back.
+check group it crashed in (``crashes.py``). Tracebacks and pytest's list of failures are off by
+default (``--tb=no -rN``): the matrix and one line per failed check say what failed and why, so that
+a new backend's first run (every call a stub) is a page, not thousands of lines; ``-- --tb=short
+-rfE`` brings them back.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 def pytest_args(args: argparse.Namespace, extra: list[str]) -> list[str]:
     """The pytest command line that runs the suite with these options."""
-    out = [os.path.dirname(os.path.abspath(__file__)), "-p", "no:cacheprovider", "--tb=no"]
+    out = [os.path.dirname(os.path.abspath(__file__)), "-p", "no:cacheprovider", "--tb=no", "-rN"]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         out += ["-p", "anydev.conformance.pytest_plugin"]
     for device in args.device or []:

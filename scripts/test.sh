@@ -26,12 +26,12 @@ echo "== conformance suite"
 # 1, 2, 3 and 4), as the mutants runner runs it. Short tracebacks (the suite's default is none): a
 # failure in CI cannot be run again to see one.
 ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} ANYDEV_CPU_DEVICES=${ANYDEV_CPU_DEVICES:-4} \
-    "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" --tb=short || status=1
+    "$PYTHON" -m anydev.conformance --device all --emulated moore,metax -n 2 --report "$REPORT" --tb=short -rfE || status=1
 
 echo "== conformance kernels group: the Triton kernels under Triton's interpreter"
 TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 \
     "$PYTHON" -m anydev.conformance --device cpu -n 2 --report "$(dirname "$REPORT")/kernels-triton-interpreter.json" \
-    -- --tb=short -k kernels || status=1
+    -- --tb=short -rfE -k kernels || status=1
 
 echo "== mutation testing of the conformance suite"
 "$PYTHON" -m anydev.conformance.mutants -j 2 || status=1

@@ -297,6 +297,7 @@ def test_contract_breaches_are_reported_as_failures(tmp_path, fake_plugins_path)
     # one line per failure under the matrix, no traceback: a new backend's first run is a page
     assert "FAIL conformance/test_streams_events.py::test_query_reports_running_then_done[sloppy]: " in done.stdout
     assert "Traceback" not in done.stdout and "_____ test_" not in done.stdout
+    assert "short test summary info" not in done.stdout
     assert "add -- --tb=short to see them" in done.stdout
 
 
