@@ -126,16 +126,18 @@ def _nibbles(qs: torch.Tensor, group: int) -> torch.Tensor:
     return torch.cat((runs & 0x0F, runs >> 4), dim=2).reshape(qs.shape[0], -1)
 
 
+# Each dequantizer works in place on the one float32 tensor it makes (no temporaries of that size),
+# in the gguf package's order of operations, so the values are the same bit for bit.
 def _q8_0(blocks):
-    return _f16(blocks, 0) * blocks[:, 2:].contiguous().view(torch.int8).float()
+    return blocks[:, 2:].contiguous().view(torch.int8).float().mul_(_f16(blocks, 0))
 
 
 def _q4_0(blocks):
-    return _f16(blocks, 0) * (_nibbles(blocks[:, 2:], 16).float() - 8)
+    return _nibbles(blocks[:, 2:], 16).float().sub_(8).mul_(_f16(blocks, 0))
 
 
 def _q4_1(blocks):
-    return _f16(blocks, 0) * _nibbles(blocks[:, 4:], 16).float() + _f16(blocks, 2)
+    return _nibbles(blocks[:, 4:], 16).float().mul_(_f16(blocks, 0)).add_(_f16(blocks, 2))
 
 
 def q4_k_scales(packed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,15 +153,16 @@ def _q4_k(blocks):
     q = _nibbles(blocks[:, 16:], 32).float().view(-1, 8, 32)
     scale = (_f16(blocks, 0) * sc)[:, :, None]
     offset = (_f16(blocks, 2) * m)[:, :, None]
-    return (scale * q - offset).reshape(-1, 256)
+    return q.mul_(scale).sub_(offset).view(-1, 256)
 
 
 def _q6_k(blocks):
-    ql = _nibbles(blocks[:, 0:128], 64).view(-1, 2, 4, 32).int()             # [B, half, quarter, 32]
-    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32).int() >> torch.tensor([0, 2, 4, 6], device=blocks.device)[:, None]
-    q = (ql | ((qh & 3) << 4)).float() - 32                                  # [B, half, quarter, 32]
+    ql = _nibbles(blocks[:, 0:128], 64).view(-1, 2, 4, 32)                  # [B, half, quarter, 32]
+    qh = blocks[:, 128:192].reshape(-1, 2, 1, 32)
+    high = torch.cat([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], dim=2)  # scalar shifts of bytes: vectorised
+    q = (ql | (high << 4)).float().sub_(32)                                  # [B, half, quarter, 32]
     scale = blocks[:, 192:208].contiguous().view(torch.int8).float() * _f16(blocks, 208)   # [B, 16]
-    return (q.view(-1, 16, 16) * scale[:, :, None]).reshape(-1, 256)
+    return q.view(-1, 16, 16).mul_(scale[:, :, None]).view(-1, 256)
 
 
 _DEQUANTIZE = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1, "q4_k": _q4_k, "q6_k": _q6_k}
