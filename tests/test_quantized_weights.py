@@ -69,18 +69,19 @@ def test_gguf_blocks_kept_quantized_are_sharded_by_rows_columns_and_layers(gguf_
 
 
 
-@pytest.mark.parametrize("quantization", [None, "dequantize", "int8"])
-def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file, quantization, monkeypatch):
+@pytest.mark.parametrize("quantization,tp", [(None, 1), ("dequantize", 1), ("int8", 1), (None, 2)])
+def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file, quantization, tp, monkeypatch):
     """Every tensor a GGUF file stores in blocks is copied to the device as stored: kept (the
-    projections), dequantized there (the token embedding; every projection under "dequantize") or
-    quantized there ("int8"). The gguf package's host decoder is never called, and each float weight
-    equals its decoding of the file (q/k rows un-permuted), in blocks of rows small enough to split
-    every tensor, read by two threads."""
+    projections), dequantized there (the token embedding; every projection under "dequantize"; at
+    tp=2, a K-quant o_proj whose half of a row splits its 256-value blocks, read as the covering blocks)
+    or quantized there ("int8"). The gguf package's host decoder is never called, and each float
+    weight equals its decoding of the file (q/k rows un-permuted), in blocks of rows small enough to
+    split every tensor, read by two threads (rank 1's part at tp=2)."""
     from anydev.core.config import expected_tensor_names
     from anydev.core.loading import gguf_loader
     from anydev.core.loading.checkpoint import open_checkpoint
     from anydev.core.loading.weights import RankWeights, projection_formats
-    from anydev.core.models.sharding import rank_shard
+    from anydev.core.models.sharding import rank_shard, slice_of
     from anydev.plugin_api import load_backend
 
     def refuse(*args):
@@ -90,7 +91,7 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
         decoded = {name: checkpoint.load(name).float() for name in checkpoint.tensor_names()}   # by gguf
         monkeypatch.setattr(gguf_loader, "dequantize", refuse)
         device = load_backend("cpu").device(0)
-        shard = rank_shard(checkpoint.config, 1, 0)
+        shard = rank_shard(checkpoint.config, tp, tp - 1)
         formats = projection_formats(checkpoint, expected_tensor_names(checkpoint.config), shard, quantization)
         weights = RankWeights(device, checkpoint.config, shard, torch.float32, formats=formats)
         stream = device.create_stream()
@@ -99,9 +100,12 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
             stream.synchronize()
             floats = {name: t for name, t in weights.tensors.items() if not isinstance(t, QuantizedWeight)}
             for name, tensor in floats.items():
-                assert torch.equal(tensor, decoded[name]), name
+                cut = slice_of(name, shard)
+                assert torch.equal(tensor, decoded[name] if cut is None else decoded[name].narrow(*cut)), name
             assert "model.embed_tokens.weight" in floats
             assert (len(floats) == len(decoded)) == (quantization == "dequantize")
+            if tp == 2 and gguf_file[0] in ("Q4_K", "Q6_K"):
+                assert "model.layers.0.self_attn.o_proj.weight" in floats       # split blocks: dequantized
             if quantization == "int8":
                 q_proj = weights.tensors["model.layers.0.self_attn.q_proj.weight"]
                 want = quantize_per_channel(decoded["model.layers.0.self_attn.q_proj.weight"], "int8")

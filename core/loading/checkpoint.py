@@ -78,6 +78,20 @@ class Checkpoint:
             return self._store.tensor_slice(name, cut, blocks=True)
         return self._store.tensor_slice(name, cut)
 
+    def block_format(self, name: str) -> str | None:
+        """The GGUF block format of :mod:`anydev.plugin_api.weight_formats` that 2-D tensor ``name`` is
+        stored in, or None."""
+        formats = getattr(self._store, "block_format", None)
+        return formats(name) if formats is not None else None
+
+    def block_slice(self, name: str, cut) -> TensorSlice:
+        """The GGUF blocks that hold the part ``cut`` of tensor ``name``, as rows of ``row_bytes`` uint8:
+        its own blocks, or where the cut splits blocks along a row, those that cover it (``covered``
+        then says which of the decoded values are the part)."""
+        if self.block_format(name) is None:
+            raise ModelLoadError(f"{self.source}: tensor '{name}' is not stored in GGUF blocks")
+        return self._store.tensor_slice(name, cut, blocks=True)
+
     def channel_scales(self, name: str, cut) -> torch.Tensor:
         """Float32 per-row scales of the part ``cut`` of a weight stored per channel (``fp8_e4m3``)."""
         return self._store.channel_scales(name, cut)

@@ -136,6 +136,12 @@ class GGUFStore:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
         return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks)
 
+    def block_format(self, name: str) -> str | None:
+        """The block format (a name of ``BLOCK_FORMATS``) of 2-D tensor ``name``, or None."""
+        tensor = self._tensors[name]
+        fmt = tensor.tensor_type.name.lower()
+        return fmt if fmt in BLOCK_FORMATS and len(tensor.shape) == 2 else None
+
     def stored_format(self, name: str, cut) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) tensor ``name`` is stored in, when its part
         ``cut`` is whole rows of whole blocks (what ``quantized_linear`` reads as stored); else None."""
@@ -160,8 +166,9 @@ class GGUFSlice:
     dequantized on the host, per block, by the thread that reads it (the engine's loader reads the
     block formats as stored instead: ``blocks``); F32/F16/BF16 keep their dtype.
     ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads. ``blocks``: rows of
-    stored bytes instead (dtype uint8, ``row_bytes`` bytes a row; the cut must be whole blocks, see
-    :meth:`GGUFStore.stored_format`)."""
+    stored bytes instead (dtype uint8, ``row_bytes`` bytes a row): the cut's blocks, or, where the cut
+    splits blocks along a row, the blocks that cover it; then ``covered`` is ``(offset, values)``: a
+    decoded row has ``values`` values, and the cut's are ``shape[1]`` of them from ``offset``."""
 
     def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False):
         self.full_shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
@@ -183,10 +190,15 @@ class GGUFSlice:
                 self._narrow = (start, length)
         self._head_rows = self.full_shape[0] // permuted_heads if permuted_heads else None
         self.blocks = blocks
+        self.covered = None
         if blocks:
-            if self._narrow is not None or len(self.full_shape) != 2:
-                raise ModelLoadError(f"{path}: tensor '{tensor.name}': the slice {cut} is not whole blocks of "
-                                     f"{block} values; it cannot be kept in its stored format")
+            if len(self.full_shape) != 2:
+                raise ModelLoadError(f"{path}: tensor '{tensor.name}' is not 2-D; it cannot be read as blocks")
+            if self._narrow is not None:    # the blocks that cover the cut: decoded, then narrowed by the caller
+                start, length = self._narrow
+                first, end = start // block * block, -(-(start + length) // block) * block
+                self._columns = slice(first // block * block_bytes, end // block * block_bytes)
+                self.covered = (start - first, end - first)
             self.dtype = torch.uint8
             self.row_bytes = self._raw[:1, self._columns].shape[1]
 

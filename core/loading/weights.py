@@ -9,9 +9,10 @@ the host only ever holds stored bytes, and never more than the staging buffers.
 Projection weights may stay quantized (``formats``, see :func:`projection_formats`): GGUF blocks are
 copied as stored; ``int8``/``fp8_e4m3`` quantize a float checkpoint per output channel on the device, a
 block of rows at a time, as it loads. A GGUF tensor in a block format that does not stay quantized (the
-token embedding; every tensor under ``quantization="dequantize"``) is copied as stored too and
-dequantized on the device: the host never decodes blocks (only a rank's cut that splits blocks, or a
-type ``quantized_linear`` lacks, is decoded on the host by the ``gguf`` package). They become
+token embedding; every tensor under ``quantization="dequantize"``; a rank's part that splits blocks along
+a row, read as the blocks that cover it) is copied as stored too and dequantized on the device: the host
+never decodes blocks (only a type ``quantized_linear`` lacks is decoded on the host, by the ``gguf``
+package). They become
 :class:`~anydev.core.models.quantized.QuantizedWeight` values of ``tensors``; per-channel scales sit
 after all the weights, in the same order (so fused projections span their parts' scales too).
 """
@@ -212,8 +213,10 @@ class RankWeights:
         Whatever is stored in a block format is read as stored (kept, or converted on the device)."""
         cut = slice_of(name, self.shard)
         stored = checkpoint.stored_format(name, cut)
-        if stored is not None and (stored in BLOCK_FORMATS or stored == self.formats.get(name)):
+        if stored is not None and stored == self.formats.get(name):    # kept as stored
             piece = checkpoint.stored_slice(name, cut)
+        elif checkpoint.block_format(name) is not None:                # GGUF blocks, converted on the device
+            piece, stored = checkpoint.block_slice(name, cut), checkpoint.block_format(name)
         else:
             piece, stored = checkpoint.tensor_slice(name, cut), None
         expected = full_shape(name, self.config)
@@ -234,8 +237,10 @@ class RankWeights:
         converts = self._converts(name, piece, blocks)
         rows, in_row = shape[0], piece.row_bytes if blocks else row_bytes(piece)
         out_row = self.row_bytes(name, shape)
-        # Blocks dequantized on the device become float32 rows: at most a staging buffer of them at once.
-        per_block = staging.buffer_bytes // (max(in_row, 4 * shape[1]) if blocks and converts else in_row)
+        # Blocks dequantized on the device become float32 rows (of the covering blocks' values, where the
+        # slice splits blocks): at most a staging buffer of them at once.
+        offset_in_row, decoded = getattr(piece, "covered", None) or (0, shape[-1])
+        per_block = staging.buffer_bytes // (max(in_row, 4 * decoded) if blocks and converts else in_row)
         if per_block < 1:
             raise ValueError(f"a row of {name} ({in_row} bytes) does not fit a staging buffer of "
                              f"{staging.buffer_bytes} bytes; raise the staging size")
@@ -259,7 +264,8 @@ class RankWeights:
                 stream.memcpy_async(scratch, host, count * in_row)
                 with stream.torch_stream():
                     if blocks:
-                        stored = dequantize(scratch.as_tensor(torch.uint8, (count, in_row)), None, blocks, shape[1])
+                        stored = dequantize(scratch.as_tensor(torch.uint8, (count, in_row)), None, blocks, decoded)
+                        stored = stored.narrow(1, offset_in_row, shape[1])
                     else:
                         stored = scratch.as_tensor(piece.dtype, (count, *shape[1:]))
                     if fmt in CHANNEL_FORMATS:   # quantized per row
