@@ -4,6 +4,7 @@ backend's real recording graphs (ANYDEV_CPU_GRAPHS) and at TP=2."""
 from __future__ import annotations
 
 import pytest
+from eager_ops import EagerOps, VIEW_OPS
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
@@ -89,3 +90,49 @@ def test_padding_tokens_write_no_kv_and_belong_to_no_sequence():
     assert batch.token_src.tolist() == list(range(2, 10))
     with pytest.raises(ValueError, match="cannot be padded"):
         build_step(seqs, block_size=4, pad_tokens_to=4)
+
+
+def eager_launches(kind: str):
+    """The eager work of the first step of ``kind`` ("mixed": two decodes and a 20-token prompt;
+    "prefill": the prompt alone) through the piecewise graphs: the ops between the replays that launch
+    work (kernels, copies: views left out) by name, and the model's layer count."""
+    seen = []
+    with InferEngine(demo_checkpoint(), config()) as engine:
+        worker = engine.workers[0]
+        run = worker.pieces.run
+
+        def counted(step):
+            ops = EagerOps(worker.model.kernels)
+            with ops.counting_kernels(), ops:
+                logits = run(step)
+            seen.append((step.num_decodes, ops))
+            return logits
+
+        worker.pieces.run = counted
+        params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+        if kind == "mixed":
+            seqs = [engine.add_request([5, 6, 7], params), engine.add_request([9, 10], params)]
+            while any(seq.num_cached < len(seq.prompt) for seq in seqs) or not all(seq.output for seq in seqs):
+                engine.step()
+            seen.clear()
+        engine.add_request(list(range(1, 21)), params)
+        engine.step()
+        layers = len(worker.model.layers)
+    decodes, ops = seen[0]
+    assert decodes == (2 if kind == "mixed" else 0)
+    return {op: n for op, n in ops.ops.items() if op not in VIEW_OPS}, layers
+
+
+def test_a_mixed_step_runs_three_ops_a_layer_between_its_graphs(cpu_with_graphs):
+    # per layer: the decode and prefill attentions and the op that joins them into the next
+    # graph's input; per step: the prefill rows' cu_seqlens offset, the last tokens, the lm_head
+    launches, layers = eager_launches("mixed")
+    assert launches == {"kernel:paged_decode_attention": layers, "kernel:paged_prefill_attention": layers,
+                        "aten.cat.out": layers, "aten.sub.Tensor": 1, "aten.index_select.default": 1,
+                        "kernel:linear": 1}
+
+
+def test_a_prefill_step_runs_two_ops_a_layer_between_its_graphs(cpu_with_graphs):
+    launches, layers = eager_launches("prefill")
+    assert launches == {"kernel:paged_prefill_attention": layers, "aten.copy_.default": layers,
+                        "aten.index_select.default": 1, "kernel:linear": 1}

@@ -129,6 +129,22 @@ class StepBatch:
             return self.input_ids
         return self.token_pool.index_select(0, self.token_src).clamp_(min=0)
 
+    @functools.cached_property
+    def decode_rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(``block_tables``, ``seq_lens``) of the leading ``num_decodes`` sequences, as the decode
+        attention takes them: views, made once a step (every layer reuses them)."""
+        d = self.num_decodes
+        return self.block_tables[:d], self.seq_lens[:d]
+
+    @functools.cached_property
+    def prefill_rows(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(``cu_seqlens_q`` counted from 0, ``seq_lens``, ``block_tables``) of the sequences after the
+        ``num_decodes`` decodes, as the prefill attention takes them: made once a step, so a mixed step
+        offsets ``cu_seqlens_q`` by one device op, not one per layer."""
+        d = self.num_decodes
+        cu_seqlens_q = self.cu_seqlens_q[d:] - d if d else self.cu_seqlens_q
+        return cu_seqlens_q, self.seq_lens[d:], self.block_tables[d:]
+
     @property
     def num_tokens(self) -> int:
         """Tokens of real sequences (padding rows or tokens of a graph step left out)."""

@@ -146,22 +146,30 @@ class LlamaRank:
         k.rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages, batch.slot_mapping, self.cos_sin_cache)
         return q
 
-    def attend(self, i: int, q: torch.Tensor, batch: StepBatch) -> torch.Tensor:
-        """Layer i's paged attention of ``q`` over the step's sequences: [T, heads * head_dim]."""
+    def attend(self, i: int, q: torch.Tensor, batch: StepBatch, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer i's paged attention of ``q`` over the step's sequences: [T, heads * head_dim], written
+        into ``out`` (that shape) when given. A mixed step's decodes come first (``num_decodes``): their
+        queries ``q[:d]`` go to the decode attention, the rest to the prefill attention, and the two
+        results are joined by one op, into ``out`` when given."""
         k, (k_pages, v_pages) = self.kernels, self.kv_pages[i]
+        T, d = q.shape[0], batch.num_decodes
         if batch.is_decode:
-            out = k.paged_decode_attention(q, k_pages, v_pages, batch.block_tables, batch.seq_lens, self.scale,
-                                           self.sliding_window)
-            return out.reshape(q.shape[0], -1)
-        d = batch.num_decodes       # a mixed step's decodes come first: their tokens are q[:d]
-        cu_seqlens_q = batch.cu_seqlens_q[d:] - d if d else batch.cu_seqlens_q
-        out = k.paged_prefill_attention(q[d:], k_pages, v_pages, cu_seqlens_q, batch.seq_lens[d:],
-                                        batch.block_tables[d:], self.scale, self.sliding_window)
-        if d:
-            decodes = k.paged_decode_attention(q[:d], k_pages, v_pages, batch.block_tables[:d], batch.seq_lens[:d],
-                                               self.scale, self.sliding_window)
-            out = torch.cat((decodes, out))
-        return out.reshape(q.shape[0], -1)
+            parts = (k.paged_decode_attention(q, k_pages, v_pages, batch.block_tables, batch.seq_lens, self.scale,
+                                              self.sliding_window),)
+        else:
+            cu_seqlens_q, seq_lens, block_tables = batch.prefill_rows
+            parts = (k.paged_prefill_attention(q[d:] if d else q, k_pages, v_pages, cu_seqlens_q, seq_lens, block_tables,
+                                               self.scale, self.sliding_window),)
+            if d:
+                block_tables, seq_lens = batch.decode_rows
+                parts = (k.paged_decode_attention(q[:d], k_pages, v_pages, block_tables, seq_lens, self.scale,
+                                                  self.sliding_window),) + parts
+        if out is None:
+            return (parts[0] if len(parts) == 1 else torch.cat(parts)).reshape(T, -1)
+        if len(parts) == 1:
+            return out.copy_(parts[0].reshape(T, -1))
+        torch.cat(parts, out=out.view(q.shape))
+        return out
 
     def _after_attention(self, i: int, attn: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         """Layer i from its attention output on: o_proj (all-reduced), the MLP norm, the MLP."""

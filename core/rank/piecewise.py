@@ -11,7 +11,8 @@ between them over the real tokens only (its inputs, the ragged sequences, are no
 The pieces read the step's per-token fields (ids, positions, slots) from the rank's input buffer,
 where they lie at offsets that depend on the bucket only (:mod:`.models.batch`); padding tokens write
 no KV. Each piece's outputs are static tensors: layer i's q for the eager attention, whose output is
-copied into one static tensor the next piece reads, and the residual stream, updated in place.
+written into one static tensor the next piece reads (by the op that joins a mixed step's decode and
+prefill attentions: no copy of its own), and the residual stream, updated in place.
 """
 from __future__ import annotations
 
@@ -117,9 +118,10 @@ class PiecewiseGraphs:
             raise GraphReplayError(f"rank {self.rank}: no piecewise graphs for a step of {step.T} tokens "
                                    f"(captured: {self.buckets})")
         model, real = self.model, step.real_tokens
+        attn = bucket.attn[:real]
         for i, graph in enumerate(bucket.graphs[:-1]):
             graph.replay()
-            bucket.attn[:real].copy_(model.attend(i, bucket.queries[i][:real], step))
+            model.attend(i, bucket.queries[i][:real], step, out=attn)
         bucket.graphs[-1].replay()
         return model.logits(bucket.hidden[:real].index_select(0, step.last_index))
 
