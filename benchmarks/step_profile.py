@@ -12,8 +12,11 @@ launch), so every kernel is attributed to its op.
 
 ``--mixed N`` profiles mixed steps too: once the batch decodes, a request with an N-token prompt
 arrives, and the steps that prefill it (chunks of ``--max-num-batched-tokens`` beside the batch's
-decodes) are profiled the same way. On a GPU each profile says how much of a step the device is busy
-and how much is host time (building the step, launching, reading back) that the device waits for:
+decodes) are profiled the same way. Two such prompts go before the profiled one, unprofiled: the
+first warms up (its steps compile the prefill kernels), the second's steps are timed, as are the
+decode steps before them, so the mixed/decode step ratio comes without the profiler's host overhead.
+On a GPU each profile says how much of a step the device is busy and how much is host time (building
+the step, launching, reading back) that the device waits for:
 
     python benchmarks/step_profile.py --device nvidia --batch-sizes 32,64 --context 256 --mixed 3072 \
         --max-num-batched-tokens 512 --graphs
@@ -59,7 +62,8 @@ def run(args) -> int:
     from torch.profiler import ProfilerActivity
 
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    extra = _MIXED_STEPS + 2 if args.mixed else 0     # the decodes keep running through the mixed steps
+    # the decodes keep running through the timed decode steps and the three prompts' mixed steps
+    extra = args.steps + 3 * (_MIXED_STEPS + 2) if args.mixed else 0
     context = max(args.context + extra, args.mixed) + args.steps + 32
     model = llama_config(max_position_embeddings=context, **(LLAMA_TINY if args.tiny else {}))
     checkpoint = random_checkpoint(model)
@@ -81,15 +85,48 @@ def run(args) -> int:
             steps = [engine.step for _ in range(args.steps)]
             _profile(args, activities, gpu, steps, f"batch {batch}, context {args.context}", "decode")
             if args.mixed:
-                long = engine.add_request(long_prompt, SamplingParams(max_new_tokens=1, ignore_eos=True))
-                chunks = 0
-                while long.num_cached < len(long.prompt) and chunks < _MIXED_STEPS:
-                    chunks += 1
-                    _profile(args, activities, gpu, [engine.step],
-                             f"batch {batch} decoding + a {args.mixed}-token prompt, chunk {chunks}", "mixed")
+                decode_ms = _step_ms(engine, gpu, lambda steps: steps < args.steps)[0]
+                _prompt_steps(engine, long_prompt, lambda run: _step_ms(engine, gpu, run))        # warm-up
+                mixed_ms, chunks = _prompt_steps(engine, long_prompt, lambda run: _step_ms(engine, gpu, run))
+                print(f"\n== batch {batch}, unprofiled: decode step {decode_ms:.3f} ms, mixed step {mixed_ms:.3f} ms "
+                      f"(mean of {chunks}): mixed / decode {mixed_ms / decode_ms:.2f}x")
+
+                def profiled(run):
+                    chunks = 0
+                    while run(chunks):
+                        chunks += 1
+                        _profile(args, activities, gpu, [engine.step],
+                                 f"batch {batch} decoding + a {args.mixed}-token prompt, chunk {chunks}", "mixed")
+                    return None, chunks
+
+                _prompt_steps(engine, long_prompt, profiled)
             while engine.has_unfinished:
                 engine.step()
     return 0
+
+
+def _prompt_steps(engine, prompt: list[int], run_steps):
+    """Add a request of ``prompt`` and run the steps that prefill it (at most ``_MIXED_STEPS``) by
+    ``run_steps(more)``, where ``more(steps run)`` says whether another step is due; then the steps
+    until it has finished (so that the next prompt's steps do not carry it). Returns what
+    ``run_steps`` returns."""
+    long = engine.add_request(prompt, SamplingParams(max_new_tokens=1, ignore_eos=True))
+    result = run_steps(lambda steps: long.num_cached < len(long.prompt) and steps < _MIXED_STEPS)
+    while not long.is_finished:
+        engine.step()
+    return result
+
+
+def _step_ms(engine, gpu: bool, more) -> tuple[float, int]:
+    """(mean wall ms of the engine steps run while ``more(steps run)``, how many), unprofiled: the
+    steps overlap as they do in serving, one device synchronisation at the end."""
+    steps, start = 0, time.perf_counter()
+    while more(steps):
+        engine.step()
+        steps += 1
+    if gpu:
+        torch.cuda.synchronize()
+    return 1000 * (time.perf_counter() - start) / max(steps, 1), steps
 
 
 def _profile(args, activities, gpu: bool, steps: list, title: str, kind: str) -> None:
