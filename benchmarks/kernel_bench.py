@@ -6,8 +6,10 @@ torch path), measured in one run on one device; prints times and ratios.
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/kernel_bench.py --device cpu --tiny   # smoke run
 
 Shapes: the 1B Llama of issue 10 (hidden 2048, MLP 8192, 32 query / 8 KV heads of 64, block size 16):
-decode at batch 1 and 32 with contexts 256 and 4096, an 8192-token prefill, and the elementwise kernels
-at 32 and 8192 tokens. Columns: the native kernel, the contract's torch reference (float32 math,
+decode at batch 1 and 32 with contexts 256 and 4096, an 8192-token prefill, a mixed step's attention
+(32 decodes of context 256 beside a 480-token chunk after 2048 cached tokens: the prefill kernel over
+every row, against the engine's decode + prefill + cat), and the elementwise kernels at 32 and 8192
+tokens. Columns: the native kernel, the contract's torch reference (float32 math,
 gathers every page: the meaning, not a fast path), for rotary_write_kv the two native kernels it fuses,
 and for attention the fastest torch alternative:
 decode = gather the pages and run SDPA in the model dtype (the pre-1.2 engine), prefill = SDPA with
@@ -107,6 +109,7 @@ def cases(args, dtype, dev, kernels):
            lambda: (q, k, v, cu, lens, tables, scale),
            [("sdpa causal (contiguous)", lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale,
                                                                                  enable_gqa=True))])
+    yield mixed_step_attention(args, dtype, dev, kernels, (H, KV, D, bs), gen)
     for T in ((4, 64) if args.tiny else (32, 8192)):
         key = torch.randn(T, KV, D, generator=gen).to(dtype).to(dev)
         slots = torch.randperm(T * 4, generator=gen)[:T].to(dev)
@@ -131,6 +134,31 @@ def cases(args, dtype, dev, kernels):
                  (kernels.rotary_embedding(p, q, k, c), kernels.write_kv(k, v, kc, vc, s)))])
         gu = torch.randn(T, 2 * inter, generator=gen).to(dtype).to(dev)
         yield ("silu_and_mul", f"{T} x {inter}", lambda gu=gu: (gu,), [])
+
+
+def mixed_step_attention(args, dtype, dev, kernels, shape, gen):
+    """A mixed step's attention (one layer): decodes beside a prompt chunk after a cached prefix, as
+    one prefill call over every row, beside what the engine runs, the decode attention of the decodes,
+    the prefill attention of the chunk and one op joining them (the row splits made beforehand, once a
+    step in the engine): the device's side of whether a mixed step's rows could go through one call."""
+    H, KV, D, bs = shape
+    decodes, context, chunk, prefix = (4, 64, 60, 40) if args.tiny else (32, 256, 480, 2048)
+    k, v, tables, lens = paged(decodes + 1, prefix + chunk, KV, D, bs, dtype, dev, gen)
+    lens[:decodes] = context
+    q = torch.randn(decodes + chunk, H, D, generator=gen).to(dtype).to(dev)
+    cu = torch.cat((torch.arange(decodes + 1), torch.tensor([decodes + chunk]))).to(torch.int32).to(dev)
+    out = torch.empty_like(q)
+    scale = D ** -0.5
+    parts = ((q[:decodes], tables[:decodes], lens[:decodes]), (q[decodes:], cu[decodes:] - decodes, lens[decodes:],
+                                                               tables[decodes:]))
+
+    def split():
+        (dq, dt, dl), (pq, pc, pl, pt) = parts
+        torch.cat((kernels.paged_decode_attention(dq, k, v, dt, dl, scale),
+                   kernels.paged_prefill_attention(pq, k, v, pc, pl, pt, scale)), out=out)
+
+    return ("paged_prefill_attention", f"{decodes} decodes + {chunk} of a prompt",
+            lambda: (q, k, v, cu, lens, tables, scale), [("decode + prefill + cat", split)])
 
 
 def open_kernels(device_name: str):
