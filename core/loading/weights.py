@@ -42,8 +42,9 @@ from .tensor_slices import TensorSlice, row_bytes
 _ALIGN = 256
 #: Pinned staging memory per rank (two buffers of half this size).
 DEFAULT_STAGING_BYTES = 128 << 20
-#: A block is split among the reader threads in parts of at least this many bytes.
-_MIN_PART_BYTES = 1 << 20
+#: A block is split among the reader threads in parts of at least this many bytes (small tensors
+#: too: the 8B shape's k/v projections are 2.4 MB in Q4_K).
+_MIN_PART_BYTES = 256 << 10
 #: The linear layers whose weight may be quantized (the lm_head too, when it is not the embedding).
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 #: ``quantization`` values: quantize per channel while loading (``fp8`` is ``fp8_e4m3``), or
