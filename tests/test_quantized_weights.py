@@ -75,7 +75,8 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
     projections), dequantized there (the token embedding; every projection under "dequantize"; at
     tp=2, a K-quant o_proj whose half of a row splits its 256-value blocks, read as the covering blocks)
     or quantized there ("int8"). The gguf package's host decoder is never called, and each float
-    weight equals its decoding of the file (q/k rows un-permuted), in blocks of rows small enough to
+    weight, and each kept weight's blocks, equal the package's decoding of the file (q/k rows
+    un-permuted: the kept ones on the device, whole heads a block), in blocks of rows small enough to
     split every tensor, read by two threads (rank 1's part at tp=2)."""
     from anydev.core.config import expected_tensor_names
     from anydev.core.loading import gguf_loader
@@ -99,9 +100,14 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
             weights.load(checkpoint, stream, lambda: None, lambda n: None, staging_bytes=1 << 16, read_threads=2)
             stream.synchronize()
             floats = {name: t for name, t in weights.tensors.items() if not isinstance(t, QuantizedWeight)}
-            for name, tensor in floats.items():
+            for name, tensor in weights.tensors.items():
                 cut = slice_of(name, shard)
-                assert torch.equal(tensor, decoded[name] if cut is None else decoded[name].narrow(*cut)), name
+                want = decoded[name] if cut is None else decoded[name].narrow(*cut)
+                if isinstance(tensor, QuantizedWeight):
+                    if tensor.scales is None:        # blocks kept as stored (q/k rows un-permuted on the device)
+                        assert torch.equal(dequantize(tensor.data, None, tensor.weight_format, tensor.in_features), want), name
+                else:
+                    assert torch.equal(tensor, want), name
             assert "model.embed_tokens.weight" in floats
             assert (len(floats) == len(decoded)) == (quantization == "dequantize")
             if tp == 2 and gguf_file[0] in ("Q4_K", "Q6_K"):

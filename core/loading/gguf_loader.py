@@ -202,6 +202,20 @@ class GGUFSlice:
             self.dtype = torch.uint8
             self.row_bytes = self._raw[:1, self._columns].shape[1]
 
+    @property
+    def head_rows(self) -> int | None:
+        """Rows of one head, where the file holds them permuted (llama.cpp's q/k rotary order), else None."""
+        return self._head_rows
+
+    def read_file_rows(self, first: int, count: int, out: np.ndarray) -> None:
+        """Stored rows ``[first, first + count)`` of a ``blocks`` slice in the file's order, not HF's: for
+        q/k, the caller reads whole heads and un-permutes each (a head's rows ``(a, b)``, ``a < head_rows //
+        2``, ``b < 2``, are HF's ``(b, a)``)."""
+        if not self.blocks:
+            raise ValueError("read_file_rows reads the rows of a blocks slice")
+        rows = slice(self._first_row + first, self._first_row + first + count)
+        out.reshape(count, self.row_bytes)[:] = self._raw[rows, self._columns]
+
     def _file_rows(self, first: int, count: int):
         """Rows of the file holding HF rows ``[first, first + count)`` of the slice."""
         if self._head_rows is None:

@@ -190,7 +190,7 @@ class RankWeights:
                 t = time.perf_counter()
                 piece, blocks = self._open(checkpoint, name, shape)
                 self.stats.open_seconds += time.perf_counter() - t
-                if self._converts(name, piece, blocks) and scratch is None:
+                if (self._converts(name, piece, blocks) or self._unpermutes(piece, blocks)) and scratch is None:
                     scratch = self.device.alloc(staging.buffer_bytes)
                 self._copy(piece, blocks, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
                 if name in self.scale_offsets and not self._converts(name, piece, blocks):   # scales stored beside
@@ -245,13 +245,20 @@ class RankWeights:
         if per_block < 1:
             raise ValueError(f"a row of {name} ({in_row} bytes) does not fit a staging buffer of "
                              f"{staging.buffer_bytes} bytes; raise the staging size")
+        # q/k blocks kept as stored: whole heads read in the file's order (a plain copy, where gathering
+        # the permuted rows on the host read at half the speed), un-permuted on the device.
+        unpermutes = self._unpermutes(piece, blocks) and not converts and per_block >= piece.head_rows
+        head_rows = piece.head_rows if unpermutes else None
+        if head_rows:
+            per_block -= per_block % head_rows
         for first in range(0, rows, per_block):
             check_cancel()
             count = min(per_block, rows - first)
             t = time.perf_counter()
             index, host, array = staging.acquire()
             t_read = time.perf_counter()
-            self._read(piece, first, count, array[:count * in_row], readers, self._read_threads)
+            self._read(piece.read_file_rows if head_rows else piece.read_rows, first, count, array[:count * in_row],
+                       readers, self._read_threads)
             self.stats.wait_seconds += t_read - t
             read = time.perf_counter() - t_read
             self.stats.read_seconds += read
@@ -259,7 +266,13 @@ class RankWeights:
             kind[0] += read
             kind[1] += count * in_row
             dst_offset = offset + first * out_row
-            if not converts:
+            if head_rows:
+                stream.memcpy_async(scratch, host, count * in_row)
+                with stream.torch_stream():
+                    heads = (count // head_rows, head_rows // 2, 2, in_row)
+                    unpermuted = scratch.as_tensor(torch.uint8, heads).transpose(1, 2)
+                    self.buffer.as_tensor(torch.uint8, unpermuted.shape, dst_offset).copy_(unpermuted)
+            elif not converts:
                 stream.memcpy_async(self.buffer, host, count * in_row, dst_offset=dst_offset)
             else:   # the conversion runs on the device, in stream order after the copy
                 stream.memcpy_async(scratch, host, count * in_row)
@@ -282,18 +295,23 @@ class RankWeights:
             on_bytes(count * out_row)
 
     @staticmethod
-    def _read(piece: TensorSlice, first: int, count: int, out: np.ndarray, readers, threads: int) -> None:
-        """Rows ``[first, first + count)`` of ``piece`` into ``out``, split among the reader threads."""
+    def _read(read_rows, first: int, count: int, out: np.ndarray, readers, threads: int) -> None:
+        """Rows ``[first, first + count)`` into ``out`` by ``read_rows`` (a slice's), split among the
+        reader threads."""
         in_row = out.nbytes // count
         parts = 1 if readers is None else max(1, min(threads, out.nbytes // _MIN_PART_BYTES, count))
         if parts == 1:
-            piece.read_rows(first, count, out)
+            read_rows(first, count, out)
             return
         bounds = [first + count * i // parts for i in range(parts + 1)]
-        futures = [readers.submit(piece.read_rows, a, b - a, out[(a - first) * in_row:(b - first) * in_row])
+        futures = [readers.submit(read_rows, a, b - a, out[(a - first) * in_row:(b - first) * in_row])
                    for a, b in zip(bounds, bounds[1:])]
         for future in futures:
             future.result()
+
+    def _unpermutes(self, piece: TensorSlice, blocks: str | None) -> bool:
+        """Whether ``piece`` is q/k blocks kept as stored whose rows the file holds permuted."""
+        return blocks is not None and getattr(piece, "head_rows", None) is not None
 
     def _converts(self, name: str, piece: TensorSlice, blocks: str | None) -> bool:
         """Whether the stored rows change on the device (dequantization, a dtype change, quantization)."""
