@@ -143,7 +143,7 @@ def one_run(args, sig: signal.Signals, delay: float, exits: list[float]) -> str 
             if code != 128 + sig:
                 return f"wrong exit: code {code}, not {128 + sig}, after {sig.name} at {delay:.2f} s; stderr: {lines[-3:]}"
             if lines != [LINES[sig]]:
-                return f"wrong output after {sig.name} at {delay:.2f} s: {lines[:4]} ({len(lines)} lines)"
+                return f"wrong output: after {sig.name} at {delay:.2f} s: {lines[:4]} ({len(lines)} lines)"
             if ended > args.deadline:
                 return f"slow: ended as it must, but {ended:.1f} s after {sig.name} (sent {delay:.2f} s in)"
             return None
