@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from concurrent import futures as _futures
 from contextlib import contextmanager
@@ -74,13 +75,38 @@ def handled():
         yield
         return
     previous = {sig: signal.signal(sig, _handler) for sig in SIGNALS}
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _sending_again(sys.unraisablehook)
     _State.installed, _State.main_ident, _State.received, _State.raised = True, threading.get_ident(), None, False
     try:
         yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
         _State.installed = False
+
+
+def _sending_again(hook):
+    """``sys.unraisablehook`` while the handler is installed. Python prints and drops an exception
+    raised in a weakref callback or a ``__del__`` (importlib's module-lock callbacks run during any
+    import): the handler's :class:`Interrupted`, dropped so, is forgotten and its signal sent again
+    from another thread, so that the handler raises it at a point where it propagates."""
+    def unraisable(info) -> None:
+        if not isinstance(info.exc_value, Interrupted) or _State.live:
+            return hook(info)
+        _State.received, _State.raised = None, False
+        threading.Thread(target=_send_later, args=(info.exc_value.signum,), name="anydev-signal-again",
+                         daemon=True).start()
+    return unraisable
+
+
+def _send_later(signum: int) -> None:
+    """Send ``signum`` to this process once the main thread has left the hook (an exception raised
+    inside the hook itself would be dropped too)."""
+    import time
+
+    time.sleep(POLL_S)
+    os.kill(os.getpid(), signum)
 
 
 def check() -> None:

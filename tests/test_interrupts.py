@@ -52,6 +52,31 @@ def test_a_command_body_starts_with_numpy_loaded():
     assert subprocess.run([sys.executable, "-c", program], timeout=120).returncode == 0
 
 
+def test_a_signal_dropped_in_a_weakref_callback_is_raised_after_it(capfd):
+    # Python prints and drops an exception raised in a weakref callback (importlib's module-lock
+    # callbacks run during any import): a Ctrl-C landing there was lost until an engine started.
+    import time
+    import weakref
+
+    class Thing:
+        pass
+
+    def callback(_):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):   # the handler raises here, inside the callback
+            pass
+
+    with interrupts.handled():
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        with pytest.raises(interrupts.Interrupted):
+            del thing
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:   # the signal sent again is raised here
+                pass
+    assert ref() is None and "Exception ignored" not in capfd.readouterr().err
+
+
 def test_a_signal_while_an_engine_runs_waits_for_its_next_wait_and_close_joins_every_rank():
     from anydev.core import EngineConfig, InferEngine, SamplingParams
     from anydev.core.loading.checkpoint import demo_checkpoint
