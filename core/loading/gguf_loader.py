@@ -145,9 +145,8 @@ class GGUFStore:
     def stored_format(self, name: str, cut) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) tensor ``name`` is stored in, when its part
         ``cut`` is whole rows of whole blocks (what ``quantized_linear`` reads as stored); else None."""
-        tensor = self._tensors[name]
-        fmt = tensor.tensor_type.name.lower()
-        if fmt not in BLOCK_FORMATS or len(tensor.shape) != 2:
+        fmt = self.block_format(name)
+        if fmt is None:
             return None
         elems = BLOCK_FORMATS[fmt].elems
         if cut is not None and cut[0] == 1 and (cut[1] % elems or cut[2] % elems):

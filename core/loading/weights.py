@@ -216,10 +216,10 @@ class RankWeights:
         stored = checkpoint.stored_format(name, cut)
         if stored is not None and stored == self.formats.get(name):    # kept as stored
             piece = checkpoint.stored_slice(name, cut)
-        elif checkpoint.block_format(name) is not None:                # GGUF blocks, converted on the device
-            piece, stored = checkpoint.block_slice(name, cut), checkpoint.block_format(name)
-        else:
-            piece, stored = checkpoint.tensor_slice(name, cut), None
+        elif (stored := checkpoint.block_format(name)) is not None:    # GGUF blocks, converted on the device
+            piece = checkpoint.block_slice(name, cut)
+        else:                                                          # rows of its dtype (stored is None)
+            piece = checkpoint.tensor_slice(name, cut)
         expected = full_shape(name, self.config)
         if tuple(piece.full_shape) != expected:
             raise ModelLoadError(
