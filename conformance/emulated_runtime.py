@@ -32,6 +32,7 @@ from anydev.backends.cudalike.runtime import CudaLikeRuntime
 from anydev.backends.cudalike.spec import VendorSpec
 from anydev.backends.cudalike.variants import register_variant
 from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.host_torch_streams import HostTorchStreams
 from anydev.plugin_api.objects.memory import host_array
 from anydev.plugin_api.runtime import DeviceRuntime
 from anydev.plugin_api.types import RuntimeInfo
@@ -73,7 +74,8 @@ class EmulatedRuntime(CudaLikeRuntime):
             )
         super().__init__(spec, runtime_library)
         self.torch_device_type = "cpu"
-        self._inside = threading.local()  # .streams: the handles of this thread's open torch_stream blocks
+        self._torch_streams = HostTorchStreams()
+        self._inside = threading.local()  # .group_depth, .group_streams: this thread's open groups
 
     # ---- torch bridge --------------------------------------------------------------------
     def torch_device(self, index: int):
@@ -91,21 +93,10 @@ class EmulatedRuntime(CudaLikeRuntime):
 
     def torch_stream(self, stream: int, index: int) -> contextlib.AbstractContextManager:
         """Orders torch CPU math and the stream's work as if both ran on one stream (module docstring)."""
-
-        @contextlib.contextmanager
-        def synchronized_first():
-            self.stream_synchronize(stream)
-            inside = self._inside.__dict__.setdefault("streams", [])
-            inside.append(stream)
-            try:
-                yield
-            finally:
-                inside.pop()
-
-        return synchronized_first()
+        return self._torch_streams.block(stream, lambda: self.stream_synchronize(stream))
 
     def _finish_if_inside_torch_stream(self, stream: int) -> None:
-        if stream in getattr(self._inside, "streams", ()):
+        if self._torch_streams.inside(stream):
             self.stream_synchronize(stream)
 
     # ---- enqueuing calls: finished before returning inside this thread's torch_stream block ----

@@ -12,6 +12,7 @@ import torch
 
 from ... import __version__
 from ...plugin_api.errors import ClosedError, CollectiveAbortedError, InvalidArgumentError
+from ...plugin_api.host_torch_streams import HostTorchStreams
 from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
@@ -55,6 +56,7 @@ class CpuRuntime(DeviceRuntime):
         self._libc, self._libc_name = load_libc()
         self._memory = MemoryTable(self._libc, self.config.num_devices, self.config.device_memory)
         self._current = threading.local()
+        self._torch_streams = HostTorchStreams()
         self._new_handle = itertools.count(1).__next__
         self._streams: dict[int, StreamWorker] = {}
         self._events: dict[int, CpuEvent] = {}
@@ -280,7 +282,7 @@ class CpuRuntime(DeviceRuntime):
         for stream, (worker, sends, recvs) in by_stream.items():   # every stream's part first...
             self._enqueue(stream, worker, "group_end", lambda ops=sends + recvs: [op() for op in ops], wait=False)
         for stream, (worker, _, _) in by_stream.items():             # ...then wait where torch reads next
-            if stream in getattr(self._current, "torch_streams", ()):
+            if self._torch_streams.inside(stream):
                 worker.synchronize()
 
     def _point_to_point(self, kind: str, address: int, count: int, dtype: str, peer: int, comm: int, stream: int) -> None:
@@ -324,7 +326,7 @@ class CpuRuntime(DeviceRuntime):
             recording.append(work)
             return
         worker.enqueue(call, work)
-        if wait and stream in getattr(self._current, "torch_streams", ()):
+        if wait and self._torch_streams.inside(stream):
             worker.synchronize()
 
     # ---- torch bridge --------------------------------------------------------------------
@@ -349,18 +351,7 @@ class CpuRuntime(DeviceRuntime):
         """
         self._check_device(index)
         worker = self._stream("torch_stream", stream)
-
-        @contextlib.contextmanager
-        def synchronized_first():
-            worker.synchronize()
-            inside = self._current.__dict__.setdefault("torch_streams", [])
-            inside.append(stream)
-            try:
-                yield
-            finally:
-                inside.pop()
-
-        return synchronized_first()
+        return self._torch_streams.block(stream, worker.synchronize)
 
     # ---- optional ------------------------------------------------------------------------
     @property
