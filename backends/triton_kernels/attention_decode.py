@@ -30,7 +30,10 @@ BLOCK_N = 64               # keys per tile (any block_size: each key row is foun
 MIN_SPLIT_TOKENS = 256     # a partition covers at least this many key positions
 
 
-@triton.jit
+# The partition count and block-table width change from step to step: not specialized (Triton would
+# compile another kernel when one turns 1 or a multiple of 16). tokens_per_split is always a multiple
+# of BLOCK_N, so its specialization never changes.
+@triton.jit(do_not_specialize=["num_splits", "stride_tb"])
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_ptr,
                    part_out_ptr, part_lse_ptr, counters_ptr,
                    qk_scale, window, tokens_per_split, num_splits,

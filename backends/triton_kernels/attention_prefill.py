@@ -36,7 +36,9 @@ def _sequence_of(cu_ptr, block, num_seqs, BLOCK_M: tl.constexpr):
     return lo - 1
 
 
-@triton.jit
+# The batch's sequence count and block-table width change from step to step: not specialized (Triton
+# would compile another kernel when one turns 1 or a multiple of 16).
+@triton.jit(do_not_specialize=["num_seqs", "stride_tb"])
 def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, cu_ptr, lens_ptr, tables_ptr, out_ptr,
                     qk_scale, window,
                     stride_qt, stride_qh, stride_ot, stride_oh, stride_tb,
