@@ -20,6 +20,15 @@ from .executors.registry import EXECUTORS
 from .loading.weights import QUANTIZATIONS
 from .rank.kernel_choice import KERNEL_MODES
 
+
+def registered_executor(name: str) -> str:
+    """``--executor``'s value, checked against the executors registered when the command line is parsed
+    (an executor ``register_executor`` adds after this module is imported is accepted too)."""
+    if name not in EXECUTORS:
+        raise argparse.ArgumentTypeError(f"no executor named {name!r}; registered: {', '.join(EXECUTORS)}")
+    return name
+
+
 #: field -> (flags, the rest of ``add_argument``'s arguments). The first flag is the option's name.
 OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "device": (("--device",), dict(help="anydev backend: cpu, nvidia, moore, metax, ... "
@@ -28,9 +37,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "pp": (("--pp", "--pipeline-parallel-size"),
            dict(type=int, help="pipeline stages (default 1); --tp T --pp K runs on T x K devices (PP runs eagerly)")),
     "executor": (("--executor",), dict(
-        choices=tuple(EXECUTORS),
-        help="where the ranks run: threads of this process, mp (a process per rank, started here) or torchrun "
-             "(this process is rank 0; the default when torchrun started it); default threads")),
+        type=registered_executor,
+        help="where the ranks run: threads of this process, mp (a process per rank, started here), torchrun "
+             "(this process is rank 0; the default when torchrun started it) or one registered with "
+             "register_executor; default threads")),
     "dtype": (("--dtype",), dict(help="float32, bfloat16 or float16 (default: bf16 on GPUs, float32 on cpu)")),
     "max_model_len": (("--max-model-len", "--max-cache-len"), dict(
         type=int, help="context length in tokens (default: the model's); --max-cache-len: InfiniLM's name")),

@@ -7,9 +7,13 @@ import importlib.util
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 from anydev.cli import build_parser
 from anydev.core import EngineConfig
 from anydev.core.engine_args import FLAGS, OPTIONS, add_engine_arguments, engine_argv, engine_config_from_args
+from anydev.core.executors.registry import register_executor
+from anydev.core.executors.threads import ThreadExecutor
 
 SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
 FLAGS_GIVEN = ["--device", "cpu", "--tp", "2", "--pp", "1", "--dtype", "float32", "--max-model-len", "96",
@@ -57,3 +61,17 @@ def test_engine_argv_gives_the_same_settings_again():
     again = parser.parse_args(engine_argv(args))
     assert engine_config_from_args(again) == engine_config_from_args(args)
     assert "--enforce-eager" in engine_argv(args) and "--no-chunked-prefill" not in engine_argv(args)
+
+
+def test_executor_accepts_one_registered_after_the_parser_is_built_and_names_them_when_refusing(capsys):
+    parser = argparse.ArgumentParser()
+    add_engine_arguments(parser)
+
+    class LaterExecutor(ThreadExecutor):
+        name = "later"
+
+    register_executor(LaterExecutor)   # gone after the test (tests/conftest.py)
+    assert engine_config_from_args(parser.parse_args(["--executor", "later"])).executor == "later"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--executor", "ray"])
+    assert "argument --executor: no executor named 'ray'; registered: threads, mp, torchrun, later" in capsys.readouterr().err
