@@ -12,7 +12,7 @@ from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import Checkpoint, demo_checkpoint
 from anydev.core.loading.tensor_store import InMemoryStore
 from anydev.core.models.quantized import QuantizedWeight
-from anydev.plugin_api.weight_formats import dequantize, quantize_per_channel
+from anydev.plugin_api.weight_formats import dequantize, quantize_per_channel, row_bytes
 from checkpoints import write_gguf_checkpoint
 
 pytest.importorskip("transformers")     # write_gguf_checkpoint builds the model with transformers
@@ -23,18 +23,44 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 
 class Run:
-    """One engine's greedy tokens of PROMPTS, its ranks' weight lines, and rank 0's projections:
-    their formats (None: a float tensor) and bytes."""
+    """One engine's greedy tokens of ``prompts``, its ranks' weight lines, rank 0's projections: their
+    formats (None: a float tensor) and bytes, and its token embedding's format and bytes; with
+    ``spy``, the weights rank 0's ``quantized_linear`` ran (their data pointers)."""
 
-    def __init__(self, model, **config):
+    def __init__(self, model, spy: bool = False, prompts=PROMPTS, **config):
         with InferEngine(model, EngineConfig(block_size=8, max_model_len=64, **config)) as engine:
-            self.tokens = [out.token_ids for out in engine.generate_ids(PROMPTS, GREEDY)]
+            self.quantized_linear_weights = set()
+            if spy:
+                engine.workers[0].model.kernels = QuantizedLinearSpy(engine.workers[0].model.kernels,
+                                                                     self.quantized_linear_weights)
+            self.tokens = [out.token_ids for out in engine.generate_ids(prompts, GREEDY)]
             self.described = engine.weight_descriptions
+            self.decode_steps = engine.last_stats.decode_steps
+            self.graph_captures = [(w.graphs.captures if w.graphs else 0, w.pieces.captures if w.pieces else 0)
+                                   for w in engine.workers]
             held = engine.workers[0].weights.tensors
             projections = {name: t for name, t in held.items() if name.rsplit(".", 2)[-2] in PROJECTIONS}
             self.formats = {name: t.weight_format if isinstance(t, QuantizedWeight) else None
                             for name, t in projections.items()}
             self.projection_bytes = sum(t.nbytes for t in projections.values())
+            embedding = held["model.embed_tokens.weight"]
+            self.embedding_format = embedding.weight_format if isinstance(embedding, QuantizedWeight) else None
+            self.embedding_bytes = embedding.nbytes
+            self.embedding_pointer = getattr(embedding, "data", embedding).data_ptr()
+
+
+class QuantizedLinearSpy:
+    """A rank's kernel set that notes the data pointer of each weight ``quantized_linear`` runs."""
+
+    def __init__(self, kernels, seen: set):
+        self._kernels, self._seen = kernels, seen
+
+    def __getattr__(self, name):
+        return getattr(self._kernels, name)
+
+    def quantized_linear(self, x, weight, scales, weight_format):
+        self._seen.add(weight.data_ptr())
+        return self._kernels.quantized_linear(x, weight, scales, weight_format)
 
 
 @pytest.fixture(scope="module", params=["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
@@ -48,9 +74,52 @@ def test_gguf_blocks_kept_quantized_give_the_dequantized_files_greedy_tokens(ggu
     assert kept.tokens == reference.tokens and all(reference.tokens)
     fmt = tensor_type.lower()
     assert set(reference.formats.values()) == {None} and set(kept.formats.values()) == {fmt}
-    assert kept.described[0].startswith("rank 0 weights: float32 ") and f"{fmt} " in kept.described[0], kept.described
+    assert kept.described[0].startswith(f"rank 0 weights: {fmt} ") and "float32 " in kept.described[0], kept.described
     ratio = kept.projection_bytes / reference.projection_bytes      # against float32; bf16 is half of that
     assert ratio * 2 <= {"q8_0": 34 / 64, "q6_k": 210 / 512}.get(fmt, 0.32), ratio
+
+
+def embedding_shape(path) -> tuple[int, int]:
+    """(vocabulary, hidden) of the model in ``path``."""
+    from anydev.core.loading.checkpoint import open_checkpoint
+
+    with open_checkpoint(path) as checkpoint:
+        return checkpoint.config.vocab_size, checkpoint.config.hidden_size
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_K"])
+def test_the_token_embedding_stays_in_its_gguf_blocks(tmp_path, tensor_type, tied):
+    """The embedding is looked up from its blocks (the rows it reads dequantized on the device) and
+    holds its blocks' bytes on the device, not 4 (float32) bytes a value; "dequantize" gives the
+    reference. Tied (no output.weight), the head runs ``quantized_linear`` on the embedding's blocks,
+    and at TP=2 each rank's half of them (the vocabulary split) gives the same tokens (a tied model
+    tends to repeat its input's last token: some prompts end in the upper half of the 300 tokens)."""
+    path = write_gguf_checkpoint(tmp_path / f"{tensor_type}.gguf", tensor_type, tied=tied).path
+    prompts = PROMPTS + [[160, 220, 290], list(range(140, 170))]
+    kept, reference = Run(path, spy=True, prompts=prompts), Run(path, quantization="dequantize", prompts=prompts)
+    assert kept.tokens == reference.tokens and all(reference.tokens)
+    fmt = tensor_type.lower()
+    assert (kept.embedding_format, reference.embedding_format) == (fmt, None)
+    vocab, hidden = embedding_shape(path)
+    assert kept.embedding_bytes == vocab * row_bytes(fmt, hidden)        # its blocks
+    assert reference.embedding_bytes == vocab * hidden * 4               # float32
+    assert (kept.embedding_pointer in kept.quantized_linear_weights) == tied
+    if tied:
+        split = Run(path, tp=2, prompts=prompts)
+        assert split.tokens == kept.tokens and all(f"{fmt} " in line for line in split.described)
+
+
+def test_a_quantized_embedding_runs_inside_the_decode_and_piecewise_graphs(tmp_path, cpu_with_graphs):
+    """The cpu backend's recording graphs refuse a host read inside a capture: the lookup of the
+    embedding's blocks is captured (decode steps and the piecewise prefill's first piece), and the
+    replays give the eager tokens."""
+    path = write_gguf_checkpoint(tmp_path / "Q4_K.gguf", "Q4_K").path
+    graphs, eager = Run(path, max_num_seqs=4), Run(path, use_graphs=False)
+    decode, pieces = graphs.graph_captures[0]
+    assert graphs.embedding_format == "q4_k" and decode > 0 and pieces > 0 and graphs.decode_steps > 0
+    assert eager.graph_captures == [(0, 0)]
+    assert graphs.tokens == eager.tokens and all(eager.tokens)
 
 
 @pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])
@@ -72,7 +141,8 @@ def test_gguf_blocks_kept_quantized_are_sharded_by_rows_columns_and_layers(gguf_
 @pytest.mark.parametrize("quantization,tp", [(None, 1), ("dequantize", 1), ("int8", 1), (None, 2)])
 def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file, quantization, tp, monkeypatch):
     """Every tensor a GGUF file stores in blocks is copied to the device as stored: kept (the
-    projections), dequantized there (the token embedding; every projection under "dequantize"; at
+    projections and the token embedding), dequantized there (every tensor under "dequantize"; the
+    embedding under "int8"; at
     tp=2, a K-quant o_proj whose half of a row splits its 256-value blocks, read as the covering blocks)
     or quantized there ("int8"). The gguf package's host decoder is never called, and each float
     weight, and each kept weight's blocks, equal the package's decoding of the file (q/k rows
@@ -108,7 +178,7 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
                         assert torch.equal(dequantize(tensor.data, None, tensor.weight_format, tensor.in_features), want), name
                 else:
                     assert torch.equal(tensor, want), name
-            assert "model.embed_tokens.weight" in floats
+            assert ("model.embed_tokens.weight" in floats) == (quantization is not None)   # kept as stored
             assert (len(floats) == len(decoded)) == (quantization == "dequantize")
             if tp == 2 and gguf_file[0] in ("Q4_K", "Q6_K"):
                 assert "model.layers.0.self_attn.o_proj.weight" in floats       # split blocks: dequantized

@@ -6,11 +6,12 @@ and copies each block to the device asynchronously on its stream while the next 
 change (say a float32 or float16 checkpoint run in bfloat16) happens on the device after the copy, so
 the host only ever holds stored bytes, and never more than the staging buffers.
 
-Projection weights may stay quantized (``formats``, see :func:`projection_formats`): GGUF blocks are
-copied as stored; ``int8``/``fp8_e4m3`` quantize a float checkpoint per output channel on the device, a
-block of rows at a time, as it loads. A GGUF tensor in a block format that does not stay quantized (the
-token embedding; every tensor under ``quantization="dequantize"``; a rank's part that splits blocks along
-a row, read as the blocks that cover it) is copied as stored too and dequantized on the device: the host
+Projection weights and the token embedding may stay quantized (``formats``, see
+:func:`projection_formats`): GGUF blocks are copied as stored; ``int8``/``fp8_e4m3`` quantize a float
+checkpoint's projections per output channel on the device, a block of rows at a time, as it loads. A GGUF
+tensor in a block format that does not stay quantized (every tensor under ``quantization="dequantize"``;
+the embedding under ``int8``/``fp8``; a rank's part that splits blocks along a row, read as the blocks
+that cover it) is copied as stored too and dequantized on the device: the host
 never decodes blocks (only a type ``quantized_linear`` lacks is decoded on the host, by the ``gguf``
 package). They become
 :class:`~anydev.core.models.quantized.QuantizedWeight` values of ``tensors``; per-channel scales sit
@@ -47,6 +48,8 @@ DEFAULT_STAGING_BYTES = 128 << 20
 _MIN_PART_BYTES = 256 << 10
 #: The linear layers whose weight may be quantized (the lm_head too, when it is not the embedding).
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+#: The token embedding: kept as the checkpoint stores it (its lookup dequantizes only the rows it reads).
+EMBEDDING = "model.embed_tokens.weight"
 #: ``quantization`` values: quantize per channel while loading (``fp8`` is ``fp8_e4m3``), or
 #: dequantize GGUF blocks to the dtype on the device (the reference to compare with); None keeps what
 #: is stored.
@@ -54,15 +57,16 @@ QUANTIZATIONS = {"int8": "int8", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "deq
 
 
 def projection_formats(checkpoint, names, shard: RankShard, quantization: str | None) -> dict[str, str]:
-    """HF name -> weight format of each projection weight of ``names`` that stays quantized on the
-    rank: all of them in ``int8``/``fp8_e4m3`` when ``quantization`` asks for it; else those a GGUF
-    file stores in a block format ``quantized_linear`` reads, where the rank's part is whole blocks
-    (unless ``quantization`` is "dequantize")."""
+    """HF name -> weight format of each projection weight of ``names`` (and of the token embedding)
+    that stays quantized on the rank: every projection in ``int8``/``fp8_e4m3`` when ``quantization``
+    asks for it; else those a GGUF file stores in a block format ``quantized_linear`` reads, where the
+    rank's part is whole blocks (unless ``quantization`` is "dequantize"). The embedding stays only as
+    stored (``quantization`` None), or per channel where the checkpoint's weights are fp8."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)} (or none)")
     formats = {}
     for name in names:
-        if not name.endswith(".weight") or name.rsplit(".", 2)[-2] not in PROJECTIONS:
+        if name != EMBEDDING and (not name.endswith(".weight") or name.rsplit(".", 2)[-2] not in PROJECTIONS):
             continue
         stored = checkpoint.stored_format(name, slice_of(name, shard))
         if stored in CHANNEL_FORMATS:        # an fp8 checkpoint: its weights are only usable as stored
@@ -70,7 +74,7 @@ def projection_formats(checkpoint, names, shard: RankShard, quantization: str | 
                 raise ModelLoadError(f"{checkpoint.source}: its weights are {stored} per channel; quantization "
                                      f"{quantization!r} cannot apply (leave it out, or say fp8)")
             formats[name] = stored
-        elif quantization in ("int8", "fp8", "fp8_e4m3"):
+        elif quantization in ("int8", "fp8", "fp8_e4m3") and name != EMBEDDING:
             formats[name] = QUANTIZATIONS[quantization]
         elif quantization is None and stored is not None:
             formats[name] = stored
@@ -105,7 +109,7 @@ class RankWeights:
     def __init__(self, device: Device, config, shard: RankShard, dtype: torch.dtype, stage: Stage | None = None,
                  formats: dict[str, str] | None = None):
         """``stage``: load only that pipeline stage's tensors (see :mod:`.models.pipeline`); None: all.
-        ``formats``: the weight format of each projection kept quantized (:func:`projection_formats`)."""
+        ``formats``: the weight format of each weight kept quantized (:func:`projection_formats`)."""
         self.device = device
         self.dtype = dtype
         self.shard = shard

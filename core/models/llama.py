@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 from .batch import StepBatch
 from .pipeline import Stage
-from .quantized import linear
+from .quantized import QuantizedWeight, embedding, linear
 from .sharding import RankShard
 
 
@@ -26,14 +25,15 @@ class LlamaRank:
     ``kv_layers[i]`` is layer i's K and V pages, [2, slots, local KV heads, head_dim];
     ``all_reduce`` sums a tensor over ranks in place and ``all_gather(send, recv)`` gathers the ranks'
     ``send`` into ``recv`` (both None at tp=1); ``cos_sin_cache`` is the rotary table
-    [max positions, head_dim] float32."""
+    [max positions, head_dim] float32; ``dtype`` is the hidden states' (the float weights')."""
 
     def __init__(self, config, shard: RankShard, weights: dict[str, torch.Tensor], kv_layers: list[torch.Tensor],
                  cos_sin_cache: torch.Tensor, kernels, block_size: int,
                  all_reduce: Callable[[torch.Tensor], None] | None,
                  all_gather: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-                 stage: Stage | None = None):
+                 stage: Stage | None = None, *, dtype: torch.dtype):
         self.config = config
+        self.dtype = dtype
         self.shard = shard
         self.kernels = kernels
         self.cos_sin_cache = cos_sin_cache
@@ -84,7 +84,7 @@ class LlamaRank:
 
     def embed_tokens(self, batch: StepBatch) -> torch.Tensor:
         """The step's token embeddings [T, hidden]."""
-        return F.embedding(batch.embedding_ids(), self.embed)
+        return embedding(batch.embedding_ids(), self.embed, self.dtype)
 
     def run_layers(self, x: torch.Tensor, residual: torch.Tensor | None, batch: StepBatch):
         """The layers: (hidden, residual) in, (hidden, residual) out, each [T, hidden]; the last
@@ -208,10 +208,14 @@ class LlamaRank:
         return gathered.permute(1, 0, 2).reshape(B, tp * part)
 
 
-def lm_head_slice(weights, config, shard: RankShard) -> torch.Tensor:
+def lm_head_slice(weights, config, shard: RankShard) -> torch.Tensor | QuantizedWeight:
     """This rank's rows of the lm_head (``shard.vocab_part`` of them; all when 0): the loaded
-    ``lm_head.weight`` holds just those (see :mod:`.sharding`); tied embeddings give a view of them."""
+    ``lm_head.weight`` holds just those (see :mod:`.sharding`); tied embeddings give a view of them
+    (of its stored blocks when the embedding stays quantized: the head then runs ``quantized_linear``)."""
     if not config.tie_word_embeddings:
         return weights["lm_head.weight"]
     full, part = weights["model.embed_tokens.weight"], shard.vocab_part
-    return full[shard.rank * part:(shard.rank + 1) * part] if part else full
+    if not part:
+        return full
+    start, stop = shard.rank * part, (shard.rank + 1) * part
+    return full.rows(start, stop) if isinstance(full, QuantizedWeight) else full[start:stop]

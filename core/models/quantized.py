@@ -1,16 +1,19 @@
-"""Linear layers whose weight may be quantized: the weight type the model holds and its one call site.
+"""Weights that may be quantized: the weight type the model holds and its two call sites, the linear
+layers and the token embedding's lookup.
 
 A projection's weight is either a float tensor ``[N, K]`` (run by the kernel set's ``linear``) or a
 :class:`QuantizedWeight` in one of contract 1.5's formats (run by ``quantized_linear``; the formats and
-their byte layouts are :mod:`anydev.plugin_api.weight_formats`'s).
+their byte layouts are :mod:`anydev.plugin_api.weight_formats`'s). The token embedding ``[vocab,
+hidden]`` is the same: a float table, or a QuantizedWeight whose rows are looked up by their stored bytes.
 """
 from __future__ import annotations
 
 import dataclasses
 
 import torch
+import torch.nn.functional as F
 
-from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, dequantize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +37,11 @@ class QuantizedWeight:
     def nbytes(self) -> int:
         return self.data.nbytes + (self.scales.nbytes if self.scales is not None else 0)
 
+    def rows(self, start: int, stop: int) -> QuantizedWeight:
+        """Output rows ``[start, stop)``: a view of the same memory."""
+        scales = None if self.scales is None else self.scales[start:stop]
+        return QuantizedWeight(self.data[start:stop], scales, self.weight_format, self.in_features)
+
 
 def linear(kernels, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x @ weight.T (+ bias)`` through ``kernels``: ``quantized_linear`` for a
@@ -43,6 +51,18 @@ def linear(kernels, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -
     else:
         out = kernels.linear(x, weight)
     return out if bias is None else out + bias
+
+
+def embedding(ids: torch.Tensor, table, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``ids`` of the embedding ``table`` as ``[len(ids), hidden]`` in ``dtype``. A
+    :class:`QuantizedWeight` table gives up only those rows' stored bytes (and scales), dequantized on
+    its device: shapes follow ``ids``' alone and nothing is read on the host, so the lookup runs inside
+    a captured decode graph."""
+    if not isinstance(table, QuantizedWeight):
+        return F.embedding(ids, table)
+    rows = table.data.index_select(0, ids)
+    scales = None if table.scales is None else table.scales.index_select(0, ids)
+    return dequantize(rows, scales, table.weight_format, table.in_features).to(dtype)
 
 
 def quantize(weight: torch.Tensor, weight_format: str) -> QuantizedWeight:

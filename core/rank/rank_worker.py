@@ -235,7 +235,8 @@ class RankWorker:
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
         self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
-                               self._all_reduce if tp else None, self._all_gather if tp else None, self.stage)
+                               self._all_reduce if tp else None, self._all_gather if tp else None, self.stage,
+                               dtype=s.dtype)
 
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
