@@ -106,12 +106,14 @@ def copies_of(fmt, N, K, dev, tiny):
     return [make_weight(fmt, N, K, dev) for _ in range(count)]
 
 
-def methods(kernels):
-    """(column name, format, call(x, weight, scales))."""
-    yield "torch bf16", "dense", lambda x, w, s: F.linear(x, w)
-    yield "anydev bf16", "dense", lambda x, w, s: kernels.linear(x, w)
+def methods(kernels, formats):
+    """(column name, format, call(x, weight, scales)) of ``formats`` ("dense": torch's and the backend's)."""
+    if "dense" in formats:
+        yield "torch bf16", "dense", lambda x, w, s: F.linear(x, w)
+        yield "anydev bf16", "dense", lambda x, w, s: kernels.linear(x, w)
     for fmt in WEIGHT_FORMATS:
-        yield fmt, fmt, lambda x, w, s, fmt=fmt: kernels.quantized_linear(x, w, s, fmt)
+        if fmt in formats:
+            yield fmt, fmt, lambda x, w, s, fmt=fmt: kernels.quantized_linear(x, w, s, fmt)
 
 
 def table(args, kernels, dev, models) -> list[dict]:
@@ -123,7 +125,7 @@ def table(args, kernels, dev, models) -> list[dict]:
         for name, N, K in gemms(model):
             x = torch.randn(batch, K, device=dev).bfloat16()
             cells = []
-            for column, fmt, call in methods(kernels):
+            for column, fmt, call in methods(kernels, args.formats):
                 weights = copies_of(fmt, N, K, dev, args.tiny)
                 us = timer([lambda w=w, s=s: call(x, w, s) for w, s in weights])
                 moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
@@ -224,6 +226,8 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--tiny", action="store_true", help="one small shape (a smoke run, e.g. under Triton's interpreter)")
     p.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS), help=f"of {','.join(MODELS)}")
+    p.add_argument("--formats", type=lambda s: s.split(","), default=["dense", *WEIGHT_FORMATS],
+                   help="the table's columns: dense (torch's and the backend's bf16) and weight formats")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],

@@ -54,3 +54,28 @@ def test_a_recorded_plan_computes_the_reference_product():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_a_split_whose_last_slice_is_short_computes_the_reference_product():
+    """K of 3 super-blocks in slices of 2 (24 blocks of 32 in slices of 5): the last slice is short. The batch-1 GEMV of every format reads
+    only its own slice (the GGUF K-quant steps read their inputs unmasked)."""
+    script = textwrap.dedent("""
+        import torch
+        from anydev.backends.triton_kernels import linear
+        from anydev.plugin_api.weight_formats import BLOCK_FORMATS, dequantize, quantize_per_channel
+        from anydev.conformance.test_kernels import random_weight
+        N, K = 40, 768
+        x = torch.randn(1, K, generator=torch.Generator().manual_seed(1)).bfloat16()
+        for fmt in ("int8", *BLOCK_FORMATS):
+            w, s = random_weight(fmt, N, K, torch.Generator().manual_seed(2))
+            block_k = 256 if fmt in ("q4_k", "q6_k", "int8") else 32
+            p = linear.Plan.sliced(1, K, 1, 16, block_k, 2 if block_k == 256 else 5)
+            assert p.k_per_split * (p.split - 1) < K < p.k_per_split * p.split, p
+            got = linear.run(x, w, s, fmt, p).float()
+            want = x.float() @ dequantize(w, s, fmt, K).T
+            torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item(), msg=fmt)
+        print("ok")
+    """)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
