@@ -54,10 +54,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     (results/2026-12-01-h200-linear/ has the sweep it comes from).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
-    inputs (the sweep's best); GGUF blocks by per-(sub-)block sums, 32 rows a program, 4 warps:
-    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks (not yet
-    measured; value by value, 64 values a thread, they spilled registers on the H200). ``M > 1``: ``tl.dot`` tiles of 16-64
-    rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
+    inputs (the sweep's best); GGUF blocks by :mod:`._block_gemv`'s products, 32 rows a program, 4 warps:
+    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
     recorded = recorded_plan(M, N, K, weight_format, device)

@@ -17,7 +17,39 @@ ROW_BUCKETS = (1, 16, 32, 64)
 
 #: (device name, rows bucket, weight format or "dense", N, K) ->
 #: (block_m, block_n, block_k, split, num_warps, num_stages)
-RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, int]] = {}
+RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, int]] = {
+    # results/2026-12-02-nvidia-h200-x1-session7/ (run 11: linear_bench --sweep, batch 1, main 5fce8a6)
+    ('NVIDIA H200', 1, 'dense', 4096, 4096): (1, 16, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'dense', 16384, 2048): (1, 16, 256, 1, 4, None),
+    ('NVIDIA H200', 1, 'dense', 28672, 4096): (1, 64, 128, 1, 8, None),
+    ('NVIDIA H200', 1, 'fp8_e4m3', 4096, 4096): (1, 16, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'fp8_e4m3', 4096, 14336): (1, 16, 512, 4, 4, None),
+    ('NVIDIA H200', 1, 'fp8_e4m3', 16384, 2048): (1, 32, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'fp8_e4m3', 28672, 4096): (1, 32, 256, 1, 4, None),
+    ('NVIDIA H200', 1, 'int8', 4096, 4096): (1, 16, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'int8', 4096, 14336): (1, 16, 512, 14, 4, None),
+    ('NVIDIA H200', 1, 'int8', 28672, 4096): (1, 16, 512, 1, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 2048, 2048): (1, 16, 256, 1, 8, None),
+    ('NVIDIA H200', 1, 'q4_k', 3072, 2048): (1, 16, 256, 1, 8, None),
+    ('NVIDIA H200', 1, 'q4_k', 6144, 4096): (1, 64, 256, 4, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 2, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 2048, 2048): (1, 32, 256, 4, 8, None),
+    ('NVIDIA H200', 1, 'q6_k', 2048, 8192): (1, 16, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 3072, 2048): (1, 32, 256, 4, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 4096, 4096): (1, 16, 256, 4, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 4096, 14336): (1, 16, 256, 14, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 16, 256, 4, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 16384, 2048): (1, 16, 256, 1, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 16, 256, 1, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 2048, 2048): (1, 16, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'q8_0', 2048, 8192): (1, 16, 256, 4, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 3072, 2048): (1, 16, 512, 1, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 4096, 4096): (1, 16, 512, 1, 8, None),
+    ('NVIDIA H200', 1, 'q8_0', 4096, 14336): (1, 16, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 6144, 4096): (1, 16, 512, 1, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 16384, 2048): (1, 16, 256, 1, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 28672, 4096): (1, 16, 256, 1, 4, None),
+}
 
 
 def rows_bucket(rows: int) -> int | None:
