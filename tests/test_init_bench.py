@@ -71,9 +71,9 @@ def test_init_bench_from_a_gguf_file_dequantizes_each_shards_blocks_on_the_devic
 
 
 def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(tmp_path):
-    """By default the Q8_0 projections (and lm_head) stay in their blocks and the embedding is
-    dequantized on the device: each rank copies 34 bytes per 32 values of its shard of them, and the
-    float32 norms. The weight-load rows measure the same formats as the engine's init."""
+    """By default the Q8_0 projections, lm_head and token embedding stay in their blocks: each rank
+    copies 34 bytes per 32 values of its shard of them, and the float32 norms. The weight-load rows
+    measure the same formats as the engine's init."""
     from anydev.core.loading.random_weights import save_random_gguf
     config = llama_config(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2)
@@ -89,7 +89,8 @@ def test_init_bench_from_a_gguf_file_copies_the_blocks_of_each_shard_as_stored(t
         assert report["weights"]["alone"][rank]["stored_bytes"] == want
         assert report["weights"]["together"][rank]["stored_bytes"] == want
         held = report["modes"]["parallel"]["ranks"][rank]["load"]["formats"]
-        assert held.startswith("float32 ") and "q8_0 " in held, held
+        blocks = 7 * config.num_hidden_layers + 2               # the projections, lm_head and embedding
+        assert held.startswith(f"q8_0 {blocks} tensors") and "float32 " in held, held
         assert report["weights"]["alone"][rank]["formats"] == report["weights"]["together"][rank]["formats"] == held
         reads = report["weights"]["alone"][rank]["reads"]      # per kind of tensor: [seconds, stored bytes]
         assert set(reads) == {name.rsplit(".", 2)[-2] for name in expected_tensor_names(config)}
