@@ -22,7 +22,7 @@ from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._block_gemv import block32_gemv, q4_k_gemv_block, q6_k_gemv_block
-from ._weight_tiles import CODES, weight_tile
+from ._weight_tiles import CODES, int8_float, weight_tile
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
@@ -87,11 +87,11 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
-    # At BLOCK_M == 1 the GGUF blocks' products are added up elementwise in a tile of the step's shape
-    # and summed once after the loop (no reduction across threads inside it); the one-element-a-value
-    # formats sum each tile (measured faster on the H200 than an elementwise accumulator).
+    # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
+    # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
+    # a tile of the step's shape and sum once after the loop. Each was the faster on the H200.
     if BLOCK_M == 1 and FORMAT == 6:
-        acc = tl.zeros((BLOCK_N, 4, 32), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:
         acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
     elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
@@ -110,14 +110,20 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
             acc += block32_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
                                 BLOCK_K // 32)
         elif BLOCK_M == 1:
-            w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
+            if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
+                w = int8_float(tl.load(w_ptr + n[None, :] * K + k[:, None], mask=(n[None, :] < N) & (k[:, None] < K),
+                                       other=0))
+            else:
+                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
         else:
             w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
-    if BLOCK_M == 1 and FORMAT >= 3:
+    if BLOCK_M == 1 and FORMAT == 6:
+        acc = tl.sum(acc, axis=1)
+    elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
     if CHANNEL_SCALES:
         acc = acc * tl.load(scales_ptr + n, mask=n < N, other=0.0)

@@ -30,9 +30,7 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'int8', 4096, 14336): (1, 16, 512, 14, 4, None),
     ('NVIDIA H200', 1, 'int8', 28672, 4096): (1, 16, 512, 1, 4, None),
     ('NVIDIA H200', 1, 'q4_k', 2048, 2048): (1, 16, 256, 1, 8, None),
-    ('NVIDIA H200', 1, 'q4_k', 3072, 2048): (1, 16, 256, 1, 8, None),
     ('NVIDIA H200', 1, 'q4_k', 6144, 4096): (1, 64, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 2, 4, None),
     ('NVIDIA H200', 1, 'q6_k', 2048, 2048): (1, 32, 256, 4, 8, None),
     ('NVIDIA H200', 1, 'q6_k', 2048, 8192): (1, 16, 256, 8, 4, None),
     ('NVIDIA H200', 1, 'q6_k', 3072, 2048): (1, 32, 256, 4, 4, None),
@@ -49,6 +47,12 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'q8_0', 6144, 4096): (1, 16, 512, 1, 4, None),
     ('NVIDIA H200', 1, 'q8_0', 16384, 2048): (1, 16, 256, 1, 4, None),
     ('NVIDIA H200', 1, 'q8_0', 28672, 4096): (1, 16, 256, 1, 4, None),
+    # run 14: the q4_k GEMV summing each step (variant q4kb there); int8's batch-32 tl.dot tiles (48-plan grid)
+    ('NVIDIA H200', 1, 'q4_k', 3072, 2048): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 4096, 14336): (1, 64, 256, 14, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 32, 'int8', 28672, 4096): (32, 128, 256, 1, 4, 3),
+    ('NVIDIA H200', 32, 'int8', 128256, 4096): (32, 128, 256, 1, 4, 3),
 }
 
 
