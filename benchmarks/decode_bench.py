@@ -11,7 +11,10 @@ prompt (default 8192) at batch 1, timed to its first token. The model is Llama-s
 in process; every engine generates exactly --new-tokens (no EOS). ``--shape 8b``: the Llama-3-8B shape
 (hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14336, vocab 128256). ``--quantizations none,int8,fp8``
 runs each anydev mode once per quantization of the projections (quantized while loading, on the device)
-and prints each quantized engine's decode speed over the same mode's unquantized one.
+and prints each quantized engine's decode speed over the same mode's unquantized one. ``--repeats N``
+builds every anydev engine N times, their order reversed on every other round (an engine built later
+in the process runs a few percent slower: the order would otherwise favour the first), and reports
+each case's median over the rounds; the JSON's ``order`` lists each round's engines.
 
 Engines: "anydev graphs" (decode graphs, captured at start-up; step N+1 built and launched while the
 device runs step N), "anydev graphs-sync" (the same without the overlap: each step's tokens read back
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
 import sys
 import time
 
@@ -73,6 +77,8 @@ def parse_args(argv=None):
     p.add_argument("--executors", default="threads",
                    help="where anydev's ranks run, each a row: threads, mp (a process per rank); e.g. threads,mp")
     p.add_argument("--hf", default="eager,compiled", help="transformers modes: eager, compiled ('' or none: skip)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds of the anydev engines, the order reversed every other round; medians reported")
     p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
     p.add_argument("--out", help="write the results as JSON here")
     return p.parse_args(argv)
@@ -111,9 +117,15 @@ def run(args) -> int:
     quantizations = [q.strip() for q in args.quantizations.split(",") if q.strip()]
     if set(quantizations) - {"none", "int8", "fp8"}:
         raise EngineConfigError(f"--quantizations takes none, int8, fp8; got {args.quantizations!r}")
-    for mode, executor, quantization in [(m, e, q) for m in modes for e in executors for q in quantizations]:
+    engines = [(m, e, q) for m in modes for e in executors for q in quantizations]
+    order, rounds = [], {}          # (engine, case, batch, context) -> the rounds' rows
+    for repeat, (mode, executor, quantization) in ((r, engine) for r in range(args.repeats)
+                                                   for engine in (engines if r % 2 == 0 else engines[::-1])):
         name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}") \
             + ("" if quantization == "none" else f" {quantization}")
+        if repeat == len(order):
+            order.append([])
+        order[repeat].append(name)
         config = engine_config_from_args(args, executor=executor, quantization=None if quantization == "none" else quantization,
                                          max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
                                          async_steps=mode != "graphs-sync", enable_chunked_prefill=False,
@@ -131,8 +143,10 @@ def run(args) -> int:
             info[name] = dict(kernels=engine.kernels_description, init_seconds=engine.init_seconds,
                                           capture_seconds=getattr(engine, "capture_seconds", 0.0))
             for kind, batch, context in cases:
-                rows.append(anydev_case(engine, name, kind, prompts[context][:batch], args))
-                print(_row(rows[-1]), flush=True)
+                row = anydev_case(engine, name, kind, prompts[context][:batch], args, count_kernels=repeat == 0)
+                rounds.setdefault((name, kind, batch, context), []).append(row)
+                print(_row(row), flush=True)
+    rows += [_median_row(runs) for runs in rounds.values()]
     failed = {}
     for hf_mode in hf_modes:
         try:
@@ -149,7 +163,7 @@ def run(args) -> int:
         print(line)
     if args.out:
         report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
-                      device=args.device, device_name=_device_name(torch_device), tp=args.tp,
+                      device=args.device, device_name=_device_name(torch_device), tp=args.tp, order=order,
                       dtype=str(dtype).removeprefix("torch."), new_tokens=args.new_tokens, layers=args.layers,
                       shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios,
                       failed=failed)
@@ -163,7 +177,16 @@ def run(args) -> int:
 
 # ---- anydev -------------------------------------------------------------------------------------
 
-def anydev_case(engine: InferEngine, name: str, kind: str, prompts, args) -> dict:
+def _median_row(runs: list[dict]) -> dict:
+    """One case's row over the rounds: each timing the median of the rounds' (the first round's kernel count)."""
+    row = dict(runs[0], repeats=len(runs))
+    for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_step_ms", "build_ms"):
+        values = [run[key] for run in runs]
+        row[key] = statistics.median(values) if None not in values else None
+    return row
+
+
+def anydev_case(engine: InferEngine, name: str, kind: str, prompts, args, count_kernels: bool = True) -> dict:
     new_tokens = 1 if kind == "prefill" else args.new_tokens
     sampling = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
     engine.generate_ids(prompts, sampling)                      # warm-up
@@ -172,7 +195,7 @@ def anydev_case(engine: InferEngine, name: str, kind: str, prompts, args) -> dic
     row = dict(engine=name, case=kind, batch=len(prompts), context=len(prompts[0]),
                prefill_tokens_per_s=s.prefill_tokens_per_s, decode_tokens_per_s=s.decode_tokens_per_s,
                decode_step_ms=s.decode_step_ms, build_ms=s.decode_build_ms)
-    if kind == "decode" and not args.no_kernel_count:
+    if kind == "decode" and count_kernels and not args.no_kernel_count:
         row["kernels_per_step"] = kernels_per_step(
             lambda n: engine.generate_ids(prompts, SamplingParams(max_new_tokens=n, ignore_eos=True)),
             args.new_tokens)

@@ -38,14 +38,14 @@ want() { [[ " $STEPS " == *" $1 "* ]]; }
   echo "steps: $STEPS"; } > "$OUT/env.txt" 2>&1
 SHAPE_8B=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
 DECODE=(--device nvidia --batch-sizes 1,32 --contexts 256 --prefill-len 0 --new-tokens 64 --modes graphs --hf none
-        --no-kernel-count --quantizations none,int8,fp8)
+        --no-kernel-count --quantizations none,int8,fp8 --repeats 3)
 
 want conformance && run conformance 240 python3 -m anydev.conformance --device nvidia --report "$OUT/conformance.json" -- -k linear
 want linear && run linear 200 python3 benchmarks/linear_bench.py --device nvidia --out "$OUT/linear.json"
 want sweep && run sweep 400 python3 benchmarks/linear_bench.py --device nvidia --batches 1 --sweep \
     --sweep-formats dense,int8,fp8_e4m3,q8_0,q4_k --out "$OUT/sweep.json"
-want decode8b && run decode8b 240 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 8b --out "$OUT/decode8b.json"
-want decode1b && run decode1b 150 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 1b --out "$OUT/decode1b.json"
+want decode8b && run decode8b 500 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 8b --out "$OUT/decode8b.json"
+want decode1b && run decode1b 300 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 1b --out "$OUT/decode1b.json"
 want perplexity && run perplexity 400 bash -c "OMP_NUM_THREADS=4 python3 benchmarks/tiny_llama.py /tmp/tiny-llama && \
     python3 benchmarks/perplexity.py --device nvidia --model /tmp/tiny-llama --reference \
     --gguf /tmp/tiny-llama/q8_0.gguf,/tmp/tiny-llama/q4_k.gguf --out $OUT/perplexity.json"

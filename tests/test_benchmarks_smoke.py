@@ -103,6 +103,18 @@ def test_decode_bench_runs_each_quantization_beside_the_unquantized_engine(tmp_p
     assert any(line.startswith("anydev eager int8 / anydev eager, decode batch 1") for line in report["ratios"])
 
 
+def test_decode_bench_repeats_alternate_the_engines_order_and_report_medians(tmp_path):
+    out = tmp_path / "decode.json"
+    assert load("decode_bench").main(["--tiny", "--batch-sizes", "1", "--contexts", "16", "--new-tokens", "3",
+                                      "--prefill-len", "0", "--hf", "none", "--modes", "eager", "--no-kernel-count",
+                                      "--quantizations", "none,int8", "--repeats", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    first, second = ["anydev eager", "anydev eager int8"], ["anydev eager int8", "anydev eager"]
+    assert report["order"] == [first, second, first]
+    assert sorted(r["engine"] for r in report["rows"]) == first          # one row a case: the rounds' median
+    assert all(r["repeats"] == 3 and r["decode_tokens_per_s"] > 0 for r in report["rows"])
+
+
 def test_serve_client_cost_measures_every_stream_count():
     import subprocess
     import sys
