@@ -1,0 +1,106 @@
+"""One step of the batch-1 GEMV over GGUF blocks as stored: the products ``W[n, k] * x[k]`` of
+``BLOCK_N`` rows ``n`` over one stretch of ``K`` as a float32 tile ``[BLOCK_N, groups, values a
+group]``, a group being the values that share a scale. The caller adds the tiles up elementwise and
+sums once after its loop, so the loop holds no reduction across threads. The quants are read as whole
+rows of a block (contiguous loads) in the tile's shape (no reshapes)."""
+from __future__ import annotations
+
+from ._common import tl, triton
+from ._weight_tiles import byte, exact_float, f16, int8_float
+
+
+@triton.jit
+def _q4_k_scale_min(a, b, c, sub):
+    """Sub-block ``sub``'s 6-bit scale and min (llama.cpp's ``get_scale_min_k4``) from the 12 scale
+    bytes read as three little-endian words ``a``, ``b``, ``c`` ``[BLOCK_N, 1]``; ``sub`` ``[S]``."""
+    shift = (8 * (sub % 4))[None, :]
+    first = (sub < 4)[None, :]
+    A, B, C = (a >> shift) & 255, (b >> shift) & 255, (c >> shift) & 255      # scales[s % 4], [4 + s % 4], [8 + s % 4]
+    sc = tl.where(first, A & 63, (C & 15) | ((A >> 6) << 4))
+    m = tl.where(first, B & 63, (C >> 4) | ((B >> 6) << 4))
+    return exact_float(sc, 0), exact_float(m, 0)
+
+
+@triton.jit
+def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """Super-block ``kb < K / 256`` of ``q4_k`` rows as ``[BLOCK_N, 4, 32]`` products: bytes ``32p ..
+    32p + 31`` of its nibbles hold sub-block ``2p`` (low nibbles) and ``2p + 1`` (high), each value
+    ``d * sc * q - dmin * m``; the 12 scale bytes are read as three words."""
+    valid = n < N
+    base = n * ROW_BYTES + kb * 144
+    pair = tl.arange(0, 4)
+    lane = tl.arange(0, 32)
+    q = tl.load(w_ptr + base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :],
+                mask=valid[:, None, None], other=0).to(tl.int32)                # [BLOCK_N, 4, 32]
+    inputs = kb * 256 + (64 * pair)[:, None] + lane[None, :]                     # [4, 32]: the low nibbles'
+    x_low = tl.load(x_ptr + inputs).to(tl.float32)[None, :, :]
+    x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)[None, :, :]
+    words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
+    a = tl.load(words, mask=valid, other=0)[:, None]
+    b = tl.load(words + 1, mask=valid, other=0)[:, None]
+    c = tl.load(words + 2, mask=valid, other=0)[:, None]
+    d = f16(w_ptr, base, valid)[:, None]
+    dmin = f16(w_ptr, base + 2, valid)[:, None]
+    sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)                           # [BLOCK_N, 4]
+    sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
+    low = tl.sum(exact_float(q & 15, 0) * x_low, axis=2)                          # [BLOCK_N, 4]
+    high = tl.sum(exact_float(q >> 4, 0) * x_high, axis=2)
+    mins = m_low * tl.sum(x_low, axis=2) + m_high * tl.sum(x_high, axis=2)
+    return d * (sc_low * low + sc_high * high) - dmin * mins
+
+
+@triton.jit
+def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """Super-block ``kb`` of ``q6_k`` rows as ``[BLOCK_N, 8, 16]`` products, in 8 groups ``g`` of 16 bytes of ``ql`` (byte ``16g + i``:
+    half ``h = g // 4``, quarter ``r = g // 2 % 2``, lane ``16 (g % 2) + i``): a byte's low nibble is
+    value ``128h + 16 (g % 4) + i`` (scale ``8h + g % 4``), its high nibble that value + 64 (scale + 4);
+    their two high bits are in ``qh[32h + 16 (g % 2) + i]`` at bits ``2r`` and ``2r + 4``."""
+    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
+    base = n * ROW_BYTES + kb * 210                                              # [BLOCK_N]
+    g = tl.arange(0, 8)
+    i = tl.arange(0, 16)
+    rows = base[:, None, None]
+    ql = tl.load(w_ptr + rows + (16 * g)[None, :, None] + i[None, None, :], mask=valid[:, None, None],
+                 other=0).to(tl.int32)                                           # [BLOCK_N, 8, 16]
+    qh = tl.load(w_ptr + rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :],
+                 mask=valid[:, None, None], other=0).to(tl.int32)
+    shift = (2 * (g // 2 % 2))[None, :, None]
+    low = exact_float((ql & 15) | (((qh >> shift) & 3) << 4), 32)
+    high = exact_float((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32)
+    inputs = kb * 256 + (128 * (g // 4) + 16 * (g % 4))[:, None] + i[None, :]     # [8, 16]: the low values'
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 64, mask=inputs + 64 < K, other=0.0).to(tl.float32)
+    scale_at = base[:, None] + 192 + (8 * (g // 4) + g % 4)[None, :]
+    groups = valid[:, None] & (g < 8)[None, :]
+    d = f16(w_ptr, base + 208, valid)[:, None]
+    sc_low = d * tl.load(w_ptr + scale_at, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+    sc_high = d * tl.load(w_ptr + scale_at + 4, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+    return sc_low[:, :, None] * low * x_low[None, :, :] + sc_high[:, :, None] * high * x_high[None, :, :]
+
+
+@triton.jit
+def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCKS: tl.constexpr):
+    """The ``BLOCKS`` 32-value blocks from input ``k0`` of ``q8_0`` (3), ``q4_0`` (4) or ``q4_1`` (5)
+    rows as ``[BLOCK_N, BLOCKS, 32]`` products."""
+    blk = k0 // 32 + tl.arange(0, BLOCKS)
+    j = tl.arange(0, 32)
+    valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
+    if FORMAT == 3:                                                                  # q8_0
+        at = n[:, None] * ROW_BYTES + blk[None, :] * 34
+        q = int8_float(tl.load(w_ptr + at[:, :, None] + 2 + j[None, None, :], mask=valid[:, :, None], other=0))
+    else:                                                                            # q4_0, q4_1: nibbles
+        if FORMAT == 4:
+            at = n[:, None] * ROW_BYTES + blk[None, :] * 18
+            first = 2
+        else:
+            at = n[:, None] * ROW_BYTES + blk[None, :] * 20
+            first = 4
+        nibbles = byte(w_ptr, at[:, :, None] + first + (j % 16)[None, None, :], valid[:, :, None])
+        q = exact_float((nibbles >> ((j // 16) * 4)[None, None, :]) & 15, 8 if FORMAT == 4 else 0)
+    inputs = blk[:, None] * 32 + j[None, :]                                          # [BLOCKS, 32]
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)[None, :, :]
+    w = f16(w_ptr, at, valid)[:, :, None] * q
+    if FORMAT == 5:
+        w += f16(w_ptr, at + 2, valid)[:, :, None]
+    return w * x

@@ -1,0 +1,173 @@
+"""linear and quantized_linear (contract 1.5, see ``anydev.plugin_api.kernels``): one kernel family for
+a float weight and every quantized format, made for decode's small ``T``, where a step's time is the
+time to read the weights.
+
+A program computes ``BLOCK_N`` outputs of ``BLOCK_M`` rows over one slice of ``K`` (split-K: the
+slices' float32 partial sums are added by a second launch), loading each weight tile once: at
+``BLOCK_M == 1`` as a GEMV (multiply and sum), otherwise with ``tl.dot`` on the tile dequantized to the
+activations' dtype. :func:`plan` picks the blocks and the split by shape: a plan measured on the device
+where :mod:`.linear_plans` records one, else a fixed heuristic (enough programs to fill the device,
+:func:`~._common.programs_to_fill`). A float weight at ``T >
+DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+
+from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+
+from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
+from ._block_gemv import block32_gemv, q4_k_gemv_block, q6_k_gemv_block
+from ._weight_tiles import CODES, weight_tile
+from .linear_plans import recorded_plan
+
+#: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
+DENSE_MAX_ROWS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps and
+    the software pipeline's stages (None: Triton's default)."""
+    block_m: int
+    block_n: int
+    block_k: int
+    split: int
+    k_per_split: int
+    num_warps: int = 4
+    num_stages: int | None = None
+
+    @classmethod
+    def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
+               num_stages: int | None = None) -> "Plan":
+        """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
+        k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
+        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages)
+
+
+def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
+    """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
+    (results/2026-12-01-h200-linear/ has the sweep it comes from).
+
+    ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
+    inputs (the sweep's best); GGUF blocks by :mod:`._block_gemv`'s products, 32 rows a program, 4 warps:
+    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
+    within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
+    launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
+    recorded = recorded_plan(M, N, K, weight_format, device)
+    if recorded is not None:
+        block_m, block_n, block_k, split, num_warps, num_stages = recorded
+        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
+    if M == 1 and weight_format in ("q4_k", "q6_k"):     # q4_k/q6_k_gemv_block: one super-block a step
+        block_m, block_n, block_k, num_warps = 1, 32, 256, 4
+    elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
+        block_m, block_n, block_k, num_warps = 1, 32, 128, 4
+    elif M == 1:
+        block_m, block_n, block_k, num_warps = 1, 16, 512, 8
+    else:
+        block_m, block_n, block_k, num_warps = 16 if M <= 16 else 32 if M <= 32 else 64, 64, 64, 4
+    tiles = triton.cdiv(K, block_k)
+    programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
+    split = 1
+    while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
+        split *= 2
+    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps)
+
+
+@triton.jit
+def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
+                   FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+    k_start = pid_k.to(tl.int64) * K_PER_SPLIT
+    # At BLOCK_M == 1 the GGUF blocks' products are added up elementwise in a tile of the step's shape
+    # and summed once after the loop (no reduction across threads inside it); the one-element-a-value
+    # formats sum each tile (measured faster on the H200 than an elementwise accumulator).
+    if BLOCK_M == 1 and FORMAT == 6:
+        acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 7:
+        acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
+    elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 32), dtype=tl.float32)
+    elif BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
+        k = k_start + k0 + tl.arange(0, BLOCK_K)
+        if BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
+            acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif BLOCK_M == 1 and FORMAT == 7:
+            acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):     # q8_0, q4_0, q4_1: per block
+            acc += block32_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                BLOCK_K // 32)
+        elif BLOCK_M == 1:
+            w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
+            xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
+            acc += tl.sum(w * xk[:, None], axis=0)
+        else:
+            w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
+            xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
+            acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+    if BLOCK_M == 1 and FORMAT == 6:
+        acc = tl.sum(acc, axis=1)
+    elif BLOCK_M == 1 and FORMAT >= 3:
+        acc = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if CHANNEL_SCALES:
+        acc = acc * tl.load(scales_ptr + n, mask=n < N, other=0.0)
+    out_ptr += pid_k.to(tl.int64) * M * N
+    if BLOCK_M == 1:
+        tl.store(out_ptr + pid_m * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+    else:
+        tl.store(out_ptr + m[:, None] * N + n[None, :], acc.to(out_ptr.dtype.element_ty),
+                 mask=(m[:, None] < M) & (n[None, :] < N))
+
+
+def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
+        p: Plan | None = None) -> torch.Tensor:
+    """``x @ W.T`` by this kernel family with plan ``p`` (default: :func:`plan`'s); ``weight_format``
+    "dense" for a float weight of ``x``'s dtype. (benchmarks/linear_bench.py sweeps plans through it.)"""
+    check_last_dim_contiguous("x", x)
+    if x.dim() != 2:
+        raise InvalidArgumentError(f"x must be [T, K], got shape {tuple(x.shape)}")
+    M, K = x.shape
+    N = weight.shape[0]
+    out = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    if M == 0 or N == 0:
+        return out
+    p = p or plan(M, N, K, weight_format, x.device)
+    partial = out if p.split == 1 else torch.empty((p.split, M, N), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
+    _linear_kernel[grid](
+        x, weight, scales if scales is not None else weight, partial, M, N, K, x.stride(0),
+        row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
+        FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
+        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
+        **({} if p.num_stages is None else {"num_stages": p.num_stages}),
+    )
+    if p.split > 1:
+        torch.sum(partial, dim=0, out=out) if x.dtype == torch.float32 else out.copy_(partial.sum(dim=0))
+    return out
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    if x.shape[0] > DENSE_MAX_ROWS:
+        return F.linear(x, weight)
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or not weight.is_contiguous() or weight.dtype != x.dtype:
+        raise InvalidArgumentError(f"weight must be contiguous [N, {x.shape[-1]}] {x.dtype}, got "
+                                   f"{weight.dtype} {tuple(weight.shape)}")
+    return run(x, weight, None, "dense")
+
+
+def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str) -> torch.Tensor:
+    check_weight(weight, scales, weight_format, x.shape[-1])
+    return run(x, weight, scales, weight_format)
