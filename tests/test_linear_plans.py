@@ -79,3 +79,16 @@ def test_a_split_whose_last_slice_is_short_computes_the_reference_product():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_a_k_quant_plan_must_take_whole_super_blocks():
+    """q4_k and q6_k tiles are 256-value super-blocks: a plan of another width is refused, naming it."""
+    from anydev.backends.triton_kernels import linear
+    from anydev.plugin_api.errors import InvalidArgumentError
+
+    x = torch.zeros(2, 512)
+    weight = torch.zeros(8, 512 // 256 * 144, dtype=torch.uint8)
+    for rows in (1, 2):
+        with pytest.raises(InvalidArgumentError, match="block_k must be 256"):
+            linear.run(x[:rows], weight, None, "q4_k", linear.Plan.sliced(rows, 512, 16 if rows > 1 else 1, 32, 128, 1))
+    assert linear.plan(2, 8, 512, "q6_k", CPU).block_k == linear.plan(1, 8, 512, "q6_k", CPU).block_k == 256

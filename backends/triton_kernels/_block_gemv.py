@@ -105,3 +105,50 @@ def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLO
     if FORMAT == 5:
         w += f16(w_ptr, at + 2, valid)[:, :, None]
     return w * x
+
+
+@triton.jit
+def k_quant_tile(w_ptr, n, kb, N, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Super-block ``kb`` of ``q4_k`` (6) or ``q6_k`` (7) rows ``n`` dequantized as float32 ``[256,
+    BLOCK_N]`` in input order, for ``tl.dot``: each sub-block's scale (and min) applied to its values
+    at once, the values built in the GEMVs' tile shapes, then interleaved into input order."""
+    valid = n < N
+    if FORMAT == 6:
+        base = n * ROW_BYTES + kb * 144
+        pair = tl.arange(0, 4)
+        lane = tl.arange(0, 32)
+        q = tl.load(w_ptr + base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :],
+                    mask=valid[:, None, None], other=0).to(tl.int32)            # [BLOCK_N, 4, 32]
+        words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
+        a = tl.load(words, mask=valid, other=0)[:, None]
+        b = tl.load(words + 1, mask=valid, other=0)[:, None]
+        c = tl.load(words + 2, mask=valid, other=0)[:, None]
+        d = f16(w_ptr, base, valid)[:, None]
+        dmin = f16(w_ptr, base + 2, valid)[:, None]
+        sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)
+        sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
+        low = (d * sc_low)[:, :, None] * exact_float(q & 15, 0) - (dmin * m_low)[:, :, None]     # values 64p + l
+        high = (d * sc_high)[:, :, None] * exact_float(q >> 4, 0) - (dmin * m_high)[:, :, None]  # 64p + 32 + l
+    else:
+        base = n * ROW_BYTES + kb * 210
+        g = tl.arange(0, 8)
+        i = tl.arange(0, 16)
+        rows = base[:, None, None]
+        ql = tl.load(w_ptr + rows + (16 * g)[None, :, None] + i[None, None, :], mask=valid[:, None, None],
+                     other=0).to(tl.int32)
+        qh = tl.load(w_ptr + rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :],
+                     mask=valid[:, None, None], other=0).to(tl.int32)
+        shift = (2 * (g // 2 % 2))[None, :, None]
+        scale_at = base[:, None] + 192 + (8 * (g // 4) + g % 4)[None, :]
+        every = valid[:, None] & (g < 8)[None, :]
+        d = f16(w_ptr, base + 208, valid)[:, None]
+        sc_low = d * tl.load(w_ptr + scale_at, mask=every, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        sc_high = d * tl.load(w_ptr + scale_at + 4, mask=every, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        # group g = 4h + j: its low values are 128h + 16j + i, its high values those + 64
+        low = sc_low[:, :, None] * exact_float((ql & 15) | (((qh >> shift) & 3) << 4), 32)
+        high = sc_high[:, :, None] * exact_float((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32)
+        low = tl.reshape(low, (BLOCK_N, 2, 64))       # per half h: values 128h + [0, 64)
+        high = tl.reshape(high, (BLOCK_N, 2, 64))     # 128h + 64 + [0, 64)
+    # a group's low values, then its high values, are consecutive inputs
+    w = tl.reshape(tl.permute(tl.join(low, high), (0, 1, 3, 2)), (BLOCK_N, 256))
+    return tl.trans(w)

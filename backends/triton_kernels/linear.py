@@ -21,12 +21,14 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._block_gemv import block32_gemv, q4_k_gemv_block, q6_k_gemv_block
+from ._block_gemv import block32_gemv, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._weight_tiles import CODES, int8_float, weight_tile
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
 DENSE_MAX_ROWS = 16
+#: The formats whose tiles are whole 256-value super-blocks (a plan's ``block_k`` must be 256).
+K_QUANTS = ("q4_k", "q6_k")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,21 +58,23 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._block_gemv`'s products, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
-    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs, 4 warps. Then K is split in two, four, ... while the programs stay
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
+    super-block, :func:`._block_gemv.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
     recorded = recorded_plan(M, N, K, weight_format, device)
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
         return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
-    if M == 1 and weight_format in ("q4_k", "q6_k"):     # q4_k/q6_k_gemv_block: one super-block a step
+    if M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
         block_m, block_n, block_k, num_warps = 1, 32, 128, 4
     elif M == 1:
         block_m, block_n, block_k, num_warps = 1, 16, 512, 8
     else:
-        block_m, block_n, block_k, num_warps = 16 if M <= 16 else 32 if M <= 32 else 64, 64, 64, 4
+        block_m = 16 if M <= 16 else 32 if M <= 32 else 64
+        block_n, block_k, num_warps = (32, 256, 4) if weight_format in K_QUANTS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
@@ -118,7 +122,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
         else:
-            w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
+            if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
+                w = k_quant_tile(w_ptr, n, (k_start + k0) // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
+            else:
+                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
     if BLOCK_M == 1 and FORMAT == 6:
@@ -148,6 +155,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if M == 0 or N == 0:
         return out
     p = p or plan(M, N, K, weight_format, x.device)
+    if weight_format in K_QUANTS and p.block_k != 256:
+        raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     partial = out if p.split == 1 else torch.empty((p.split, M, N), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
     _linear_kernel[grid](
