@@ -80,10 +80,10 @@ def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr)
 
 
 @triton.jit
-def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCKS: tl.constexpr):
+def block32_values(w_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCKS: tl.constexpr):
     """The ``BLOCKS`` 32-value blocks from input ``k0`` of ``q8_0`` (3), ``q4_0`` (4) or ``q4_1`` (5)
-    rows as ``[BLOCK_N, BLOCKS, 32]`` products."""
+    rows ``n`` dequantized, float32 ``[BLOCK_N, BLOCKS, 32]`` (in input order); 0 past ``N`` and ``K``."""
     blk = k0 // 32 + tl.arange(0, BLOCKS)
     j = tl.arange(0, 32)
     valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
@@ -99,12 +99,19 @@ def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLO
             first = 4
         nibbles = byte(w_ptr, at[:, :, None] + first + (j % 16)[None, None, :], valid[:, :, None])
         q = exact_float((nibbles >> ((j // 16) * 4)[None, None, :]) & 15, 8 if FORMAT == 4 else 0)
-    inputs = blk[:, None] * 32 + j[None, :]                                          # [BLOCKS, 32]
-    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)[None, :, :]
     w = f16(w_ptr, at, valid)[:, :, None] * q
     if FORMAT == 5:
         w += f16(w_ptr, at + 2, valid)[:, :, None]
-    return w * x
+    return w
+
+
+@triton.jit
+def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCKS: tl.constexpr):
+    """:func:`block32_values` times the inputs, ``[BLOCK_N, BLOCKS, 32]`` products."""
+    inputs = (k0 // 32 + tl.arange(0, BLOCKS))[:, None] * 32 + tl.arange(0, 32)[None, :]     # [BLOCKS, 32]
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)[None, :, :]
+    return block32_values(w_ptr, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N, BLOCKS) * x
 
 
 @triton.jit

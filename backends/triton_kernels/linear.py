@@ -21,7 +21,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._block_gemv import block32_gemv, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
+from ._block_gemv import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._weight_tiles import CODES, int8_float, weight_tile
 from .linear_plans import recorded_plan
 
@@ -124,6 +124,9 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
         else:
             if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
                 w = k_quant_tile(w_ptr, n, (k_start + k0) // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
+            elif FORMAT == 3 or FORMAT == 4 or FORMAT == 5:     # q8_0, q4_0, q4_1: whole blocks, in input order
+                w = tl.trans(tl.reshape(block32_values(w_ptr, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                                       BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
