@@ -1,5 +1,6 @@
-"""Loading a ``[BLOCK_K, BLOCK_N]`` tile of a linear layer's weight as float32, for every weight format
-of :mod:`anydev.plugin_api.weight_formats` (whose docstring gives the byte layouts read here). The
+"""Reading a linear layer's weight for the linear kernel family: a ``[BLOCK_K, BLOCK_N]`` float32 tile of
+the one-element-a-value formats (:func:`weight_tile`), and the helpers the GGUF block tiles of
+:mod:`._block_gemv` read their bytes with (layouts: :mod:`anydev.plugin_api.weight_formats`). The
 per-output-channel scales of ``int8``/``fp8_e4m3`` are not applied here: they factor out of the sum
 (the linear kernel multiplies the accumulator once).
 
@@ -41,45 +42,9 @@ def f16(ptr, offset, mask):
 
 
 @triton.jit
-def weight_tile(w_ptr, n, k, N, K, ROW_BYTES, FORMAT: tl.constexpr):
-    """Values ``W[n, k]`` as float32 for ``n`` ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64);
-    0 outside ``n < N``, ``k < K``."""
-    mask = (n < N) & (k < K)
-    if FORMAT == 0 or FORMAT == 1 or FORMAT == 2:     # dense, int8, fp8_e4m3: one element per value
-        w = tl.load(w_ptr + n * K + k, mask=mask, other=0.0).to(tl.float32)
-    elif FORMAT == 3:                                 # q8_0: d f16, 32 x int8
-        at = n * ROW_BYTES + (k // 32) * 34
-        w = f16(w_ptr, at, mask) * int8_float(tl.load(w_ptr + at + 2 + k % 32, mask=mask, other=0))
-    elif FORMAT == 4:                                 # q4_0: d f16, 16 bytes of nibbles
-        j = k % 32
-        at = n * ROW_BYTES + (k // 32) * 18
-        q = (byte(w_ptr, at + 2 + j % 16, mask) >> ((j // 16) * 4)) & 15
-        w = f16(w_ptr, at, mask) * exact_float(q, 8)
-    elif FORMAT == 5:                                 # q4_1: d f16, m f16, 16 bytes of nibbles
-        j = k % 32
-        at = n * ROW_BYTES + (k // 32) * 20
-        q = (byte(w_ptr, at + 4 + j % 16, mask) >> ((j // 16) * 4)) & 15
-        w = f16(w_ptr, at, mask) * exact_float(q, 0) + f16(w_ptr, at + 2, mask)
-    elif FORMAT == 6:                                 # q4_k: d, dmin, 12 scale bytes, 128 bytes of nibbles
-        j = k % 256
-        sub = j // 32
-        at = n * ROW_BYTES + (k // 256) * 144
-        q = (byte(w_ptr, at + 16 + (j // 64) * 32 + j % 32, mask) >> ((sub % 2) * 4)) & 15
-        a = byte(w_ptr, at + 4 + sub, mask)                          # scales[sub]
-        b = byte(w_ptr, at + 8 + sub, mask)                          # scales[sub + 4]
-        c = byte(w_ptr, at + 4 + tl.maximum(sub - 4, 0), mask)      # scales[sub - 4]
-        low = sub < 4
-        sc = tl.where(low, a & 63, (b & 15) | ((c >> 6) << 4))
-        m = tl.where(low, b & 63, (b >> 4) | ((a >> 6) << 4))
-        w = f16(w_ptr, at, mask) * sc.to(tl.float32) * exact_float(q, 0) - f16(w_ptr, at + 2, mask) * m.to(tl.float32)
-    else:                                             # q6_k: ql 128, qh 64, 16 x int8 scales, d f16
-        j = k % 256
-        half = j // 128
-        quarter = (j % 128) // 32
-        lane = j % 32
-        at = n * ROW_BYTES + (k // 256) * 210
-        low = (byte(w_ptr, at + half * 64 + (quarter % 2) * 32 + lane, mask) >> ((quarter // 2) * 4)) & 15
-        high = (byte(w_ptr, at + 128 + half * 32 + lane, mask) >> (quarter * 2)) & 3
-        scale = tl.load(w_ptr + at + 192 + j // 16, mask=mask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        w = f16(w_ptr, at + 208, mask) * scale * exact_float(low | (high << 4), 32)
-    return w
+def weight_tile(w_ptr, n, k, N, K, FORMAT: tl.constexpr):
+    """Values ``W[n, k]`` of a one-element-a-value format (dense, int8, fp8_e4m3) as float32 for ``n``
+    ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64); 0 outside ``n < N``, ``k < K``. The GGUF
+    blocks have their own tiles (:mod:`._block_gemv`)."""
+    tl.static_assert(FORMAT == 0 or FORMAT == 1 or FORMAT == 2, "weight_tile: one element a value only")
+    return tl.load(w_ptr + n * K + k, mask=(n < N) & (k < K), other=0.0).to(tl.float32)

@@ -118,7 +118,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
                 w = int8_float(tl.load(w_ptr + n[None, :] * K + k[:, None], mask=(n[None, :] < N) & (k[:, None] < K),
                                        other=0))
             else:
-                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)   # [BLOCK_K, BLOCK_N]
+                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
         else:
@@ -128,7 +128,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
                 w = tl.trans(tl.reshape(block32_values(w_ptr, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
                                                        BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
             else:
-                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, ROW_BYTES, FORMAT)
+                w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
     if BLOCK_M == 1 and FORMAT == 6:
