@@ -1,6 +1,6 @@
 """Reading a linear layer's weight for the linear kernel family: a ``[BLOCK_K, BLOCK_N]`` float32 tile of
 the one-element-a-value formats (:func:`weight_tile`), and the helpers the GGUF block tiles of
-:mod:`._block_gemv` read their bytes with (layouts: :mod:`anydev.plugin_api.weight_formats`). The
+:mod:`._gguf_tiles` read their bytes with (layouts: :mod:`anydev.plugin_api.weight_formats`). The
 per-output-channel scales of ``int8``/``fp8_e4m3`` are not applied here: they factor out of the sum
 (the linear kernel multiplies the accumulator once).
 
@@ -45,6 +45,6 @@ def f16(ptr, offset, mask):
 def weight_tile(w_ptr, n, k, N, K, FORMAT: tl.constexpr):
     """Values ``W[n, k]`` of a one-element-a-value format (dense, int8, fp8_e4m3) as float32 for ``n``
     ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64); 0 outside ``n < N``, ``k < K``. The GGUF
-    blocks have their own tiles (:mod:`._block_gemv`)."""
+    blocks have their own tiles (:mod:`._gguf_tiles`)."""
     tl.static_assert(FORMAT == 0 or FORMAT == 1 or FORMAT == 2, "weight_tile: one element a value only")
     return tl.load(w_ptr + n * K + k, mask=(n < N) & (k < K), other=0.0).to(tl.float32)

@@ -21,7 +21,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._block_gemv import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
+from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._weight_tiles import CODES, int8_float, weight_tile
 from .linear_plans import recorded_plan
 
@@ -56,10 +56,10 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     (results/2026-12-01-h200-linear/ has the sweep it comes from).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
-    inputs (the sweep's best); GGUF blocks by :mod:`._block_gemv`'s products, 32 rows a program, 4 warps:
+    inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
-    super-block, :func:`._block_gemv.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
+    super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
     launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
     recorded = recorded_plan(M, N, K, weight_format, device)

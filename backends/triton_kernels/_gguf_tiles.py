@@ -1,9 +1,15 @@
-"""One step of the batch-1 GEMV over GGUF blocks as stored, for ``BLOCK_N`` rows ``n`` over one
-stretch of ``K``: ``q4_k`` as the sums of its sub-blocks ``[BLOCK_N, 4]`` (each thread sums the
-values it holds), the others as the products ``W[n, k] * x[k]`` in a tile ``[BLOCK_N, groups, values a
-group]`` (a group: the values that share a scale) that the caller adds up elementwise and sums after
-its loop. Each form was the faster of the two on the H200 for its formats. The quants are read as
-whole rows of a block (contiguous loads) in the tile's shape (no reshapes)."""
+"""The GGUF block formats' tiles for the linear kernel family, read from the blocks as stored.
+
+Batch 1 (one step of the GEMV, ``BLOCK_N`` rows over one stretch of ``K``): ``q4_k`` as the sums of its
+sub-blocks ``[BLOCK_N, 4]`` (each thread sums the values it holds); ``q6_k`` and the 32-value blocks as
+the products ``W[n, k] * x[k]`` in a tile ``[BLOCK_N, groups, values a group]`` (a group: the values
+that share a scale) that the caller adds up elementwise and sums after its loop. Each form was the
+faster of the two on the H200 for its formats.
+
+More rows (``tl.dot``): the same dequantization, a block's scales applied to its values at once, then
+the values laid out in input order (:func:`k_quant_tile`, :func:`block32_values`).
+
+The quants are read as whole rows of a block (contiguous loads), in the tile's shape."""
 from __future__ import annotations
 
 from ._common import tl, triton
