@@ -47,7 +47,6 @@ def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def programs_to_fill(device: torch.device) -> int:
     """How many 4-warp programs keep a device busy: 4 per multiprocessor of a CUDA-like device (enough
     warps to hide memory latency); 32 elsewhere (Triton's interpreter on CPU), so that CI's small
