@@ -29,27 +29,35 @@ def _q4_k_scale_min(a, b, c, sub):
 
 
 @triton.jit
-def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
-    """Super-block ``kb < K / 256`` of ``q4_k`` rows as ``[BLOCK_N, 4]`` sums: bytes ``32p .. 32p + 31``
-    of its nibbles hold sub-block ``2p`` (low nibbles) and ``2p + 1`` (high); a pair adds
-    ``d * (sc * sum(q x)) - dmin * m * sum(x)`` of both. The 12 scale bytes are read as three words."""
-    valid = n < N
+def _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
+    """Super-block ``kb`` of ``q4_k`` rows ``n``: its nibble bytes ``q`` ``[BLOCK_N, 4, 32]`` (bytes
+    ``32p .. 32p + 31`` hold sub-block ``2p`` in their low nibbles, ``2p + 1`` in their high ones),
+    ``d`` and ``dmin`` ``[BLOCK_N, 1]``, and the sub-blocks' scales and mins ``[BLOCK_N, 4]`` (low,
+    then high); the 12 scale bytes are read as three words."""
     base = n * ROW_BYTES + kb * 144
     pair = tl.arange(0, 4)
     lane = tl.arange(0, 32)
     q = tl.load(w_ptr + base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :],
-                mask=valid[:, None, None], other=0).to(tl.int32)                # [BLOCK_N, 4, 32]
-    inputs = kb * 256 + (64 * pair)[:, None] + lane[None, :]                     # [4, 32]: the low nibbles'
-    x_low = tl.load(x_ptr + inputs).to(tl.float32)[None, :, :]
-    x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)[None, :, :]
+                mask=valid[:, None, None], other=0).to(tl.int32)
     words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
     a = tl.load(words, mask=valid, other=0)[:, None]
     b = tl.load(words + 1, mask=valid, other=0)[:, None]
     c = tl.load(words + 2, mask=valid, other=0)[:, None]
     d = f16(w_ptr, base, valid)[:, None]
     dmin = f16(w_ptr, base + 2, valid)[:, None]
-    sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)                           # [BLOCK_N, 4]
+    sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)
     sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
+    return q, d, dmin, sc_low, m_low, sc_high, m_high
+
+
+@triton.jit
+def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """Super-block ``kb < K / 256`` of ``q4_k`` rows as ``[BLOCK_N, 4]`` sums: a pair of sub-blocks
+    adds ``d * (sc * sum(q x)) - dmin * m * sum(x)`` of both."""
+    inputs = kb * 256 + (64 * tl.arange(0, 4))[:, None] + tl.arange(0, 32)[None, :]   # [4, 32]: the low nibbles'
+    x_low = tl.load(x_ptr + inputs).to(tl.float32)[None, :, :]
+    x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)[None, :, :]
+    q, d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_super_block(w_ptr, n, kb, n < N, ROW_BYTES)
     low = tl.sum(exact_float(q & 15, 0) * x_low, axis=2)                          # [BLOCK_N, 4]
     high = tl.sum(exact_float(q >> 4, 0) * x_high, axis=2)
     mins = m_low * tl.sum(x_low, axis=2) + m_high * tl.sum(x_high, axis=2)
@@ -57,31 +65,41 @@ def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr)
 
 
 @triton.jit
-def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
-    """Super-block ``kb`` of ``q6_k`` rows as ``[BLOCK_N, 8, 16]`` products, in 8 groups ``g`` of 16 bytes of ``ql`` (byte ``16g + i``:
+def _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
+    """Super-block ``kb`` of ``q6_k`` rows ``n`` in 8 groups ``g`` of 16 bytes of ``ql`` (byte ``16g + i``:
     half ``h = g // 4``, quarter ``r = g // 2 % 2``, lane ``16 (g % 2) + i``): a byte's low nibble is
     value ``128h + 16 (g % 4) + i`` (scale ``8h + g % 4``), its high nibble that value + 64 (scale + 4);
-    their two high bits are in ``qh[32h + 16 (g % 2) + i]`` at bits ``2r`` and ``2r + 4``."""
-    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
+    their two high bits are in ``qh[32h + 16 (g % 2) + i]`` at bits ``2r`` and ``2r + 4``. Returns the
+    low and high values ``q - 32`` ``[BLOCK_N, 8, 16]`` and their scales times ``d`` ``[BLOCK_N, 8]``."""
     base = n * ROW_BYTES + kb * 210                                              # [BLOCK_N]
     g = tl.arange(0, 8)
     i = tl.arange(0, 16)
     rows = base[:, None, None]
     ql = tl.load(w_ptr + rows + (16 * g)[None, :, None] + i[None, None, :], mask=valid[:, None, None],
-                 other=0).to(tl.int32)                                           # [BLOCK_N, 8, 16]
+                 other=0).to(tl.int32)
     qh = tl.load(w_ptr + rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :],
                  mask=valid[:, None, None], other=0).to(tl.int32)
     shift = (2 * (g // 2 % 2))[None, :, None]
     low = exact_float((ql & 15) | (((qh >> shift) & 3) << 4), 32)
     high = exact_float((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32)
-    inputs = kb * 256 + (128 * (g // 4) + 16 * (g % 4))[:, None] + i[None, :]     # [8, 16]: the low values'
-    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
-    x_high = tl.load(x_ptr + inputs + 64, mask=inputs + 64 < K, other=0.0).to(tl.float32)
     scale_at = base[:, None] + 192 + (8 * (g // 4) + g % 4)[None, :]
     groups = valid[:, None] & (g < 8)[None, :]
     d = f16(w_ptr, base + 208, valid)[:, None]
     sc_low = d * tl.load(w_ptr + scale_at, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
     sc_high = d * tl.load(w_ptr + scale_at + 4, mask=groups, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+    return low, high, sc_low, sc_high
+
+
+@triton.jit
+def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
+    """Super-block ``kb`` of ``q6_k`` rows as ``[BLOCK_N, 8, 16]`` products (groups as
+    :func:`_q6_k_super_block`)."""
+    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
+    low, high, sc_low, sc_high = _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
+    g = tl.arange(0, 8)
+    inputs = kb * 256 + (128 * (g // 4) + 16 * (g % 4))[:, None] + tl.arange(0, 16)[None, :]   # [8, 16]: the low values'
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 64, mask=inputs + 64 < K, other=0.0).to(tl.float32)
     return sc_low[:, :, None] * low * x_low[None, :, :] + sc_high[:, :, None] * high * x_high[None, :, :]
 
 
@@ -127,41 +145,14 @@ def k_quant_tile(w_ptr, n, kb, N, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.c
     at once, the values built in the GEMVs' tile shapes, then interleaved into input order."""
     valid = n < N
     if FORMAT == 6:
-        base = n * ROW_BYTES + kb * 144
-        pair = tl.arange(0, 4)
-        lane = tl.arange(0, 32)
-        q = tl.load(w_ptr + base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :],
-                    mask=valid[:, None, None], other=0).to(tl.int32)            # [BLOCK_N, 4, 32]
-        words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
-        a = tl.load(words, mask=valid, other=0)[:, None]
-        b = tl.load(words + 1, mask=valid, other=0)[:, None]
-        c = tl.load(words + 2, mask=valid, other=0)[:, None]
-        d = f16(w_ptr, base, valid)[:, None]
-        dmin = f16(w_ptr, base + 2, valid)[:, None]
-        sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)
-        sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
+        q, d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
         low = (d * sc_low)[:, :, None] * exact_float(q & 15, 0) - (dmin * m_low)[:, :, None]     # values 64p + l
         high = (d * sc_high)[:, :, None] * exact_float(q >> 4, 0) - (dmin * m_high)[:, :, None]  # 64p + 32 + l
     else:
-        base = n * ROW_BYTES + kb * 210
-        g = tl.arange(0, 8)
-        i = tl.arange(0, 16)
-        rows = base[:, None, None]
-        ql = tl.load(w_ptr + rows + (16 * g)[None, :, None] + i[None, None, :], mask=valid[:, None, None],
-                     other=0).to(tl.int32)
-        qh = tl.load(w_ptr + rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :],
-                     mask=valid[:, None, None], other=0).to(tl.int32)
-        shift = (2 * (g // 2 % 2))[None, :, None]
-        scale_at = base[:, None] + 192 + (8 * (g // 4) + g % 4)[None, :]
-        every = valid[:, None] & (g < 8)[None, :]
-        d = f16(w_ptr, base + 208, valid)[:, None]
-        sc_low = d * tl.load(w_ptr + scale_at, mask=every, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        sc_high = d * tl.load(w_ptr + scale_at + 4, mask=every, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        low, high, sc_low, sc_high = _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
         # group g = 4h + j: its low values are 128h + 16j + i, its high values those + 64
-        low = sc_low[:, :, None] * exact_float((ql & 15) | (((qh >> shift) & 3) << 4), 32)
-        high = sc_high[:, :, None] * exact_float((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32)
-        low = tl.reshape(low, (BLOCK_N, 2, 64))       # per half h: values 128h + [0, 64)
-        high = tl.reshape(high, (BLOCK_N, 2, 64))     # 128h + 64 + [0, 64)
+        low = tl.reshape(sc_low[:, :, None] * low, (BLOCK_N, 2, 64))       # per half h: values 128h + [0, 64)
+        high = tl.reshape(sc_high[:, :, None] * high, (BLOCK_N, 2, 64))    # 128h + 64 + [0, 64)
     # a group's low values, then its high values, are consecutive inputs
     w = tl.reshape(tl.permute(tl.join(low, high), (0, 1, 3, 2)), (BLOCK_N, 256))
     return tl.trans(w)
