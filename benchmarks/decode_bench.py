@@ -118,14 +118,11 @@ def run(args) -> int:
     if set(quantizations) - {"none", "int8", "fp8"}:
         raise EngineConfigError(f"--quantizations takes none, int8, fp8; got {args.quantizations!r}")
     engines = [(m, e, q) for m in modes for e in executors for q in quantizations]
-    order, rounds = [], {}          # (engine, case, batch, context) -> the rounds' rows
-    for repeat, (mode, executor, quantization) in ((r, engine) for r in range(args.repeats)
-                                                   for engine in (engines if r % 2 == 0 else engines[::-1])):
-        name = f"anydev {mode}" + ("" if executor == "threads" else f" {executor}") \
-            + ("" if quantization == "none" else f" {quantization}")
-        if repeat == len(order):
-            order.append([])
-        order[repeat].append(name)
+    order = [engines if r % 2 == 0 else engines[::-1] for r in range(args.repeats)]
+    rounds = {}                     # (engine, case, batch, context) -> the rounds' rows
+    for repeat, (mode, executor, quantization) in ((r, engine) for r, engines_of_round in enumerate(order)
+                                                   for engine in engines_of_round):
+        name = _engine_name(mode, executor, quantization)
         config = engine_config_from_args(args, executor=executor, quantization=None if quantization == "none" else quantization,
                                          max_model_len=longest, max_num_seqs=max(batch_sizes), use_graphs=mode != "eager",
                                          async_steps=mode != "graphs-sync", enable_chunked_prefill=False,
@@ -163,7 +160,8 @@ def run(args) -> int:
         print(line)
     if args.out:
         report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), host=platform.node(), command=" ".join(sys.argv),
-                      device=args.device, device_name=_device_name(torch_device), tp=args.tp, order=order,
+                      device=args.device, device_name=_device_name(torch_device), tp=args.tp,
+                      order=[[_engine_name(*engine) for engine in engines_of_round] for engines_of_round in order],
                       dtype=str(dtype).removeprefix("torch."), new_tokens=args.new_tokens, layers=args.layers,
                       shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios,
                       failed=failed)
@@ -176,6 +174,11 @@ def run(args) -> int:
 
 
 # ---- anydev -------------------------------------------------------------------------------------
+
+def _engine_name(mode: str, executor: str, quantization: str) -> str:
+    return f"anydev {mode}" + ("" if executor == "threads" else f" {executor}") \
+        + ("" if quantization == "none" else f" {quantization}")
+
 
 def _median_row(runs: list[dict]) -> dict:
     """One case's row over the rounds: each timing the median of the rounds' (the first round's kernel count)."""
