@@ -15,7 +15,7 @@
 #                (weights per rank, decode tok/s at batch 1); read_bench: the file's bytes by mmap, mmap
 #                after MADV_POPULATE_READ and preadv at 1-16 threads (what bounds the loader's reading)
 #   perplexity   tiny_llama.py trains the tiny Llama (on the CPU), perplexity.py scores its held-out
-#                text on nvidia: bf16, int8, fp8 and its Q8_0/Q4_K GGUF files, ratios over bf16
+#                text on nvidia: bf16, int8, fp8 and its GGUF file of each block format, ratios over bf16
 #   tiles-int8, tiles-fp8, tiles-q4_k, tiles-q8_0   linear_bench's batch-32 tl.dot tile sweep on the 8B shape; the plans that
 #                beat the heuristic in $OUT/plans-*.txt (paste into triton_kernels/linear_plans.py's
 #                RECORDED, then run decode8b again)
@@ -48,7 +48,7 @@ want decode8b && run decode8b 500 python3 benchmarks/decode_bench.py "${DECODE[@
 want decode1b && run decode1b 300 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape 1b --out "$OUT/decode1b.json"
 want perplexity && run perplexity 400 bash -c "OMP_NUM_THREADS=4 python3 benchmarks/tiny_llama.py /tmp/tiny-llama && \
     python3 benchmarks/perplexity.py --device nvidia --model /tmp/tiny-llama --reference \
-    --gguf /tmp/tiny-llama/q8_0.gguf,/tmp/tiny-llama/q4_k.gguf --out $OUT/perplexity.json"
+    --gguf \$(ls /tmp/tiny-llama/*.gguf | paste -sd,) --out $OUT/perplexity.json"
 for fmt in int8 fp8 q4_k q8_0; do
     want "tiles-$fmt" && run "tiles-$fmt" 560 python3 benchmarks/linear_bench.py --device nvidia --models 8B --skip-table \
         --sweep --sweep-batches 32 --sweep-formats "${fmt/fp8/fp8_e4m3}" --table-out "$OUT/plans-$fmt.txt" \

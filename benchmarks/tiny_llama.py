@@ -7,10 +7,11 @@ perplexity the way it does in a real model, and every number is reproducible fro
 
 Writes into OUT: the model as an HF directory in bfloat16 (transformers' ``LlamaForCausalLM``: 2
 layers, hidden 256, MLP 512, 4 heads of 64, 2 KV heads, the demo tokenizer's 384 tokens), and the same
-weights as GGUF files ``q8_0.gguf`` and ``q4_k.gguf`` (llama.cpp's layout: q/k rows permuted; the
-norms float32). The text is :func:`corpus`: English-like sentences from a small seeded grammar, and
-number facts (counting, sums) whose next words are certain, written here because no public-domain
-text ships with the project or its packages; :func:`corpus` with another seed is the held-out text.
+weights as a GGUF file per block format (``q8_0.gguf``, ``q4_0.gguf``, ``q4_1.gguf``, ``q4_k.gguf``,
+``q6_k.gguf``; llama.cpp's layout: q/k rows permuted; the norms float32). The text is :func:`corpus`:
+English-like sentences from a small seeded grammar, and number facts (counting, sums) whose next words
+are certain, written here because no public-domain text ships with the project or its packages;
+:func:`corpus` with another seed is the held-out text.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from anydev.core.loading.random_weights import gguf_writer, llama_config, write_
 #: The model's shape: K-quant blocks (256 values) fit every projection's rows.
 SHAPE = dict(vocab_size=384, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2)
-GGUF_FORMATS = ("Q8_0", "Q4_K")
+GGUF_FORMATS = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")    # every GGUF block format the kernels take
 TRAIN_SEED, HELD_OUT_SEED = 0, 1
 ROPE_THETA = 500000.0        # llama_config's, which save_gguf writes
 
@@ -125,7 +126,7 @@ def train(out: Path, steps: int, seq_len: int = 64, batch: int = 8, seed: int = 
 
 
 def _kquants():
-    """tests/kquants.py: the Q4_K encoder (the gguf package decodes K-quants only)."""
+    """tests/kquants.py: the Q4_K and Q6_K encoders (the gguf package decodes K-quants only)."""
     spec = importlib.util.spec_from_file_location("kquants", Path(__file__).resolve().parents[1] / "tests" / "kquants.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -154,7 +155,10 @@ def save_gguf(model_dir: Path, path: Path, tensor_type: str) -> None:
             writer.add_tensor(gguf_name(name), values)
             continue
         kind = gguf.GGMLQuantizationType[tensor_type]
-        blocks = _kquants().quantize_q4_k(values) if tensor_type == "Q4_K" else gguf.quants.quantize(values, kind)
+        if tensor_type in ("Q4_K", "Q6_K"):     # the gguf package decodes K-quants only
+            blocks = getattr(_kquants(), f"quantize_{tensor_type.lower()}")(values)
+        else:
+            blocks = gguf.quants.quantize(values, kind)
         writer.add_tensor(gguf_name(name), blocks.reshape(values.shape[0], -1), raw_dtype=kind)
     write_gguf(writer)
 
