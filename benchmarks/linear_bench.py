@@ -147,9 +147,9 @@ def table(args, kernels, dev, models) -> list[dict]:
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
     (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile); above, the
-    ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 64-256 inputs; q4_k/q6_k: 32 or 64 outputs
-    of a super-block), warps, pipeline stages and K split: 48 plans (16), a few minutes a format on the
-    8B shape."""
+    ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
+    outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
+    too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1:
@@ -160,7 +160,7 @@ def candidates(M: int, K: int, fmt: str):
     rows = max(16, triton_linear.triton.next_power_of_2(M))
     k_quant = fmt in triton_linear.K_QUANTS         # a super-block a tile, the values unpacked in registers
     for bn, bk, warps, stages, split in itertools.product((32, 64) if k_quant else (64, 128),
-                                                          (256,) if k_quant else (64, 128, 256), (4, 8), (3, 4), (1, 2)):
+                                                          (256,) if k_quant else (128, 256), (4, 8), (3, 4), (1, 2, 4, 8)):
         yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages)
 
 
