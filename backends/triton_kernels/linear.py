@@ -3,12 +3,12 @@ a float weight and every quantized format, made for decode's small ``T``, where 
 time to read the weights.
 
 A program computes ``BLOCK_N`` outputs of ``BLOCK_M`` rows over one slice of ``K`` (split-K: the
-slices' float32 partial sums are added by a second launch), loading each weight tile once: at
-``BLOCK_M == 1`` as a GEMV (multiply and sum), otherwise with ``tl.dot`` on the tile dequantized to the
-activations' dtype. :func:`plan` picks the blocks and the split by shape: a plan measured on the device
-where :mod:`.linear_plans` records one, else a fixed heuristic (enough programs to fill the device,
-:func:`~._common.programs_to_fill`). A float weight at ``T >
-DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
+last slice to finish an output tile adds up the slices' float32 sums, :mod:`._split_k`), loading each
+weight tile once: at ``BLOCK_M == 1`` as a GEMV (multiply and sum), otherwise with ``tl.dot`` on the
+tile dequantized to the activations' dtype. :func:`plan` picks the blocks and the split by shape: a
+plan measured on the device where :mod:`.linear_plans` records one, else a fixed heuristic (enough
+programs to fill the device, :func:`~._common.programs_to_fill`). A float weight at
+``T > DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
+from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, weight_tile
 from .linear_plans import recorded_plan
 
@@ -60,8 +61,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
-    within ``programs_to_fill(device)`` and each slice keeps 4 tiles (the slices' sum is one more
-    launch, which costs more than it gains on short K: measured best unsplit at K = 2048)."""
+    within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
+    reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
     recorded = recorded_plan(M, N, K, weight_format, device)
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
@@ -84,9 +85,10 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
 
 
 @triton.jit
-def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BYTES, K_PER_SPLIT,
-                   FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
+                   K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, PRECISION: tl.constexpr,
+                   UPCAST: tl.constexpr):
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -137,12 +139,11 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, M, N, K, stride_xm, ROW_BY
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
     if CHANNEL_SCALES:
         acc = acc * tl.load(scales_ptr + n, mask=n < N, other=0.0)
-    out_ptr += pid_k.to(tl.int64) * M * N
     if BLOCK_M == 1:
-        tl.store(out_ptr + pid_m * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+        store_summed(acc, out_ptr, partial_ptr, counters_ptr, pid_m * N + n, n < N, M, N, SPLIT_K)
     else:
-        tl.store(out_ptr + m[:, None] * N + n[None, :], acc.to(out_ptr.dtype.element_ty),
-                 mask=(m[:, None] < M) & (n[None, :] < N))
+        store_summed(acc, out_ptr, partial_ptr, counters_ptr, m[:, None] * N + n[None, :],
+                     (m[:, None] < M) & (n[None, :] < N), M, N, SPLIT_K)
 
 
 def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
@@ -160,18 +161,18 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     p = p or plan(M, N, K, weight_format, x.device)
     if weight_format in K_QUANTS and p.block_k != 256:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
-    partial = out if p.split == 1 else torch.empty((p.split, M, N), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
+    split_k = p.split > 1
+    partial = torch.empty((p.split, M, N), dtype=torch.float32, device=x.device) if split_k else out
+    counters = arrival_counters(x.device, grid[0] * grid[2]) if split_k else out
     _linear_kernel[grid](
-        x, weight, scales if scales is not None else weight, partial, M, N, K, x.stride(0),
+        x, weight, scales if scales is not None else weight, out, partial, counters, M, N, K, x.stride(0),
         row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
-        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SPLIT_K=split_k,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
-    if p.split > 1:
-        torch.sum(partial, dim=0, out=out) if x.dtype == torch.float32 else out.copy_(partial.sum(dim=0))
     return out
 
 
