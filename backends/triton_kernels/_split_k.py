@@ -41,14 +41,15 @@ def store_summed(acc, out_ptr, partial_ptr, counters_ptr, offsets, mask, M, N, S
     ``out_ptr``; with ``SPLIT_K``, through ``partial_ptr`` ``[slices, M, N]`` as the module says."""
     if SPLIT_K:
         pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        slice_stride = M.to(tl.int64) * N
-        tl.store(partial_ptr + pid_k * slice_stride + offsets, acc, mask=mask)
+        tl.store(partial_ptr + pid_k.to(tl.int64) * M * N + offsets, acc, mask=mask)   # M may be a constant 1
         tl.debug_barrier()          # every thread's partial sums are stored before the arrival releases them
         counter = counters_ptr + pid_m * tl.num_programs(0) + pid_n
         if tl.atomic_add(counter, 1, sem="acq_rel") == tl.num_programs(1) - 1:
-            total = tl.load(partial_ptr + offsets, mask=mask, cache_modifier=".cg")   # from L2, not a stale L1
-            for s in range(1, tl.num_programs(1)):
-                total += tl.load(partial_ptr + s * slice_stride + offsets, mask=mask, cache_modifier=".cg")
+            slice_ptr = partial_ptr + offsets
+            total = tl.load(slice_ptr, mask=mask, cache_modifier=".cg")   # from L2, not a stale L1
+            for _ in range(1, tl.num_programs(1)):
+                slice_ptr += M * N
+                total += tl.load(slice_ptr, mask=mask, cache_modifier=".cg")
             tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)
             tl.atomic_xchg(counter, 0)
     else:
