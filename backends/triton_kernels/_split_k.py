@@ -36,18 +36,20 @@ def arrival_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 
 @triton.jit
-def store_summed(acc, out_ptr, partial_ptr, counters_ptr, offsets, mask, M, N, SPLIT_K: tl.constexpr):
+def store_summed(acc, out_ptr, partial_ptr, counters_ptr, offsets, mask, M, N, SLICES: tl.constexpr):
     """Write ``acc`` (this program's float32 sums of ``offsets`` into the ``[M, N]`` output) to
-    ``out_ptr``; with ``SPLIT_K``, through ``partial_ptr`` ``[slices, M, N]`` as the module says."""
-    if SPLIT_K:
+    ``out_ptr``; with more than one of ``SLICES``, through ``partial_ptr`` ``[SLICES, M, N]`` as the
+    module says. ``SLICES`` is a constant so that the last slice's loads are unrolled and in flight
+    together."""
+    if SLICES > 1:
         pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         tl.store(partial_ptr + pid_k.to(tl.int64) * M * N + offsets, acc, mask=mask)   # M may be a constant 1
         tl.debug_barrier()          # every thread's partial sums are stored before the arrival releases them
         counter = counters_ptr + pid_m * tl.num_programs(0) + pid_n
-        if tl.atomic_add(counter, 1, sem="acq_rel") == tl.num_programs(1) - 1:
+        if tl.atomic_add(counter, 1, sem="acq_rel") == SLICES - 1:
             slice_ptr = partial_ptr + offsets
             total = tl.load(slice_ptr, mask=mask, cache_modifier=".cg")   # from L2, not a stale L1
-            for _ in range(1, tl.num_programs(1)):
+            for _ in tl.static_range(1, SLICES):
                 slice_ptr += M * N
                 total += tl.load(slice_ptr, mask=mask, cache_modifier=".cg")
             tl.store(out_ptr + offsets, total.to(out_ptr.dtype.element_ty), mask=mask)

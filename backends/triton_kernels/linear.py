@@ -87,7 +87,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
 @triton.jit
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr):
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -140,10 +140,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     if CHANNEL_SCALES:
         acc = acc * tl.load(scales_ptr + n, mask=n < N, other=0.0)
     if BLOCK_M == 1:
-        store_summed(acc, out_ptr, partial_ptr, counters_ptr, pid_m * N + n, n < N, M, N, SPLIT_K)
+        store_summed(acc, out_ptr, partial_ptr, counters_ptr, pid_m * N + n, n < N, M, N, SLICES)
     else:
         store_summed(acc, out_ptr, partial_ptr, counters_ptr, m[:, None] * N + n[None, :],
-                     (m[:, None] < M) & (n[None, :] < N), M, N, SPLIT_K)
+                     (m[:, None] < M) & (n[None, :] < N), M, N, SLICES)
 
 
 def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
@@ -169,7 +169,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         x, weight, scales if scales is not None else weight, out, partial, counters, M, N, K, x.stride(0),
         row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
-        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SPLIT_K=split_k,
+        BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
