@@ -1,0 +1,67 @@
+"""The linear kernel family compiles for an H100/H200 (sm_90) on this CPU: Triton's own compiler and the
+ptxas its wheel ships, no GPU. The interpreter, CI's only run of these kernels, executes their Python
+and never compiles them, so it misses what only compilation sees: Triton makes an integer argument
+equal to 1 a constant (a batch-1 call's ``M``), and a kernel that calls a tensor method on it fails to
+compile on every GPU while passing every interpreted test. Each format is compiled at batch 1 with ``M``
+that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from anydev.backends.triton_kernels import triton_importable
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
+
+CHILD = textwrap.dedent("""
+    import sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from anydev.backends.triton_kernels import linear
+    from anydev.backends.triton_kernels._weight_tiles import CODES
+
+    fmt = sys.argv[1]
+    weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
+    kernel = linear._linear_kernel
+    for block_m, block_n, block_k in ((1, 16, 256), (32, 64, 256)):
+        signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
+                     "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
+                     "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
+        constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
+                         BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False)
+        if block_m == 1:
+            constants["M"] = 1          # as Triton specializes a batch-1 call
+        signature.update({name: "constexpr" for name in constants})
+        index = {name: i for i, name in enumerate(kernel.arg_names)}
+        source = ASTSource(fn=kernel, signature=signature, constexprs={(index[k],): v for k, v in constants.items()})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        assert compiled.asm["cubin"], (fmt, block_m)
+    print("ok")
+""")
+
+
+def _nvidia_backend() -> str | None:
+    """Why Triton cannot compile for NVIDIA here, or None when it can."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton.backends.nvidia")
+    if spec is None:
+        return "this triton build has no NVIDIA backend"
+    ptxas = os.path.join(os.path.dirname(spec.origin), "bin", "ptxas")
+    return None if os.path.exists(ptxas) else f"this triton build ships no ptxas ({ptxas})"
+
+
+@pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"])
+def test_the_linear_kernel_compiles_for_sm90(weight_format):
+    reason = _nvidia_backend()
+    if reason:
+        pytest.skip(reason)
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", CHILD, weight_format], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
