@@ -1,12 +1,14 @@
 """Split-K in one launch: each slice of ``K`` stores its float32 partial sums, and the slice that
 arrives last at an output tile adds every slice's sums in slice order (the same result whatever order
-the slices ran in) and writes the output. A second launch to sum the slices costs a decode step more
-than the sum itself (two small kernels a split projection, ~5 us in the H200's 1B step profile).
+the slices ran in) and writes the output. Summing in launches of their own costs more than the sum:
+two small kernels a split projection (a torch sum, then the cast), ~5 us of the H200's 1B decode step
+each.
 
 Each output tile has an arrival counter on the device, zero between launches: the last slice resets
 it. The counters are kept per device and host thread, because a rank's kernels run in order on its one
-stream, so two launches never share them at once. A device graph captures the counters' address: the
-first call of a shape runs outside the capture (graph capture always runs its forward once before)."""
+stream, so two launches never share them at once. A device graph captures the counters' address, so
+they must exist before any capture: the first split call of a thread on a device allocates them, and
+``core.rank.graphs.capture_graph`` runs a step once before it captures it."""
 from __future__ import annotations
 
 import threading
