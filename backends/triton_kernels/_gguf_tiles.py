@@ -37,8 +37,7 @@ def _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
     base = n * ROW_BYTES + kb * 144
     pair = tl.arange(0, 4)
     lane = tl.arange(0, 32)
-    q = tl.load(w_ptr + base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :],
-                mask=valid[:, None, None], other=0).to(tl.int32)
+    q = byte(w_ptr, base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :], valid[:, None, None])
     words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
     a = tl.load(words, mask=valid, other=0)[:, None]
     b = tl.load(words + 1, mask=valid, other=0)[:, None]
@@ -75,10 +74,8 @@ def _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
     g = tl.arange(0, 8)
     i = tl.arange(0, 16)
     rows = base[:, None, None]
-    ql = tl.load(w_ptr + rows + (16 * g)[None, :, None] + i[None, None, :], mask=valid[:, None, None],
-                 other=0).to(tl.int32)
-    qh = tl.load(w_ptr + rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :],
-                 mask=valid[:, None, None], other=0).to(tl.int32)
+    ql = byte(w_ptr, rows + (16 * g)[None, :, None] + i[None, None, :], valid[:, None, None])
+    qh = byte(w_ptr, rows + 128 + (32 * (g // 4) + 16 * (g % 2))[None, :, None] + i[None, None, :], valid[:, None, None])
     shift = (2 * (g // 2 % 2))[None, :, None]
     low = exact_float((ql & 15) | (((qh >> shift) & 3) << 4), 32)
     high = exact_float((ql >> 4) | (((qh >> (shift + 4)) & 3) << 4), 32)

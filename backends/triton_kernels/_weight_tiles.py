@@ -42,9 +42,14 @@ def f16(ptr, offset, mask):
 
 
 @triton.jit
+def stored_values(w_ptr, n, k, N, K):
+    """Values ``W[n, k]`` of a one-element-a-value format (dense, int8, fp8_e4m3) as stored, for ``n``
+    ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64); 0 outside ``n < N``, ``k < K``."""
+    return tl.load(w_ptr + n * K + k, mask=(n < N) & (k < K), other=0.0)
+
+
+@triton.jit
 def weight_tile(w_ptr, n, k, N, K, FORMAT: tl.constexpr):
-    """Values ``W[n, k]`` of a one-element-a-value format (dense, int8, fp8_e4m3) as float32 for ``n``
-    ``[1, BLOCK_N]`` and ``k`` ``[BLOCK_K, 1]`` (int64); 0 outside ``n < N``, ``k < K``. The GGUF
-    blocks have their own tiles (:mod:`._gguf_tiles`)."""
+    """:func:`stored_values` as float32. The GGUF blocks have their own tiles (:mod:`._gguf_tiles`)."""
     tl.static_assert(FORMAT == 0 or FORMAT == 1 or FORMAT == 2, "weight_tile: one element a value only")
-    return tl.load(w_ptr + n * K + k, mask=(n < N) & (k < K), other=0.0).to(tl.float32)
+    return stored_values(w_ptr, n, k, N, K).to(tl.float32)

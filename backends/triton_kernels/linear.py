@@ -23,7 +23,7 @@ from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
-from ._weight_tiles import CODES, int8_float, weight_tile
+from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
@@ -117,8 +117,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                                 BLOCK_K // 32)
         elif BLOCK_M == 1:
             if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
-                w = int8_float(tl.load(w_ptr + n[None, :] * K + k[:, None], mask=(n[None, :] < N) & (k[:, None] < K),
-                                       other=0))
+                w = int8_float(stored_values(w_ptr, n[None, :], k[:, None], N, K))
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
