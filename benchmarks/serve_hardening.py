@@ -1,6 +1,6 @@
 """The serving hardening figures, from the tests themselves: runs the overload, fault, fuzz and soak
-tests of ``anydev serve`` (tests/test_serve_hardening.py and the hostile-input and soak tests of
-tests/test_serve.py) on the cpu backend, each recording what it held and saw, and writes them to
+tests of ``anydev serve`` (tests/serving/test_serve_hardening.py and the hostile-input and soak tests of
+tests/serving/test_serve.py) on the cpu backend, each recording what it held and saw, and writes them to
 ``results/<date>-cpu-serve-hardening/`` (figures.json and figures.md, with date, machine and command).
 
     python benchmarks/serve_hardening.py                      # the CI sizes
@@ -24,11 +24,11 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TESTS = ["tests/test_serve_hardening.py",
-         "tests/test_serve.py::test_arbitrary_completion_bodies_get_an_answer_or_a_400_never_a_5xx",
-         "tests/test_serve.py::test_arbitrary_chat_bodies_get_an_answer_or_a_400_never_a_5xx",
-         "tests/test_serve.py::test_the_server_is_healthy_after_the_hostile_input",
-         "tests/test_serve.py::test_a_soak_of_thousands_of_requests_leaves_threads_blocks_and_memory_where_they_were"]
+TESTS = ["tests/serving/test_serve_hardening.py",
+         "tests/serving/test_serve.py::test_arbitrary_completion_bodies_get_an_answer_or_a_400_never_a_5xx",
+         "tests/serving/test_serve.py::test_arbitrary_chat_bodies_get_an_answer_or_a_400_never_a_5xx",
+         "tests/serving/test_serve.py::test_the_server_is_healthy_after_the_hostile_input",
+         "tests/serving/test_serve.py::test_a_soak_of_thousands_of_requests_leaves_threads_blocks_and_memory_where_they_were"]
 
 
 def machine() -> str:

@@ -126,8 +126,8 @@ def train(out: Path, steps: int, seq_len: int = 64, batch: int = 8, seed: int = 
 
 
 def _kquants():
-    """tests/kquants.py: the Q4_K and Q6_K encoders (the gguf package decodes K-quants only)."""
-    spec = importlib.util.spec_from_file_location("kquants", Path(__file__).resolve().parents[1] / "tests" / "kquants.py")
+    """tests/support/kquants.py: the Q4_K and Q6_K encoders (the gguf package decodes K-quants only)."""
+    spec = importlib.util.spec_from_file_location("kquants", Path(__file__).resolve().parents[1] / "tests" / "support" / "kquants.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -16,7 +16,7 @@ stacks. A run that ended before its signal was sent, or ran to its end with exit
 stderr (the signal came while it exited), proves nothing and is not counted.
 
 It prints one line per run (what went wrong, in full, for a failed one) and a summary; exit code 1 when any run failed. Meant for a loaded
-machine (run it under ``nice``); CI runs only the deterministic tests (tests/test_interrupt.py).
+machine (run it under ``nice``); CI runs only the deterministic tests (tests/core/test_interrupts.py).
 """
 from __future__ import annotations
 

@@ -1,10 +1,16 @@
 """Session hooks and fixtures shared by the tests."""
+import sys
+from pathlib import Path
+
 import pytest
+
+# The shared helper modules (tests/support/) import by their plain names from every test folder.
+SUPPORT = str(Path(__file__).resolve().parent / "support")
+if SUPPORT not in sys.path:
+    sys.path.insert(0, SUPPORT)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import sys
-
     support = sys.modules.get("serve_support")     # only when a serving test ran
     if support is not None:
         support.FIGURES.write()

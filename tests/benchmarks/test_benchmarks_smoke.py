@@ -1,4 +1,4 @@
-"""The benchmarks run on the cpu in a tiny configuration (what CI can afford; the H200 runs them in
+"""The benchmarks run on the cpu in a tiny configuration (what CI can afford; a GPU machine runs them in
 full through benchmarks/gpu_record.sh). Checked: every case and engine gets a row, kernels are counted,
 the init rows that attribute the gain are there. No timing is asserted."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def load(name: str):

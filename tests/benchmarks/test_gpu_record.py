@@ -1,6 +1,7 @@
-"""benchmarks/gpu_record.sh goes on past a failing step and always writes its archive (found on the
-4-GPU machine: it sourced scripts/device_setup.sh, which turned on `set -e`, and one failure lost
-every later step). Run here with fake ``python3`` and ``nvidia-smi`` on PATH that log each call."""
+"""benchmarks/gpu_record.sh goes on past a failing step and always writes its archive: it sources
+scripts/device_setup.sh, which must leave the caller's shell options alone (a `set -e` leaking into the
+record would make one failure lose every later step). Run here with fake ``python3`` and ``nvidia-smi``
+on PATH that log each call."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$*" >> "$CALLS"

@@ -13,7 +13,7 @@ from anydev.core.config import expected_tensor_names
 from anydev.core.loading.random_weights import llama_config, save_random_model
 from anydev.core.models.sharding import local_shape, rank_shard
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "init_bench.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "init_bench.py"
 
 
 def load_bench():

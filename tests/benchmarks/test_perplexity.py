@@ -14,7 +14,7 @@ import torch
 from anydev.core import EngineConfig, InferEngine
 from checkpoints import write_hf_checkpoint
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 transformers = pytest.importorskip("transformers")
 
 

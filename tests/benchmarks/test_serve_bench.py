@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "serve_bench.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "serve_bench.py"
 
 
 def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):

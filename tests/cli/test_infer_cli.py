@@ -11,7 +11,7 @@ import pytest
 
 from checkpoints import write_hf_checkpoint
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "test_infer.py"
 
 
 def load_cli():

@@ -14,7 +14,7 @@ from anydev.core import EngineConfig, EngineConfigError, InferEngine
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.loading.tokenizer import InvalidTextError
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "test_infer.py"
 
 
 def load_cli(monkeypatch):

@@ -41,7 +41,7 @@ def _check_rows(rows: dict, tmp_path) -> None:
     assert rows["cpu"]["contract_version"] == format_version(CONTRACT_VERSION)
     for name, libraries in VENDOR_LIBRARIES.items():
         row = rows[name]
-        if row["available"]:  # only on a machine with that GPU (the lead's H200 runs these tests too)
+        if row["available"]:  # only on a machine with that GPU (GPU machines run these tests too)
             assert row["device_count"] >= 1 and row["runtime_version"]
             continue
         text = row["reason"] + " ".join(row["searched"])

@@ -1,5 +1,5 @@
 """The conformance check of all_reduce avg: an NCCL-like average in the reduced type passes, a wrong
-average fails (found on 4 H200s: NCCL at 3 ranks failed the old relative tolerance in 16-bit types)."""
+average fails (NCCL's average at 3 ranks in 16-bit types misses a plain relative tolerance on the mean)."""
 from __future__ import annotations
 
 import pytest
@@ -46,8 +46,8 @@ def test_correct_averages_in_the_reduced_type_pass(dtype, nranks):
 
 
 def test_the_nccl_like_average_really_rounds_away_from_the_exact_mean():
-    """The case that failed on the H200s: at 3 ranks in bfloat16 the NCCL-like result is off by more
-    than the old 1e-2 relative tolerance somewhere, so the new check is what lets it pass."""
+    """At 3 ranks in bfloat16 the NCCL-like result is off by more than a 1e-2 relative tolerance
+    somewhere, so the check's bound for rounding in the reduced type is what lets it pass."""
     inputs = [rank_input(r, "bfloat16") for r in range(3)]
     exact = torch.stack([t.double() for t in inputs]).mean(0)
     got = nccl_like_average(inputs).double()

@@ -11,7 +11,7 @@ from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.plugin_api import UnknownBackendError, get_registry
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "test_infer.py"
 needs_hostdev = pytest.mark.skipif("hostdev" not in get_registry().plugins,
                                    reason="the example out-of-tree backend (hostdev) is not installed")
 

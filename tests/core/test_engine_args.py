@@ -15,7 +15,7 @@ from anydev.core.engine_args import FLAGS, OPTIONS, add_engine_arguments, engine
 from anydev.core.executors.registry import register_executor
 from anydev.core.executors.threads import ThreadExecutor
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "test_infer.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "test_infer.py"
 FLAGS_GIVEN = ["--device", "cpu", "--tp", "2", "--pp", "1", "--dtype", "float32", "--max-model-len", "96",
                "--block-size", "8", "--num-blocks", "40", "--enforce-eager", "--no-prefix-caching",
                "--kernels", "reference", "--quantization", "int8", "--executor", "threads"]

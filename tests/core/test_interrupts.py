@@ -13,7 +13,7 @@ import pytest
 
 from anydev import interrupts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "test_infer.py"
 
 
@@ -27,8 +27,8 @@ def test_a_signal_with_no_engine_live_raises_at_once():
 
 
 def test_a_signal_whose_exception_was_swallowed_stops_the_next_engine_before_its_ranks_start():
-    # Some of torch's import-time C calls run the handler and clear the exception it raised; the
-    # command then went on to start an engine and run to its end, the signal lost.
+    # Some of torch's import-time C calls run the handler and clear the exception it raised; unless
+    # the engine checks for the recorded signal, the command starts it and runs to its end, the signal lost.
     from anydev.core import EngineConfig, InferEngine
     from anydev.core.loading.checkpoint import demo_checkpoint
 
@@ -46,15 +46,15 @@ def test_a_signal_whose_exception_was_swallowed_stops_the_next_engine_before_its
 
 def test_a_command_body_starts_with_numpy_loaded():
     # torch's C import of numpy (is_numpy_available) clears any exception of that import: a Ctrl-C
-    # landing while numpy loads there was dropped (3 of 9 runs signalled 1.5-2.4 s into an mp run,
-    # scripts/signal_stress.py --max-delay 4), and the run went on. run_command loads numpy first.
+    # landing while numpy loads there is dropped and the run goes on (scripts/signal_stress.py
+    # provokes it in an mp run). run_command loads numpy first, before a signal can land there.
     program = "import sys\nfrom anydev.exits import run_command\nsys.exit(run_command(lambda: 0 if 'numpy' in sys.modules else 3))"
     assert subprocess.run([sys.executable, "-c", program], timeout=120).returncode == 0
 
 
 def test_a_signal_dropped_in_a_weakref_callback_is_raised_after_it(capfd):
     # Python prints and drops an exception raised in a weakref callback (importlib's module-lock
-    # callbacks run during any import): a Ctrl-C landing there was lost until an engine started.
+    # callbacks run during any import): a Ctrl-C landing there must not wait for an engine to start.
     import time
     import weakref
 
@@ -147,6 +147,38 @@ def test_sigterm_during_generation_is_one_line_and_exit_143():
 def test_ctrl_c_to_every_rank_process_is_one_line_from_rank_0_and_exit_130():
     code, _, err = _interrupted_run("mp", signal.SIGINT, whole_group=True)
     assert (code, err) == (130, "interrupted")
+
+
+def test_ctrl_c_during_generation_is_one_line_and_exit_130():
+    # Long enough a generation (TP=2, hundreds of tokens) that SIGINT lands inside it.
+    process = subprocess.Popen([sys.executable, "-u", str(SCRIPT), "--tp", "2", "--max-new-tokens", "900",
+                                "--no-chat-template", "--prompt", "hi"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in process.stdout:
+            if line.startswith("init timeline"):
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert "--- output" not in out, "the generation ended before the signal; it proves nothing"
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    messages = [line for line in err.splitlines() if line.strip() and "weights:" not in line]   # no progress bars
+    assert messages == ["interrupted"]
+
+
+def test_ctrl_c_in_an_anydev_subcommand_is_one_line_and_exit_130(monkeypatch, capsys):
+    from anydev import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "list-backends", cli.Subcommand(
+        "list-backends", "", cli.SUBCOMMANDS["list-backends"].add_arguments, interrupted))
+    assert cli.main(["list-backends"]) == 130
+    assert capsys.readouterr().err.splitlines() == ["interrupted"]
 
 
 @pytest.mark.parametrize("command", [["-m", "anydev", "list-backends", "--json"],

@@ -1,6 +1,7 @@
 """Sampling parameters at the edge of their ranges give a token, never NaN probabilities: a
-temperature or top_p so small that it rounds to 0 in float32 once made the probabilities NaN, and
-torch.multinomial's error stopped the engine for every request (found by schemathesis)."""
+temperature or top_p so small that it rounds to 0 in float32 must not make the probabilities NaN,
+where torch.multinomial's error would stop the engine for every request (schemathesis sends such
+values)."""
 from __future__ import annotations
 
 import pytest

@@ -20,7 +20,7 @@ from dist_info import write_dist_info
 
 from anydev.plugin_api import CollectiveTimeoutError, OutOfMemoryError, Registry, RuntimeCallError
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "out_of_tree_backend"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "out_of_tree_backend"
 
 
 def _installed() -> bool:

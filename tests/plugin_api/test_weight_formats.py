@@ -1,6 +1,6 @@
 """The quantized weight formats of contract 1.5 (anydev.plugin_api.weight_formats): the torch
 dequantizers read GGUF blocks exactly as the ``gguf`` package's numpy ones do (bytes written by gguf's
-quantizers and by tests/kquants.py), the per-channel quantizer's round trip, the reference
+quantizers and by tests/support/kquants.py), the per-channel quantizer's round trip, the reference
 ``quantized_linear`` is ``x @ dequantize(W).T``, and malformed weights are refused saying why."""
 from __future__ import annotations
 

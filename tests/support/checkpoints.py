@@ -1,7 +1,7 @@
 """Writers of tiny test checkpoints (HF safetensors directories and GGUF files).
 
 Other test modules import these: ``from checkpoints import write_hf_checkpoint, write_gguf_checkpoint``
-(tests/ is on sys.path under pytest's default rootdir-relative import mode).
+(tests/conftest.py puts tests/support/ on sys.path).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``anydev serve`` in a subprocess on 127.0.0.1 for the serving tests, and what they share: raw HTTP
-requests, the server's /metrics as numbers, and the record of hardening figures (tests/ is on
-sys.path under pytest's default rootdir-relative import mode)."""
+requests, the server's /metrics as numbers, and the record of hardening figures (tests/conftest.py
+puts tests/support/ on sys.path)."""
 from __future__ import annotations
 
 import http.client

@@ -12,7 +12,7 @@ import pytest
 
 from anydev.conformance.emulated import main as emulated_main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[3]
 TEST_INFER = REPO / "examples" / "test_infer.py"
 VARIABLES = {"moore": ("ANYDEV_MUSART_LIBRARY", "ANYDEV_MUSA_MCCL_LIBRARY"),
              "metax": ("ANYDEV_MCRUNTIME_LIBRARY", "ANYDEV_MACA_MCCL_LIBRARY")}

@@ -21,7 +21,7 @@ from anydev.core.executors.dist import LaunchError, RankFailedError, launch_from
 from anydev.conformance.faults import failing_worker
 from process_tree import descendants, still_running
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 TEST_INFER = ROOT / "examples" / "test_infer.py"
 PROMPTS = ["Hello, world!", "the model of the device is"]
 NEW_TOKENS = 8

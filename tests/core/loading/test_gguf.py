@@ -1,4 +1,4 @@
-"""GGUF files written by tests/checkpoints.py, read back through open_checkpoint."""
+"""GGUF files written by tests/support/checkpoints.py, read back through open_checkpoint."""
 from __future__ import annotations
 
 

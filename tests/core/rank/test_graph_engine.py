@@ -86,7 +86,7 @@ def fresh_graph_log():
 
 def config(tp=1, graphs=True, worker=EagerGraphWorker, **changes):
     changes.setdefault("max_num_seqs", 4)
-    changes.setdefault("piecewise_max_tokens", 0)   # decode graphs only (tests/test_piecewise_graphs.py: the rest)
+    changes.setdefault("piecewise_max_tokens", 0)   # decode graphs only (tests/core/rank/test_piecewise_graphs.py: the rest)
     return EngineConfig(tp=tp, max_model_len=48, block_size=BLOCK, use_graphs=graphs, worker_cls=graphs_of(worker),
                         **changes)
 
