@@ -41,7 +41,7 @@ from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.executors.registry import register_executor
 from anydev.core.engine_config import DTYPES, default_read_threads
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard

@@ -30,7 +30,7 @@ def test_ctrl_c_during_generation_is_one_line_and_exit_130():
 
 
 def test_ctrl_c_in_an_anydev_subcommand_is_one_line_and_exit_130(monkeypatch, capsys):
-    from anydev import cli
+    from anydev.cli import commands as cli
 
     def interrupted(args):
         raise KeyboardInterrupt

@@ -1,5 +1,5 @@
-"""Signals while an engine runs wait for a safe point (anydev.interrupts); every command ends in one
-line and the signal's exit code (anydev.exits)."""
+"""Signals while an engine runs wait for a safe point (anydev.core.interrupts); every command ends in one
+line and the signal's exit code (anydev.core.exits)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from anydev import interrupts
+from anydev.core import interrupts
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "test_infer.py"
@@ -48,7 +48,7 @@ def test_a_command_body_starts_with_numpy_loaded():
     # torch's C import of numpy (is_numpy_available) clears any exception of that import: a Ctrl-C
     # landing while numpy loads there was dropped (3 of 9 runs signalled 1.5-2.4 s into an mp run,
     # scripts/signal_stress.py --max-delay 4), and the run went on. run_command loads numpy first.
-    program = "import sys\nfrom anydev.exits import run_command\nsys.exit(run_command(lambda: 0 if 'numpy' in sys.modules else 3))"
+    program = "import sys\nfrom anydev.core.exits import run_command\nsys.exit(run_command(lambda: 0 if 'numpy' in sys.modules else 3))"
     assert subprocess.run([sys.executable, "-c", program], timeout=120).returncode == 0
 
 
@@ -107,7 +107,7 @@ def test_a_signal_recorded_outside_any_wait_is_raised_when_the_engine_closes():
 
 def test_a_second_signal_ends_the_process_at_once():
     code = ("import os, signal, time\n"
-            "from anydev import interrupts\n"
+            "from anydev.core import interrupts\n"
             "with interrupts.handled():\n"
             "    interrupts.engine_live(object())\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n"
@@ -162,7 +162,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command):
 
 @pytest.mark.parametrize("rank, lines", [("0", ["error: WORLD_SIZE does not fit"]), ("1", [])])
 def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch, capsys, rank, lines):
-    from anydev.exits import run_command
+    from anydev.core.exits import run_command
     from anydev.plugin_api.errors import AnydevError
 
     def bad_launch():
@@ -175,7 +175,7 @@ def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch,
 
 def test_an_error_a_signal_caused_on_its_way_out_is_reported_as_the_signal(capsys):
     # e.g. Ctrl-C inside an import, swallowed there, leaves a half-imported module that fails later
-    from anydev.exits import run_command
+    from anydev.core.exits import run_command
 
     def interrupted_import():
         try:
