@@ -1,3 +1,3 @@
-from anydev.cli import entry
+from anydev.cli.commands import entry
 
 entry()

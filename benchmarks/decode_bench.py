@@ -45,10 +45,10 @@ import torch
 
 from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
 
-#: The Llama-3-8B shape (issue 21's targets).
+#: The Llama-3-8B shape (the decode targets' model).
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8)
 

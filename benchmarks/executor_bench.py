@@ -34,7 +34,7 @@ from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
 from anydev.core.rank.rank_worker import RankWorker
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 
 EXECUTORS = ("threads", "mp")
 CASE_FIELDS = ("executor", "max_model_len", "max_num_seqs", "enable_prefix_caching")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The recorded GPU run: everything the issues ask to run on the lent H200s, one command, outputs under
+# The recorded GPU run: every GPU measurement the project keeps in results/, one command, outputs under
 # $OUT (default ./gpu-out). Run from the repo root on the GPU machine:
 #   bash benchmarks/gpu_record.sh                         # every step; uses every visible GPU for TP
 #   STEPS="decode decode4k" bash benchmarks/gpu_record.sh  # only these steps (e.g. to fit a time limit)
 # Steps: conformance kernels overhead infer init decode decode4k prefill profile serve pp; and, asked for by
-# name (STEPS=procs, at least 2 GPUs), procs: issue 12's process-per-rank runs (procs.txt, procs-*.json).
+# name (STEPS=procs, at least 2 GPUs), procs: the process-per-rank runs (procs.txt, procs-*.json).
 # Files, packed into $OUT/gpu-record.tgz at the end: env.txt, list_backends.txt, conformance.{json,md,txt},
 # kernels.{json,txt} (kernel_bench: each Triton kernel beside its torch reference and the fastest torch path),
 # overhead.{json,txt}, infer.txt (test_infer runs and the graph smoke check), init.txt + init-tp*.json,
@@ -73,7 +73,7 @@ if want init; then
     OUT="$OUT" NGPU="$NGPU" KV_GIB="$KV_GIB" bash benchmarks/init_record.sh > "$OUT/init.txt" 2>&1
     echo "$? benchmarks/init_record.sh" >> "$OUT/steps.txt"
 fi
-# issue 10's cases on the 1B llama shape: anydev (graphs, eager) beside transformers (eager; static cache + compiled)
+# decode on the 1B llama shape: anydev (graphs, eager) beside transformers (eager; static cache + compiled)
 want decode && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --contexts 256 --prefill-len 0 \
     --out "$OUT/decode.json" > "$OUT/decode.txt" 2>&1
 want decode4k && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --contexts 4096 --prefill-len 0 \
@@ -81,7 +81,7 @@ want decode4k && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --devic
 want prefill && STEP_TIMEOUT=560 run python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
     --new-tokens 2 --no-kernel-count --prefill-len 8192 --modes graphs --out "$OUT/prefill.json" > "$OUT/prefill.txt" 2>&1
 want profile && run python3 benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256 > "$OUT/profile.txt" 2>&1
-# issue 11: anydev serve under Poisson load (1B llama shape), prefix caching and chunked prefill off/on
+# anydev serve under Poisson load (1B llama shape), prefix caching and chunked prefill off/on
 if want serve; then
     if python3 -c 'import fastapi, uvicorn, prometheus_client' 2>/dev/null; then
         [ -d /tmp/llama-1b ] || python3 benchmarks/make_random_model.py /tmp/llama-1b > /dev/null
@@ -91,7 +91,7 @@ if want serve; then
         echo "1 serve_bench: fastapi, uvicorn and prometheus-client are not installed" >> "$OUT/steps.txt"
     fi
 fi
-# issue 12: pipeline parallelism over NCCL send/recv (eager), tokens checked against the cpu reference
+# pipeline parallelism over NCCL send/recv (eager), tokens checked against the cpu reference
 if want pp; then
     if (( NGPU >= 2 )); then
         {
@@ -115,7 +115,7 @@ if want pp; then
         echo "1 pp: pipeline parallelism needs 2 GPUs, this machine has $NGPU" >> "$OUT/steps.txt"
     fi
 fi
-# issue 12: a process per rank at TP=2 with NCCL (tokens checked against the cpu reference, as the thread
+# a process per rank at TP=2 with NCCL (tokens checked against the cpu reference, as the thread
 # executor's), torchrun on one node and as two "nodes" on this host (one GPU each), the conformance
 # processes group, and init/decode with processes beside threads in one run each
 if want procs; then

@@ -22,7 +22,7 @@ import torch
 from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from anydev.plugin_api import load_backend
 

@@ -11,7 +11,7 @@ In order, all in one process:
 2. the page cache warmed: every weight file read once (timed, so a cold first read shows);
 3. the weight load alone: each rank's shard loaded by itself, one rank after another, then all ranks
    at once, with per-rank and total GB/s (stored bytes over the load's time, until its last copy is done);
-4. the engine's init in three modes: "serial" (the old one: ranks one by one, KV zeroed from host
+4. the engine's init in three modes: "serial" (ranks one by one, KV zeroed from host
    zeros with a sync per layer), "sequential" (ranks one by one, each as parallel runs it: each rank
    alone) and "parallel" (every rank at once), with each one's per-rank phase table and load stats;
    and the two rows that attribute the serial -> parallel gain, each changing one of the two at a
@@ -41,7 +41,7 @@ from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.executors.registry import register_executor
 from anydev.core.engine_config import DTYPES, default_read_threads
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
 from anydev.core.models.sharding import check_tp, rank_shard
@@ -52,8 +52,8 @@ from anydev.plugin_api import load_backend
 
 #: mode -> its EngineConfig settings: the executor (default threads: every rank at once; "serial": one
 #: rank after another, see :func:`run`) and the rank worker (default: the KV cache zeroed by one device
-#: memset; HOST_ZERO_WORKER: from host zeros, a synchronize after every layer). Both are the old init's
-#: halves, kept outside the engine in anydev.conformance.serial_init.
+#: memset; HOST_ZERO_WORKER: from host zeros, a synchronize after every layer). Both are the serial
+#: init's halves, kept outside the engine in anydev.conformance.serial_init.
 MODE_SETTINGS = {
     "serial": dict(executor="serial", worker_cls=HOST_ZERO_WORKER), "serial+memset": dict(executor="serial"),
     "parallel+host-zero": dict(worker_cls=HOST_ZERO_WORKER), "sequential": dict(executor="serial"), "parallel": {},

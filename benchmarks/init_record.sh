@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The init record of issue 14, on its own (benchmarks/gpu_record.sh runs it too): write the Llama-3-8B
+# The init record on its own (benchmarks/gpu_record.sh runs it too): write the Llama-3-8B
 # shaped random checkpoint (16 GB, bf16, sharded) to local disk, then init_bench from it at TP=1 and at
 # TP=every GPU: the limits, each rank alone and all together, the per-phase table per rank; then the
 # cost of a GGUF (Q8_0) load at TP=every GPU.

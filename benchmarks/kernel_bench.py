@@ -5,7 +5,7 @@ torch path), measured in one run on one device; prints times and ratios.
     python benchmarks/kernel_bench.py --device nvidia --out results/kernels.json
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/kernel_bench.py --device cpu --tiny   # smoke run
 
-Shapes: the 1B Llama of issue 10 (hidden 2048, MLP 8192, 32 query / 8 KV heads of 64, block size 16):
+Shapes: the 1B Llama (hidden 2048, MLP 8192, 32 query / 8 KV heads of 64, block size 16):
 decode at batch 1 and 32 with contexts 256 and 4096, an 8192-token prefill, a mixed step's attention
 (32 decodes of context 256 beside a 480-token chunk after 2048 cached tokens: the prefill kernel over
 every row, against the engine's decode + prefill + cat), and the elementwise kernels at 32 and 8192

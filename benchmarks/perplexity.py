@@ -28,7 +28,7 @@ import torch
 
 from anydev.core import EngineConfig, InferEngine
 from anydev.core.models.batch import StepBatch
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tiny_llama  # noqa: E402  (beside this file)

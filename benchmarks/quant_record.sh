@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Issue 21's record on one GPU: quantized weights and decode GEMMs. Run from the repo root on the GPU
+# The record on one GPU of quantized weights and decode GEMMs. Run from the repo root on the GPU
 # machine; outputs under $OUT (default ./gpu-out), packed into $OUT/quant-record.tgz at the end:
-#   bash benchmarks/quant_record.sh                          # every step (about 9 minutes on an H200)
+#   bash benchmarks/quant_record.sh                          # every step (about 9 minutes on one GPU)
 #   STEPS="linear decode8b" bash benchmarks/quant_record.sh  # only these steps
 # Steps:
 #   conformance  the kernels group's linear checks on nvidia (every format and dtype vs the reference)

@@ -31,7 +31,7 @@ import torch
 
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
-from anydev.exits import exit_process, run_command
+from anydev.core.exits import exit_process, run_command
 from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
 
 _MIXED_STEPS = 64    # at most this many mixed steps are profiled

@@ -1,7 +1,7 @@
-"""The engine's init as it was before ranks started together, kept outside the engine as the control
-the parallel-init checks tell apart from parallel init and the baseline ``benchmarks/init_bench.py``
-measures: ranks initialised one after another (:class:`SerialExecutor`) and the KV cache zeroed from
-host zeros with a synchronize after every layer (:class:`HostZeroWorker`).
+"""A serial engine init, outside the engine: the control that the parallel-init checks tell apart
+from parallel init and the baseline that ``benchmarks/init_bench.py`` measures: ranks initialised one
+after another (:class:`SerialExecutor`) and the KV cache zeroed from host zeros with a synchronize
+after every layer (:class:`HostZeroWorker`).
 
 Each half goes in through the engine's extension points: the executor by name once registered
 (``register_executor(SerialExecutor)``, then ``EngineConfig(executor="serial")``), the worker as

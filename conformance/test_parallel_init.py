@@ -135,7 +135,7 @@ def test_ranks_initialise_concurrently(backend, request, monkeypatch):
     spans = intervals(parallel)
     assert sorted(spans) == list(range(tp)), f"timeline ranks {sorted(spans)}, expected 0..{tp - 1}"
     assert shared_time(spans) > 0, f"the {tp} ranks never initialised at the same time:\n{parallel_table}"
-    # The old one-rank-after-another init cannot pass the rendezvous: the check tells the two apart.
+    # A one-rank-after-another init (serial_init.py) cannot pass the rendezvous: the check tells the two apart.
     from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
     from anydev.core import EngineInitError
     from anydev.core.executors.registry import EXECUTORS
@@ -231,7 +231,7 @@ def test_failing_rank_raises_and_leaves_nothing_behind(backend, request, phase):
     from anydev.core import EngineInitError
     from anydev.core.timeline import PHASES as ENGINE_PHASES
 
-    assert phase in ENGINE_PHASES, f"the engine no longer has phase {phase!r}: {ENGINE_PHASES}"
+    assert phase in ENGINE_PHASES, f"the engine has no phase {phase!r}: {ENGINE_PHASES}"
     tp = engine_ranks(backend, request)
     rank = tp - 1  # the last rank: the others have made progress and hold memory when it fails
     blocks = kv_num_blocks(backend, tp)

@@ -1,10 +1,26 @@
-"""The inference engine: Llama-family models over N tensor-parallel ranks on any anydev backend."""
-from .engine import EngineConfig, GenerationOutput, GenerationStats, InferEngine
-from .errors import EngineClosedError, EngineConfigError, EngineInitError, RequestFailedError
-from .sched.sampling import SamplingParams
-from .timeline import PHASES, PhaseRecord, format_timeline
+"""The inference engine: Llama-family models over N tensor-parallel ranks on any anydev backend.
 
-__all__ = [
-    "EngineClosedError", "EngineConfig", "EngineConfigError", "EngineInitError", "GenerationOutput", "GenerationStats",
-    "InferEngine", "PHASES", "PhaseRecord", "RequestFailedError", "SamplingParams", "format_timeline",
-]
+The names below are imported on first use, so that ``anydev.core.interrupts`` and ``anydev.core.exits``
+(which a command line imports before anything else, a Ctrl-C while torch loads included) load no torch.
+"""
+from importlib import import_module
+
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "EngineConfig": ".engine", "GenerationOutput": ".engine", "GenerationStats": ".engine", "InferEngine": ".engine",
+    "EngineClosedError": ".errors", "EngineConfigError": ".errors", "EngineInitError": ".errors",
+    "RequestFailedError": ".errors", "SamplingParams": ".sched.sampling",
+    "PHASES": ".timeline", "PhaseRecord": ".timeline", "format_timeline": ".timeline",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

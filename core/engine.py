@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable
 import torch
 
-from anydev import interrupts
+from anydev.core import interrupts
 from anydev.plugin_api import load_backend
 
 from .engine_config import EngineConfig, default_read_threads, resolve_dtype, validate_config
@@ -109,7 +109,7 @@ class InferEngine:
         else:
             self.checkpoint = checkpoint_or_path
         try:
-            interrupts.engine_live(self)   # a Ctrl-C from here on waits for a safe point (see anydev.interrupts)
+            interrupts.engine_live(self)   # a Ctrl-C from here on waits for a safe point (see anydev.core.interrupts)
             self._start(progress)
         except BaseException:
             self._closed = True

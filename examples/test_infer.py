@@ -16,7 +16,7 @@ Any anydev error prints one line, ``error: ...``, and exits with 2.
 """
 from __future__ import annotations
 
-from anydev.exits import exit_process, run_command   # first: a Ctrl-C while torch loads is one line too
+from anydev.core.exits import exit_process, run_command   # first: a Ctrl-C while torch loads is one line too
 
 import argparse
 import os

@@ -282,7 +282,7 @@ def _wait_until_started(started, count: int, running: dict) -> None:
 def _front_end_main(args, link, index, lifeline, listener, supervisor, started) -> None:
     """A front-end process: serve on the inherited ``listener``; ``lifeline`` is held until it ends
     (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
-    from anydev.exits import run_command
+    from anydev.core.exits import run_command
 
     tokenizer = _open_tokenizer(args.model)
     code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor,

@@ -1,4 +1,5 @@
-"""The import graph of core/ and backends/ has no circle, and core's rooms import only downwards.
+"""The package's import graph has no circle, each room imports only rooms below it (cli/ at the top,
+nothing imports it; core/ imports neither serving/ nor cli/), and core's own rooms import only downwards.
 
 Every import counts, module-level or inside a function: a lazy import that closes a circle still ties
 the two modules into one unit a reader must understand together. The graph is read from the source
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "backends")
+PACKAGES = ("plugin_api", "backends", "core", "conformance", "serving", "cli")
+#: The packages whose graph has no circle. plugin_api's objects name each other in type hints only
+#: (``if TYPE_CHECKING``), which this walk counts as imports.
+CIRCLE_FREE = ("backends", "core", "conformance", "serving", "cli")
+#: The rooms each package must not import: cli/ is the command line above everything, and the engine
+#: knows nothing of the server or the command line that run it.
+FORBIDDEN = {"plugin_api": ("cli",), "backends": ("cli",), "core": ("serving", "cli"),
+             "conformance": ("cli",), "serving": ("cli",)}
 #: core's rooms from the bottom up: a module imports only from its own room or a lower one. The
 #: engine, its config and the shared errors/timeline/model config sit at core/'s top level.
 ROOMS = ("models", "loading", "sched", "rank", "executors")
@@ -24,32 +32,32 @@ def module_name(path: Path) -> str:
 
 
 def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that ``path`` imports (``from X import Y`` counts Y when Y is a module)."""
+    """The modules of ``known`` that ``path`` imports. ``from X import Y`` counts ``X.Y`` when that is a
+    module and ``X`` otherwise, as ``import X.Y`` counts ``X.Y``: the packages above a module (whose
+    ``__init__`` the import also runs) are counted only when a name is taken from them."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             targets = [alias.name.removeprefix("anydev.") for alias in node.names]
-            bases = []
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(base + ([node.module] if node.module else []))
             else:
                 base = (node.module or "").removeprefix("anydev.")
-            targets = [base]
-            bases = [f"{base}.{alias.name}" for alias in node.names]
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        for target in targets + bases:
+        for target in targets:
             if target in known and target != name:
                 found.add(target)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    files = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
+def import_graph(packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    files = [p for package in packages for p in (ROOT / package).rglob("*.py")]
     known = {module_name(p) for p in files}
     return {module_name(p): imported_modules(p, known) for p in files}
 
@@ -85,9 +93,15 @@ def room_of(module: str) -> int | None:
     return None
 
 
-def test_no_import_circle_in_core_or_backends():
-    circle = find_circle(import_graph())
+def test_no_import_circle():
+    circle = find_circle(import_graph(CIRCLE_FREE))
     assert circle is None, "import circle: " + " -> ".join(circle)
+
+
+def test_no_room_imports_a_room_above_it():
+    upward = [(module, target) for module, targets in import_graph().items() for target in targets
+              if target.split(".")[0] in FORBIDDEN.get(module.split(".")[0], ())]
+    assert not upward, "a room imports one above it: " + ", ".join(f"{a} -> {b}" for a, b in upward)
 
 
 def test_core_rooms_import_only_their_own_room_or_lower():
@@ -117,3 +131,16 @@ def test_the_walk_reads_relative_and_lazy_imports():
     assert "core.engine_config" in imported_modules(source, {"core.engine_config"})
     lazy = ROOT / "core" / "loading" / "checkpoint.py"
     assert "core.loading.hf_loader" in imported_modules(lazy, {"core.loading.hf_loader"})
+
+
+def test_a_name_taken_from_a_package_is_an_edge_to_the_package_and_a_module_to_the_module():
+    """``from anydev.core import SamplingParams`` reaches the engine package's ``__init__``;
+    ``from anydev.core import interrupts`` reaches only the interrupts module."""
+    known = {"core", "core.interrupts"}
+    assert imported_modules(ROOT / "serving" / "protocol.py", known) == {"core"}
+    assert imported_modules(ROOT / "core" / "exits.py", known) == {"core.interrupts"}
+
+
+def test_the_graph_holds_the_command_line_and_what_it_imports():
+    """The upward check sees cli/'s edges, the lazy ones to the server and the scaffold included."""
+    assert {"cli.list_backends", "cli.scaffold", "serving.server", "core.exits"} <= import_graph()["cli.commands"]

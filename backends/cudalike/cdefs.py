@@ -2,7 +2,7 @@
 
 The text is a ``str.format`` template: ``{rt}`` becomes the runtime's symbol prefix (``cuda``, ``musa``, ``mc``) and
 ``{ccl}`` the collective library's (``nccl``, ``mccl``). Prototypes follow CUDA 12/13 and NCCL 2.2x
-(see shared/docs/vendor-runtimes.md); MUSA and MACA are assumed to mirror them.
+(see docs/vendor-runtimes.md); MUSA and MACA are assumed to mirror them.
 
 One deliberate departure from the headers: addresses and opaque handles (``void *``, ``cudaStream_t``,
 ``cudaEvent_t``, ``ncclComm_t``) are declared as ``uintptr_t``. On the 64-bit ABIs we support both are

@@ -1,7 +1,7 @@
 """MetaX: the MACA runtime (prefix ``mc``) + MCCL.
 
-Confidence (vendor-runtimes.md): names, libraries and roots are [U] (from public code that calls the
-API); numeric flags are assumed equal to CUDA's [I] (vendor ctypes code passes CUDA's memcpy kinds).
+Confidence (docs/vendor-runtimes.md): names, libraries and roots are [U] (from public code that calls
+the API); numeric flags are assumed equal to CUDA's [I] (vendor ctypes code passes CUDA's memcpy kinds).
 MACA is not known to export ``mcGetErrorName`` or ``mcRuntimeGetVersion``: the core treats both as
 optional. Device attribute ids are HIP-style, not CUDA's, so no attribute is queried.
 """

@@ -1,7 +1,7 @@
 """Moore Threads: the MUSA runtime (prefix ``musa``) + MCCL.
 
-Confidence (vendor-runtimes.md): names, libraries and roots are [U] (from public code that calls the
-API); numeric flags (memcpy kinds, stream and event flags) are assumed equal to CUDA's [I]; the
+Confidence (docs/vendor-runtimes.md): names, libraries and roots are [U] (from public code that calls
+the API); numeric flags (memcpy kinds, stream and event flags) are assumed equal to CUDA's [I]; the
 "not ready" code is resolved at load time. Device attribute ids are unverified, so none is queried.
 """
 from anydev.backends.cudalike.library import EnvRoot, ExecutableRoot, FixedRoot, LibrarySpec

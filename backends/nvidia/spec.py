@@ -1,4 +1,4 @@
-"""NVIDIA: the CUDA runtime (12 or 13) + NCCL. Every fact here is verified [V] (vendor-runtimes.md)."""
+"""NVIDIA: the CUDA runtime (12 or 13) + NCCL. Every fact here is verified [V] (docs/vendor-runtimes.md)."""
 from anydev.backends.cudalike.library import EnvRoot, FixedRoot, LibrarySpec
 from anydev.backends.cudalike.spec import VendorSpec
 from anydev.backends.cudalike.torch_bridge import CudaArrayBridge
@@ -30,11 +30,11 @@ SPEC = VendorSpec(
     visible_devices_env="CUDA_VISIBLE_DEVICES",
     torch_bridge=CudaArrayBridge("nvidia", "install a CUDA build of torch (e.g. pip install torch from the cu130 index)"),
     compute_capability_attributes=(75, 76),  # cudaDevAttrComputeCapabilityMajor / Minor
-    triton_kernels_verified=True,   # the conformance kernels group on an H200 (README's evidence)
-    # ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd: prototypes [V] (vendor-runtimes.md); True once
-    # the conformance send_recv group has passed on an H200 (benchmarks/gpu_record.sh, STEPS=pp).
+    triton_kernels_verified=True,   # the conformance kernels group has passed on NVIDIA hardware
+    # ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd: prototypes [V] (docs/vendor-runtimes.md); True
+    # once the conformance send_recv group passes on NVIDIA hardware (benchmarks/gpu_record.sh, STEPS=pp).
     send_recv_verified=False,
-    # ncclCommAbort: prototype [V] (vendor-runtimes.md); True once the conformance comm_abort group has
-    # passed on an H200 (benchmarks/gpu_record.sh).
+    # ncclCommAbort: prototype [V] (docs/vendor-runtimes.md); True once the conformance comm_abort
+    # group passes on NVIDIA hardware (benchmarks/gpu_record.sh).
     comm_abort_verified=False,
 )

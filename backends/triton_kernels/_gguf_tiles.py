@@ -3,8 +3,8 @@
 Batch 1 (one step of the GEMV, ``BLOCK_N`` rows over one stretch of ``K``): ``q4_k`` as the sums of its
 sub-blocks ``[BLOCK_N, 4]`` (each thread sums the values it holds); ``q6_k`` and the 32-value blocks as
 the products ``W[n, k] * x[k]`` in a tile ``[BLOCK_N, groups, values a group]`` (a group: the values
-that share a scale) that the caller adds up elementwise and sums after its loop. Each form was the
-faster of the two on the H200 for its formats.
+that share a scale) that the caller adds up elementwise and sums after its loop. Each form is the
+faster of the two for its formats.
 
 More rows (``tl.dot``): the same dequantization, a block's scales applied to its values at once, then
 the values laid out in input order (:func:`k_quant_tile`, :func:`block32_values`).

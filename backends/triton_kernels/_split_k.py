@@ -1,8 +1,8 @@
 """Split-K in one launch: each slice of ``K`` stores its float32 partial sums, and the slice that
 arrives last at an output tile adds every slice's sums in slice order (the same result whatever order
 the slices ran in) and writes the output. Summing in launches of their own costs more than the sum:
-two small kernels a split projection (a torch sum, then the cast), ~5 us of the H200's 1B decode step
-each.
+two small kernels a split projection (a torch sum, then the cast), each a few microseconds of a small
+model's decode step.
 
 Each output tile has an arrival counter on the device, zero between launches: the last slice resets
 it. The counters are kept per device and host thread, because a rank's kernels run in order on its one

@@ -54,7 +54,7 @@ class Plan:
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
     """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
-    (results/2026-12-01-h200-linear/ has the sweep it comes from).
+    (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
@@ -95,7 +95,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
     # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
-    # a tile of the step's shape and sum once after the loop. Each was the faster on the H200.
+    # a tile of the step's shape and sum once after the loop. Each is the faster of the two.
     if BLOCK_M == 1 and FORMAT == 6:
         acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:

@@ -115,6 +115,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from anydev.exits import exit_process, run_command
+    from anydev.core.exits import exit_process, run_command
 
     exit_process(run_command(main))

@@ -3,8 +3,9 @@
 A rank whose peer died, hung or raised before joining a collective waits for it forever (NCCL) or
 until the collective timeout (cpu). When the engine knows the group is broken it aborts the ranks'
 communicators, so that their waits end with an error and their threads can be released and joined.
-Backends without ``comm_abort`` keep the old behaviour: nothing is aborted. Destroying a group's
-communicators at close goes through the same all-at-once helper.
+On a backend without ``comm_abort`` nothing is aborted: its waits end at its own collective
+timeout, if it has one. Destroying a group's communicators at close goes through the same
+all-at-once helper.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from dataclasses import dataclass
 
-from anydev import interrupts
+from anydev.core import interrupts
 
 from ..models.pipeline import RankLayout
 from ..models.sharding import rank_shard

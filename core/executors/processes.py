@@ -32,7 +32,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Callable
 
-from anydev import interrupts
+from anydev.core import interrupts
 
 from ..errors import EngineConfigError, EngineInitError
 from ..models.pipeline import RankLayout

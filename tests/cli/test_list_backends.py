@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from anydev.cli import describe_backends, format_table
+from anydev.cli.list_backends import describe_backends, format_table
 from anydev.plugin_api import CONTRACT_VERSION, Registry
 from anydev.plugin_api.version import format_version
 
@@ -94,7 +94,7 @@ def test_a_freshly_scaffolded_backend_is_a_row_with_the_reason_and_the_table_sti
     raises; the listing still prints every row, the skeleton's saying why it is not available."""
     from dist_info import write_dist_info
 
-    from anydev import scaffold
+    from anydev.cli import scaffold
 
     root = scaffold.new_backend("stubby", tmp_path / "anydev-stubby")
     write_dist_info(root, into=root)
@@ -137,7 +137,7 @@ def test_a_backend_whose_device_count_fails_is_a_row_with_the_error(monkeypatch)
 WITHOUT_SERVING = ("import sys\n"
                    "for name in ('fastapi', 'uvicorn', 'prometheus_client'):\n"
                    "    sys.modules[name] = None\n"
-                   "from anydev.cli import main\n"
+                   "from anydev.cli.commands import main\n"
                    "raise SystemExit(main(sys.argv[1:]))\n")
 
 

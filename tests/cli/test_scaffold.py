@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from dist_info import write_dist_info
 
-from anydev import scaffold
+from anydev.cli import scaffold
 from anydev.plugin_api import REQUIRED_CALLS, BackendUnavailableError, DeviceRuntime, NotSupportedError, Registry
 
-EMULATED_SOURCES = Path(scaffold.__file__).parent / "conformance" / "emulated"
+EMULATED_SOURCES = Path(scaffold.__file__).parents[1] / "conformance" / "emulated"
 
 
 def _generate(tmp_path, monkeypatch, name: str, prefix: str | None = None):
@@ -120,7 +120,7 @@ def test_command_line_writes_the_skeleton_and_says_what_next(tmp_path, capsys):
 
 
 def test_anydev_new_backend_subcommand_runs_the_scaffold(tmp_path, capsys):
-    from anydev.cli import main
+    from anydev.cli.commands import main
 
     assert main(["new-backend", "xyz", "--dir", str(tmp_path / "x"), "--prefix", "xyz"]) == 0
     assert "spec.py" in capsys.readouterr().out
@@ -214,5 +214,5 @@ def test_skeleton_declares_the_contract_version_the_guide_shows(skeleton):
     from anydev.plugin_api import CONTRACT_VERSION
 
     assert plugin.CONTRACT_VERSION == ScaffoldtestRuntime.contract_version == (CONTRACT_VERSION[0], 0)
-    guide = (Path(scaffold.__file__).parent / "docs" / "writing-a-backend.md").read_text()
+    guide = (Path(scaffold.__file__).parents[1] / "docs" / "writing-a-backend.md").read_text()
     assert f"CONTRACT_VERSION = {plugin.CONTRACT_VERSION!r}" in guide

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from anydev import cli, scaffold
+from anydev.cli import commands as cli
+from anydev.cli import scaffold
 from anydev.plugin_api import get_registry
 
 

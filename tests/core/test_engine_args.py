@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from anydev.cli import build_parser
+from anydev.cli.commands import build_parser
 from anydev.core import EngineConfig
 from anydev.core.engine_args import FLAGS, OPTIONS, add_engine_arguments, engine_argv, engine_config_from_args
 from anydev.core.executors.registry import register_executor

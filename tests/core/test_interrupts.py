@@ -1,5 +1,5 @@
-"""Signals while an engine runs wait for a safe point (anydev.interrupts); every command ends in one
-line and the signal's exit code (anydev.exits)."""
+"""Signals while an engine runs wait for a safe point (anydev.core.interrupts); every command ends in one
+line and the signal's exit code (anydev.core.exits)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from anydev import interrupts
+from anydev.core import interrupts
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "test_infer.py"
@@ -48,7 +48,7 @@ def test_a_command_body_starts_with_numpy_loaded():
     # torch's C import of numpy (is_numpy_available) clears any exception of that import: a Ctrl-C
     # landing while numpy loads there is dropped and the run goes on (scripts/signal_stress.py
     # provokes it in an mp run). run_command loads numpy first, before a signal can land there.
-    program = "import sys\nfrom anydev.exits import run_command\nsys.exit(run_command(lambda: 0 if 'numpy' in sys.modules else 3))"
+    program = "import sys\nfrom anydev.core.exits import run_command\nsys.exit(run_command(lambda: 0 if 'numpy' in sys.modules else 3))"
     assert subprocess.run([sys.executable, "-c", program], timeout=120).returncode == 0
 
 
@@ -107,7 +107,7 @@ def test_a_signal_recorded_outside_any_wait_is_raised_when_the_engine_closes():
 
 def test_a_second_signal_ends_the_process_at_once():
     code = ("import os, signal, time\n"
-            "from anydev import interrupts\n"
+            "from anydev.core import interrupts\n"
             "with interrupts.handled():\n"
             "    interrupts.engine_live(object())\n"
             "    os.kill(os.getpid(), signal.SIGINT)\n"
@@ -170,7 +170,7 @@ def test_ctrl_c_during_generation_is_one_line_and_exit_130():
 
 
 def test_ctrl_c_in_an_anydev_subcommand_is_one_line_and_exit_130(monkeypatch, capsys):
-    from anydev import cli
+    from anydev.cli import commands as cli
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -194,7 +194,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(command):
 
 @pytest.mark.parametrize("rank, lines", [("0", ["error: WORLD_SIZE does not fit"]), ("1", [])])
 def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch, capsys, rank, lines):
-    from anydev.exits import run_command
+    from anydev.core.exits import run_command
     from anydev.plugin_api.errors import AnydevError
 
     def bad_launch():
@@ -207,7 +207,7 @@ def test_an_error_every_torchrun_rank_meets_is_said_by_rank_0_alone(monkeypatch,
 
 def test_an_error_a_signal_caused_on_its_way_out_is_reported_as_the_signal(capsys):
     # e.g. Ctrl-C inside an import, swallowed there, leaves a half-imported module that fails later
-    from anydev.exits import run_command
+    from anydev.core.exits import run_command
 
     def interrupted_import():
         try:

@@ -4,7 +4,7 @@ The skeleton is a package ``anydev_NAME`` with a pyproject.toml declaring the en
 ``anydev.backends``, ``plugin.py`` with the pluggy hook, and ``runtime.py`` with every required call of
 the contract stubbed to raise ``NotSupportedError`` naming the call. The stubs are rendered from
 ``DeviceRuntime`` itself (signature and docstring), so the skeleton always matches this anydev's
-contract. Template text lives in ``scaffold_templates/`` and is rendered with ``string.Template``.
+contract. Template text lives in ``cli/templates/`` and is rendered with ``string.Template``.
 
 With ``--prefix PREFIX`` (a runtime that mirrors CUDA's, e.g. ``xyzMalloc``), the package instead holds
 ``spec.py``: a ``VendorSpec`` for anydev's CUDA-like core, which implements every call.
@@ -19,10 +19,10 @@ import textwrap
 from pathlib import Path
 from string import Template
 
-from .plugin_api import CONTRACT_VERSION, REQUIRED_CALLS, DeviceRuntime, InvalidArgumentError
-from .plugin_api.discovery import BUILTIN_PLUGINS, Registry
+from anydev.plugin_api import CONTRACT_VERSION, REQUIRED_CALLS, DeviceRuntime, InvalidArgumentError
+from anydev.plugin_api.discovery import BUILTIN_PLUGINS, Registry
 
-TEMPLATE_DIR = Path(__file__).parent / "scaffold_templates"
+TEMPLATE_DIR = Path(__file__).parent / "templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9]*$")
 BUILTIN_NAMES = tuple(module.split(".")[-2] for module in BUILTIN_PLUGINS)
@@ -131,7 +131,7 @@ def new_backend(name: str, directory: str | Path | None = None, prefix: str | No
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The arguments of ``anydev new-backend`` (shared by the CLI and ``python -m anydev.scaffold``)."""
+    """The arguments of ``anydev new-backend`` (shared by the CLI and ``python -m anydev.cli.scaffold``)."""
     parser.add_argument("name", help="the backend name users pass as --device NAME")
     parser.add_argument("--dir", dest="directory", default=None, help="where to write it (default ./anydev-NAME)")
     parser.add_argument("--prefix", default=None,

@@ -12,7 +12,7 @@ import signal
 import sys
 from typing import Callable
 
-from anydev import interrupts
+from anydev.core import interrupts
 
 #: Exit code when stdout's reader went away (``| head``), as shells report SIGPIPE (128 + 13).
 BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE
@@ -48,7 +48,7 @@ def _import_numpy_before_torch() -> None:
     """Import numpy from Python, before torch imports it from C: torch's C import of numpy (its
     ``is_numpy_available``) clears whatever exception that import raises, so a Ctrl-C that lands
     while numpy loads under ``import torch`` would be lost (the run going on until an engine starts:
-    see :func:`anydev.interrupts.engine_live`). Imported here, its exception propagates."""
+    see :func:`anydev.core.interrupts.engine_live`). Imported here, its exception propagates."""
     import numpy  # noqa: F401  (imported for its side effect: in sys.modules before torch asks)
 
 

@@ -1,36 +1,14 @@
-"""The ``anydev`` command (also ``python -m anydev``).
-
-Each subcommand is a :class:`Subcommand` in :data:`SUBCOMMANDS`: a name, a one-line help, a function
-that adds its arguments and a function that runs it and returns the exit code. To add one, write those
-two functions and call :func:`register`.
-"""
+"""``anydev list-backends``: every backend the registry knows, whether it is usable here, and why not."""
 from __future__ import annotations
 
 import argparse
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from anydev.plugin_api import BackendUnavailableError, Registry, is_stub
 from anydev.plugin_api.version import format_version
 
 
-@dataclass(frozen=True)
-class Subcommand:
-    name: str
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-
-
-SUBCOMMANDS: dict[str, Subcommand] = {}
-
-
-def register(subcommand: Subcommand) -> None:
-    SUBCOMMANDS[subcommand.name] = subcommand
-
-
-# ---- list-backends ------------------------------------------------------------------------------
 @dataclass
 class BackendRow:
     """What ``anydev list-backends`` reports about one backend (``--json`` prints these fields)."""
@@ -143,11 +121,11 @@ def _details(row: BackendRow) -> list[str]:
     return details
 
 
-def add_list_backends_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
-def list_backends(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Print every backend and whether it is usable here; exit 0 even when some are not."""
     rows = describe_backends(Registry())
     if args.json:
@@ -155,68 +133,3 @@ def list_backends(args: argparse.Namespace) -> int:
     else:
         print(format_table(rows))
     return 0
-
-
-register(Subcommand("list-backends", "show every backend, whether it is available here, and why not",
-                    add_list_backends_arguments, list_backends))
-
-
-# ---- new-backend (scaffold.py) ------------------------------------------------------------------
-def _add_new_backend_arguments(parser: argparse.ArgumentParser) -> None:
-    from anydev import scaffold
-
-    scaffold.add_arguments(parser)
-
-
-def _new_backend(args: argparse.Namespace) -> int:
-    from anydev import scaffold
-
-    return scaffold.run(args)
-
-
-register(Subcommand("new-backend", "write the skeleton of an installable backend package",
-                    _add_new_backend_arguments, _new_backend))
-
-
-# ---- serve (serving/server.py) ------------------------------------------------------------------
-def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from anydev.serving import server
-
-    server.add_arguments(parser)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from anydev.serving import server
-
-    return server.run(args)
-
-
-register(Subcommand("serve", "serve a model over the OpenAI HTTP API (FastAPI + uvicorn)",
-                    _add_serve_arguments, _serve))
-
-
-# ---- entry point --------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="anydev", description="anydev: a hardware-portable backend layer for LLM inference")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for subcommand in SUBCOMMANDS.values():
-        subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help))
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    from anydev.exits import run_command   # one line and the exit code for errors, signals, broken pipes
-
-    return run_command(SUBCOMMANDS[args.command].run, args)
-
-
-def entry() -> None:
-    """The ``anydev`` command (console script and ``python -m anydev``)."""
-    from anydev.exits import exit_process
-
-    exit_process(main())

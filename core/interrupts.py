@@ -3,7 +3,7 @@
 Python raises ``KeyboardInterrupt`` in the main thread between any two bytecodes: inside a lock's
 ``with`` block, a ``Condition.wait``, ``ThreadPoolExecutor.submit``... A lock left held there blocks
 the engine's close for ever (the rank threads and their futures take the same locks). So while
-:func:`handled` is in force (the command-line entry points, see :func:`anydev.exits.run_command`) and an
+:func:`handled` is in force (the command-line entry points, see :func:`anydev.core.exits.run_command`) and an
 engine is live (:func:`engine_live` .. :func:`engine_gone`), the signal handler only records the
 signal; the engine's waits (:func:`wait`, :func:`result`) look at the record every ``POLL_S`` and
 raise :class:`Interrupted` there, on the main thread, outside any lock. With no engine live the
