@@ -1,4 +1,4 @@
-"""Where a sequence ends on the token it got (EOS, a stop token or string, its length), and its text cut before a stop string."""
+"""Where a sequence ends on its new token (EOS, a stop token or string, its length); its text before a stop string."""
 from __future__ import annotations
 
 from typing import Callable

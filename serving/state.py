@@ -1,4 +1,4 @@
-"""What every route of the app reads: the engine core's client, the tokenizer, the metrics, the model name, the limits, the key."""
+"""What every route reads: the engine core's client, the tokenizer, the metrics, the model name, the limits, the key."""
 from __future__ import annotations
 
 from dataclasses import dataclass

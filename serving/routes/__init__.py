@@ -1,1 +1,1 @@
-"""The app's HTTP routes, one module per group; each adds its routes to the app that :func:`~anydev.serving.app.create_app` makes."""
+"""The app's HTTP routes, one module per group, each adding its routes to the app (see ``create_app``)."""
