@@ -7,7 +7,7 @@ from importlib import import_module
 
 #: Each public name and the module that defines it.
 _EXPORTS = {
-    "EngineConfig": ".engine", "GenerationOutput": ".engine", "GenerationStats": ".engine", "InferEngine": ".engine",
+    "EngineConfig": ".engine", "EngineCounters": ".engine", "GenerationOutput": ".engine", "GenerationStats": ".engine", "InferEngine": ".engine",
     "EngineClosedError": ".errors", "EngineConfigError": ".errors", "EngineInitError": ".errors",
     "RequestFailedError": ".errors", "SamplingParams": ".sched.sampling",
     "PHASES": ".timeline", "PhaseRecord": ".timeline", "format_timeline": ".timeline",

@@ -1,47 +1,34 @@
-"""The OpenAI-compatible HTTP API over the engine core (FastAPI): the front end.
+"""The app factory: the OpenAI-compatible HTTP API over the engine core (FastAPI), the front end.
 
 It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, turns the token
 ids that come back into text (stop strings included) and streams it.
 
 ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
-``/health`` and ``/metrics`` (Prometheus). Every bad request is answered with an OpenAI-style error
-body and the server goes on serving; a client that disconnects has its request aborted.
+``/health`` and ``/metrics`` (Prometheus), in :mod:`.routes`. Every bad request is answered with an
+OpenAI-style error body (:mod:`.errors`) and the server goes on serving; a client that disconnects
+has its request aborted.
 """
 from __future__ import annotations
 
-import asyncio
-import hmac
-import json
-import time
-import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import Depends, FastAPI
 
 from anydev.core import InferEngine
-from anydev.core.loading.tokenizer import ChatTemplateError, Tokenizer
+from anydev.core.loading.tokenizer import Tokenizer
 
-from .async_engine import (AsyncEngine, EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError,
-                           RequestStream)
+from .async_engine import AsyncEngine
+from .auth import authorize
+from .errors import add_error_handlers
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
-from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
+from .openapi import document_errors_as_answered, error_doc
+from .routes.chat import add_chat_routes
+from .routes.completions import add_completion_routes
+from .routes.info import add_info_routes
+from .state import ServerState
 
-
-@dataclass
-class ServerState:
-    engine: AsyncEngine
-    tokenizer: Tokenizer | None
-    metrics: ServerMetrics
-    model_name: str
-    limits: ServerLimits
-    api_key: str | None
+__all__ = ["ServerState", "create_app"]
 
 
 def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: ServerLimits | None = None,
@@ -67,348 +54,19 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
     app = FastAPI(title="anydev", description="OpenAI-compatible API over the anydev engine", lifespan=lifespan)
     app.state.anydev = state
     app.add_middleware(BodySizeLimit, max_bytes=limits.max_body_bytes)
-    _add_error_handlers(app, metrics)
-    _document_errors_as_answered(app, model_name, limits)
+    add_error_handlers(app, metrics)
+    document_errors_as_answered(app, model_name, limits)
     # With a key, the schema declares the bearer scheme on exactly the routes that check it.
-    authorized = [Depends(_authorize)] if api_key is not None else []
-    denied = {401: _error("missing or wrong API key")} if api_key is not None else {}
+    authorized = [Depends(authorize)] if api_key is not None else []
+    denied = {401: error_doc("missing or wrong API key")} if api_key is not None else {}
     generating = {200: {"description": "the answer (JSON), or server-sent events with stream=true",
                         "content": {"text/event-stream": {}}},
-                  400: _error("a bad request: the error names the parameter"), **denied,
-                  413: _error("the body is over --max-body-bytes"),
-                  429: _error("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
-                  500: _error("this request failed while it ran (its sampling failed); the server serves on"),
-                  503: _error("the server is shutting down or its engine failed")}
-
-    @app.get("/health", responses={503: _error("the engine is not running")})
-    async def health():
-        if not state.engine.healthy:
-            raise APIError(503, "the engine is not running" + (f": {state.engine.failure}" if state.engine.failure else ""),
-                           type="server_error")
-        return {"status": "ok"}
-
-    metrics_key = limits.metrics_need_key and api_key is not None
-
-    @app.get("/metrics", response_class=PlainTextResponse, dependencies=authorized if metrics_key else [],
-             responses=denied if metrics_key else {})
-    async def prometheus_metrics():
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/models", dependencies=authorized, responses=denied)
-    async def models():
-        return {"object": "list", "data": [_model_card(state)]}
-
-    @app.post("/v1/completions", dependencies=authorized, responses=generating)
-    async def completions(body: CompletionRequest, request: Request):
-        body.check_unsupported()
-        _check_model(state, body.model)
-        prompt_ids = _completion_prompt_ids(state, body.prompt)
-        return await _serve(state, request, body, prompt_ids, body.max_tokens, chat=False)
-
-    @app.post("/v1/chat/completions", dependencies=authorized, responses=generating)
-    async def chat_completions(body: ChatRequest, request: Request):
-        body.check_unsupported()
-        _check_model(state, body.model)
-        prompt_ids = _chat_prompt_ids(state, body)
-        if body.max_tokens is not None and body.max_completion_tokens is not None:
-            _max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
-        return await _serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
-
+                  400: error_doc("a bad request: the error names the parameter"), **denied,
+                  413: error_doc("the body is over --max-body-bytes"),
+                  429: error_doc("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
+                  500: error_doc("this request failed while it ran (its sampling failed); the server serves on"),
+                  503: error_doc("the server is shutting down or its engine failed")}
+    add_info_routes(app, state, authorized, denied)
+    add_completion_routes(app, state, authorized, generating)
+    add_chat_routes(app, state, authorized, generating)
     return app
-
-
-def _error(description: str) -> dict:
-    return {"model": ErrorBody, "description": description}
-
-
-def _document_errors_as_answered(app: FastAPI, model_name: str, limits: ServerLimits) -> None:
-    """The OpenAPI schema without FastAPI's 422 validation answer (this server answers 400 with the
-    OpenAI error body instead), and with the served model id and the max_tokens limit."""
-    generate = app.openapi
-    vocab_size = app.state.anydev.engine.info.vocab_size
-
-    def openapi() -> dict:
-        schema = generate()
-        describe_limits(schema, model_name, limits.max_tokens, vocab_size)
-        for operations in schema.get("paths", {}).values():
-            for operation in operations.values():
-                operation.get("responses", {}).pop("422", None)
-        for name in ("HTTPValidationError", "ValidationError"):
-            schema.get("components", {}).get("schemas", {}).pop(name, None)
-        return schema
-
-    app.openapi = openapi
-
-
-# ---- access ------------------------------------------------------------------------------------
-_bearer = HTTPBearer(auto_error=False, description="the server's API key (--api-key or ANYDEV_API_KEY)")
-
-
-async def _authorize(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """A 401 unless the request carries ``Authorization: Bearer <the key>``; the key is compared in
-    constant time (hmac.compare_digest), and neither it nor what was sent is ever logged."""
-    key: str = request.app.state.anydev.api_key
-    sent = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(sent.encode(), key.encode()):
-        raise APIError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                       type="authentication_error", code="invalid_api_key")
-
-
-# ---- prompts -------------------------------------------------------------------------------------
-def _model_card(state: ServerState) -> dict:
-    return {"id": state.model_name, "object": "model", "created": 0, "owned_by": "anydev",
-            "max_model_len": state.engine.info.max_model_len}
-
-
-def _check_model(state: ServerState, model: str) -> None:
-    if model != state.model_name:
-        raise APIError(400, f"model '{model}' is not served here; this server serves '{state.model_name}'",
-                       param="model", code="model_not_found")
-
-
-def _tokenizer(state: ServerState):
-    tokenizer = state.tokenizer
-    if tokenizer is None:
-        raise APIError(400, "this model has no tokenizer; send the prompt as a list of token ids", param="prompt")
-    return tokenizer
-
-
-def _completion_prompt_ids(state: ServerState, prompt) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return _tokenizer(state).encode(_unicode(prompt, "prompt"), add_special_tokens=True)
-    vocab = state.engine.info.vocab_size
-    if not all(0 <= t < vocab for t in prompt):
-        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
-    return list(prompt)
-
-
-def _unicode(text: str, param: str) -> str:
-    """``text``, or a 400 when it holds lone surrogates (JSON escapes can carry them; UTF-8 cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise APIError(400, f"{param} is not valid Unicode: a lone surrogate at character {exc.start}",
-                       param=param) from None
-    return text
-
-
-def _chat_prompt_ids(state: ServerState, body: ChatRequest) -> list[int]:
-    tokenizer = _tokenizer(state)
-    if not tokenizer.has_chat_template:
-        raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
-    messages = [{"role": m.role, "content": _unicode(m.text(), f"messages.{i}.content")}
-                for i, m in enumerate(body.messages)]
-    try:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    except ChatTemplateError as exc:
-        raise APIError(400, str(exc), param="messages") from exc
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
-def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None) -> int:
-    context, limits = state.engine.info.max_model_len, state.limits
-    if not prompt_ids:
-        raise APIError(400, "the prompt is empty", param="prompt")
-    if len(prompt_ids) > limits.max_prompt_tokens:
-        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens; the limit is {limits.max_prompt_tokens} "
-                            f"(--max-prompt-tokens)", param="prompt", code="prompt_too_long")
-    room = context - len(prompt_ids)
-    if room < 1:
-        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens, which fills the model's context of "
-                            f"{context} tokens", param="prompt", code="context_length_exceeded")
-    if requested is None:
-        return min(room, limits.max_tokens)
-    if requested > limits.max_tokens:
-        raise APIError(400, f"max_tokens {requested} is above this server's limit of {limits.max_tokens} "
-                            f"(--max-tokens-limit)", param="max_tokens")
-    if requested > room:
-        raise APIError(400, f"max_tokens {requested} plus the prompt's {len(prompt_ids)} tokens exceeds the "
-                            f"model's context of {context} tokens", param="max_tokens",
-                       code="context_length_exceeded")
-    return requested
-
-
-# ---- running a request --------------------------------------------------------------------------
-def _decode(state: ServerState, ids: list[int]) -> str:
-    """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
-    return state.tokenizer.decode(ids, skip_special_tokens=True) if state.tokenizer else ""
-
-
-def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """``text`` up to its first stop string, and whether it had one."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-    return (text, False) if cut < 0 else (text[:cut], True)
-
-
-def _stop_finder(state: ServerState, stops: list[str]):
-    """For :meth:`AsyncEngine.add_request`: the number of output tokens at which one of ``stops``
-    first appears in the text (only counts above ``checked`` are tried), or None: the request then
-    ends there with finish reason "stop", as the engine's own stop strings do."""
-    def find(output: list[int], checked: int) -> int | None:
-        if not _cut_at_stop(_decode(state, output), stops)[1]:
-            return None
-        return next(k for k in range(checked + 1, len(output) + 1) if _cut_at_stop(_decode(state, output[:k]), stops)[1])
-    return find
-
-
-class _Text:
-    """A request's output text as it grows: only settled text is handed out (no half of a UTF-8
-    character, nothing that may still become a stop string)."""
-
-    def __init__(self, state: ServerState, stream: RequestStream):
-        self.state, self.stream = state, stream
-        self.hold = max((len(s) for s in stream.sampling.stop), default=1) - 1
-        self.sent = ""
-
-    def delta(self, num_tokens: int, finished: bool) -> str:
-        if finished:
-            text = _cut_at_stop(_decode(self.state, self.stream.output), self.stream.sampling.stop)[0]
-        else:
-            text = _decode(self.state, self.stream.output[:num_tokens]).rstrip("\ufffd")
-            text = text[:len(text) - self.hold] if self.hold else text
-        if len(text) <= len(self.sent) or not text.startswith(self.sent):
-            return ""
-        new, self.sent = text[len(self.sent):], text
-        return new
-
-
-async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
-                 chat: bool):
-    max_tokens = _max_tokens(state, prompt_ids, requested)
-    sampling = body.sampling(max_tokens)
-    try:
-        stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
-                                                timeout=state.limits.request_timeout,
-                                                stop_check=_stop_finder(state, sampling.stop) if sampling.stop else None)
-    except QueueFullError as exc:
-        raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
-                       headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
-    except EngineStoppedError as exc:
-        raise APIError(503, str(exc), type="server_error") from exc
-    except InvalidRequestError as exc:
-        raise APIError(400, str(exc), param="prompt") from exc
-    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    if body.stream:
-        options = body.stream_options
-        events = _stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                                bool(options and options.continuous_usage_stats))
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await _whole_answer(state, request, stream, request_id, created, chat)
-
-
-async def _whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
-                        created: int, chat: bool) -> dict:
-    text = _Text(state, stream)
-    collected = asyncio.ensure_future(_collect(stream))
-    try:
-        while not collected.done():
-            done, _ = await asyncio.wait({collected}, timeout=0.5)
-            if not done and await request.is_disconnected():
-                collected.cancel()
-                raise APIError(499, "the client disconnected")
-        collected.result()
-    except EngineStoppedError as exc:
-        raise APIError(503, str(exc), type="server_error") from exc
-    except FailedRequestError as exc:
-        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
-    finally:
-        state.engine.abort(stream)     # no-op when it finished
-    seq = stream
-    content = text.delta(len(seq.output), True)
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": content}
-    else:
-        choice["text"] = content
-    return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": state.model_name, "choices": [choice], "usage": _usage(seq)}
-
-
-async def _collect(stream: RequestStream) -> None:
-    async for _ in stream.updates():
-        pass
-
-
-async def _stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
-                         include_usage: bool, continuous_usage: bool):
-    """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
-    then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
-    request a token, text or not. Leaving early (the client went away) aborts the request."""
-    text = _Text(state, stream)
-    kind = "chat.completion.chunk" if chat else "text_completion"
-
-    def event(choices: list[dict], usage: dict | None = None) -> str:
-        chunk = {"id": request_id, "object": kind, "created": created, "model": state.model_name, "choices": choices}
-        if usage is not None:
-            chunk["usage"] = usage
-        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-
-    def choice(delta: str, reason: str | None, first: bool = False) -> dict:
-        if chat:
-            message = {"role": "assistant", "content": delta} if first else ({"content": delta} if delta else {})
-            return {"index": 0, "delta": message, "logprobs": None, "finish_reason": reason}
-        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
-
-    try:
-        if chat:
-            yield event([choice("", None, first=True)])
-        try:
-            async for progress in stream.updates():
-                delta = text.delta(progress.num_tokens, progress.finished)
-                if progress.finished:
-                    seq = stream
-                    yield event([choice(delta, finish_reason(seq.finish_reason))], _usage(seq))
-                    if include_usage:
-                        yield event([], _usage(seq))
-                elif continuous_usage:
-                    yield event([choice(delta, None)], _usage(stream, progress.num_tokens))
-                elif delta:
-                    yield event([choice(delta, None)])
-        except EngineStoppedError as exc:
-            error = APIError(503, str(exc), type="server_error")
-            yield f"data: {json.dumps(error.body())}\n\n"
-        except FailedRequestError as exc:
-            error = APIError(500, str(exc), type="server_error", code="request_failed")
-            yield f"data: {json.dumps(error.body())}\n\n"
-        yield "data: [DONE]\n\n"
-    finally:
-        state.engine.abort(stream)     # the client left early (or a no-op: it finished)
-
-
-def _usage(seq, num_tokens: int | None = None) -> dict:
-    done = len(seq.output) if num_tokens is None else num_tokens
-    return {"prompt_tokens": len(seq.prompt), "completion_tokens": done, "total_tokens": len(seq.prompt) + done}
-
-
-# ---- errors ----------------------------------------------------------------------------------------
-def _add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:
-    def answer(error: APIError) -> JSONResponse:
-        metrics.rejected.labels(str(error.status)).inc()
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
-
-    @app.exception_handler(APIError)
-    async def api_error(request: Request, exc: APIError):
-        return answer(exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        location = [str(part) for part in first.get("loc", ()) if part != "body"]
-        param = ".".join(location) or None
-        if first.get("type") == "json_invalid":
-            message, param = "the request body is not valid JSON", None
-        else:
-            message = f"{param or 'body'}: {first.get('msg', 'invalid value')}"
-        return answer(APIError(400, message, param=param))
-
-    @app.exception_handler(Exception)
-    async def server_error(request: Request, exc: Exception):   # a bug: said as such, in the API's shape
-        return answer(APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error"))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException):
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return answer(APIError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers))   # 405: Allow

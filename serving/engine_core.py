@@ -131,7 +131,7 @@ class EngineCore:
 
     def _add(self, client: bytes, message: AddRequest) -> None:
         out = self._pending.setdefault(client, [])
-        waiting = len(self.engine.scheduler.waiting)
+        waiting = self.engine.stats().waiting
         if message.max_waiting is not None and waiting >= message.max_waiting:
             out.append(RequestOutput(message.request_id, [], error=f"the waiting queue is full ({message.max_waiting} "
                                      "requests, --max-waiting)", error_kind="queue_full"))
@@ -203,13 +203,12 @@ class EngineCore:
             self._socket.send_multipart([client, ENCODER.encode(EngineFailure(message))])
 
     def stats(self) -> EngineStats:
-        scheduler, blocks = self.engine.scheduler, self.engine.block_manager
-        return EngineStats(running=len(scheduler.running), waiting=len(scheduler.waiting),
-                           kv_blocks_used=blocks.num_used, kv_blocks_total=blocks.num_blocks,
-                           prefix_cache_blocks=blocks.num_cached_blocks, prefix_cache_hit_rate=blocks.hit_rate,
-                           prefix_cache_queried_tokens=blocks.queried_tokens,
-                           prefix_cache_hit_tokens=blocks.hit_tokens, preemptions=scheduler.num_preemptions)
-
+        counters = self.engine.stats()
+        return EngineStats(running=counters.running, waiting=counters.waiting, kv_blocks_used=counters.kv_blocks_used,
+                           kv_blocks_total=counters.kv_blocks_total, prefix_cache_blocks=counters.prefix_cache_blocks,
+                           prefix_cache_hit_rate=counters.prefix_cache_hit_rate,
+                           prefix_cache_queried_tokens=counters.prefix_cache_queried_tokens,
+                           prefix_cache_hit_tokens=counters.prefix_cache_hit_tokens, preemptions=counters.preemptions)
 
 def engine_info(engine: InferEngine) -> EngineInfo:
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,

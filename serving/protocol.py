@@ -180,3 +180,9 @@ class ChatRequest(_Sampling):
 def finish_reason(engine_reason: str | None) -> str | None:
     """The OpenAI finish reason for the engine's."""
     return {"eos": "stop", "stop": "stop", "length": "length"}.get(engine_reason, engine_reason)
+
+
+def usage(seq, num_tokens: int | None = None) -> dict:
+    """The OpenAI usage object of ``seq``: its prompt and output tokens (the first ``num_tokens`` of them)."""
+    done = len(seq.output) if num_tokens is None else num_tokens
+    return {"prompt_tokens": len(seq.prompt), "completion_tokens": done, "total_tokens": len(seq.prompt) + done}

@@ -4,7 +4,7 @@ As in vLLM v1, the engine sees one :class:`Executor`, whichever runs its ranks, 
 rank through one call (:meth:`Executor.run`, vLLM's ``collective_rpc``). An executor starts the ranks
 (:meth:`start`), runs a method on every rank (:meth:`run`), collects the sampled tokens
 (:meth:`sampled_tokens`), aborts the ranks after a failed step (inside :meth:`wait_step`), and closes
-them (:meth:`close`). The implementations are in :mod:`.threads` and :mod:`.processes`; the names the
+them (:meth:`close`). The implementations are in :mod:`.threads` and :mod:`.process_executor`; the names the
 engine's config takes are in :mod:`.registry` (``docs/executors.md``: adding one).
 """
 from __future__ import annotations

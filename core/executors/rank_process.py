@@ -1,5 +1,5 @@
 """A rank process other than rank 0: it builds its rank from rank 0's plan, then runs what rank 0
-sends until rank 0 says exit (see :mod:`.processes` and :mod:`.dist`).
+sends until rank 0 says exit (see :mod:`.process_ranks` and :mod:`.control_group`).
 
     python -m anydev.core.executors.rank_process     # what executor="mp" starts, with torchrun's variables set
 
@@ -16,8 +16,11 @@ import threading
 import time
 import traceback
 
-from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, ControlLost, Launch, LaunchError, RankFailedError, Watchdog,
-                   check_local_device, connect_store, launch_from_env, print_error, seconds_from_env)
+from .control_group import ControlGroup
+from .group_errors import ControlLost, LaunchError, RankFailedError
+from .launch import CONNECT_TIMEOUT_ENV, Launch, check_local_device, launch_from_env, seconds_from_env
+from .store import connect_store
+from .watchdog import Watchdog
 from .abort import abort_communicators
 from ..timeline import Timeline
 
@@ -184,6 +187,10 @@ def _die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     if os.getppid() != int(parent):  # the parent ended before prctl
         os._exit(1)
+
+
+def print_error(text: str) -> None:
+    print(f"error: {text}", file=sys.stderr, flush=True)
 
 
 def main() -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 from ..errors import EngineConfigError
 from ..models.pipeline import RankLayout
 from .base import Executor
-from .dist import LaunchError, check_world_size, launch_from_env
-from .processes import MpExecutor, TorchrunExecutor
+from .group_errors import LaunchError
+from .launch import check_world_size, launch_from_env
+from .process_executor import MpExecutor, TorchrunExecutor
 from .threads import ThreadExecutor
 
 EXECUTORS: dict[str, type[Executor]] = {

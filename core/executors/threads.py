@@ -7,7 +7,7 @@ from concurrent.futures import wait
 from ..models.pipeline import RankLayout
 from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
 from .base import Executor, RankPlan
-from .dist import RankFailedError
+from .group_errors import RankFailedError
 
 
 class ThreadExecutor(Executor):

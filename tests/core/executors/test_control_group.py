@@ -12,12 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
-from anydev.core.executors.dist import ControlGroup, Launch, connect_store, wait_reply
+from anydev.core.executors.control_group import ControlGroup
+from anydev.core.executors.launch import Launch
+from anydev.core.executors.store import connect_store, wait_reply
 from anydev.core.models.batch import StepBatch
 from anydev.core.sched.sampling import SamplingParams
 
 RANK = """
-from anydev.core.executors.dist import ControlGroup, connect_store, launch_from_env
+from anydev.core.executors.control_group import ControlGroup
+from anydev.core.executors.launch import launch_from_env
+from anydev.core.executors.store import connect_store
 launch = launch_from_env()
 group = ControlGroup(launch, connect_store(launch, 120), 120)
 while True:

@@ -17,7 +17,8 @@ import pytest
 
 from anydev.core import EngineConfig, EngineInitError, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.core.executors.dist import LaunchError, RankFailedError, launch_from_env
+from anydev.core.executors.group_errors import LaunchError, RankFailedError
+from anydev.core.executors.launch import launch_from_env
 from anydev.conformance.faults import failing_worker
 from process_tree import descendants, still_running
 
@@ -185,14 +186,14 @@ def test_after_a_failure_rank_0_destroys_only_aborted_communicators(monkeypatch)
     """Closing right after a failure waits for the abort of rank 0's communicators before destroying
     them: destroying a live one whose peer died may never return (NCCL), and would race the abort
     (made slow here, so that a close that does not wait for it destroys first)."""
-    from anydev.core.executors import processes
-    abort = processes.abort_communicators
+    from anydev.core.executors import process_ranks
+    abort = process_ranks.abort_communicators
 
     def slow_abort(comms, *args):
         time.sleep(1.5)
         return abort(comms, *args)
 
-    monkeypatch.setattr(processes, "abort_communicators", slow_abort)
+    monkeypatch.setattr(process_ranks, "abort_communicators", slow_abort)
     engine = generating_mp_engine()
     [comm] = engine.communicators
     destroy, aborted_at_destroy = comm.close, []
@@ -217,12 +218,12 @@ def test_a_hung_rank_is_named_and_rank_0s_own_thread_is_freed_by_the_abort(monke
     0 aborts its communicators (contract 1.4): its own worker thread is free again. The judge's kill
     of the hung process is held back, as for a rank of another machine (torchrun), so that only the
     abort can free rank 0."""
-    from anydev.core.executors import processes
+    from anydev.core.executors import process_ranks
     from anydev.plugin_api import load_backend
 
     monkeypatch.setenv("ANYDEV_DIST_HEARTBEAT_TIMEOUT", "4")
     monkeypatch.setattr(load_backend("cpu").runtime, "collective_timeout_s", 600.0)
-    monkeypatch.setattr(processes, "_kill", lambda children: None)
+    monkeypatch.setattr(process_ranks, "kill_ranks", lambda children: None)
     engine = generating_mp_engine()
     child = engine.executor.group._children[0]
     try:

@@ -9,7 +9,7 @@ import pytest
 
 from anydev.core import EngineConfig, InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
-from anydev.core.engine import micro_batch_bounds
+from anydev.core.micro_batches import micro_batch_bounds
 from anydev.core.models.pipeline import PipelineConfigError, RankLayout, stages
 from anydev.core.rank.rank_worker import RankWorker
 from checkpoints import write_hf_checkpoint

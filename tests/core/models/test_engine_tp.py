@@ -98,7 +98,7 @@ def test_a_rank_whose_step_raises_stops_every_rank_with_its_error(monkeypatch):
     """Rank 1's step raises before its first all_reduce; rank 0 waits for it there. The engine
     aborts the communicators (contract 1.4), so rank 0 is freed: the step raises rank 1's error, the
     next one says the ranks were stopped, and close joins every rank thread."""
-    from anydev.core.executors.dist import RankFailedError
+    from anydev.core.executors.group_errors import RankFailedError
     from anydev.plugin_api import load_backend
 
     monkeypatch.setattr(load_backend("cpu").runtime, "collective_timeout_s", 600.0)   # only the abort frees rank 0

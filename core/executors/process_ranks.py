@@ -1,63 +1,39 @@
-"""The process executors: one process per rank, rank 0 (this process) drives.
+"""Rank 0's handle on the other rank processes of one engine: their start, the commands and replies, a failure, the end.
 
-* ``mp`` (:class:`MpExecutor`): one process per rank on this machine; this process is rank 0 and
-  starts the others (``python -m anydev.core.executors.rank_process``) with torchrun's variables set,
-  as torchrun would.
-* ``torchrun`` (:class:`TorchrunExecutor`): one process per rank started by torchrun (or any launcher
-  setting its variables), on any number of machines; the process of ``RANK=0`` builds the engine, the
-  others run :func:`anydev.core.executors.rank_process.follow`.
-
-In both, rank 0 drives (:class:`ProcessRanks`): the engine sees a :class:`LocalRank` (its own
-RankWorker, whose every command is first broadcast to the others) and one :class:`RemoteRank` per
-other process, whose futures resolve with that rank's reply, or, for the steps (no reply: the hot
-path), are rank 0's own step's future. A rank that dies, hangs or fails fails every pending future with
-:class:`~.dist.RankFailedError` naming it, and rank 0's communicators are aborted (contract 1.4, where
-the backend can), so that its own thread, blocked in a collective with the failed rank, is freed.
-The commands travel over :class:`~.dist.ControlGroup` (``send`` here, ``receive``/``reply`` in
-:mod:`.rank_process`): the one seam a faster broadcast (a shared-memory queue) replaces.
+Rank 0's own rank runs its commands here; each command is first broadcast to the others over
+:class:`~.control_group.ControlGroup` (``send`` here, ``receive``/``reply`` in :mod:`.rank_process`):
+the one seam a faster broadcast replaces. A rank that dies, hangs or fails fails every pending future
+with :class:`~.group_errors.RankFailedError` naming it (:mod:`.failure_judge`), and rank 0's
+communicators are aborted (contract 1.4, where the backend can), so that its own thread, blocked in
+a collective with the failed rank, is freed.
 """
 from __future__ import annotations
 
 import os
 import queue
-import secrets
 from collections import defaultdict, deque
-import signal
 import subprocess
-import sys
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from concurrent.futures import FIRST_EXCEPTION, Future
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Callable
 
 from anydev.core import interrupts
 
 from ..errors import EngineConfigError, EngineInitError
-from ..models.pipeline import RankLayout
-from ..timeline import PhaseRecord
-from .abort import ABORT_WAIT_S, abort_communicators, close_communicators
-from .base import Executor, RankPlan
-from .dist import (CONNECT_TIMEOUT_ENV, ControlGroup, Launch, LaunchError, RankFailedError, Watchdog,
-                   check_local_device, check_world_size, connect_store, failure_reports, launch_from_env,
-                   seconds_from_env, stopped_ranks, wait_reply)
-
-#: Commands the engine gives every rank; any other goes to the one rank it is submitted to.
-EVERY_RANK = frozenset({"init", "capture_graphs", "forward", "forward_stage", "release"})
-#: Commands of the step loop: no reply (their futures end with rank 0's own); every other command
-#: (init, graph capture, release, reads) waits for each rank's reply.
-NO_REPLY = frozenset({"forward"})
-#: After a failure, rank 0 still runs these on its own rank (to free its memory).
-CLEANUP = frozenset({"release"})
-#: How long rank 0 gathers reports after a first failure, so that the rank that failed first is named
-#: rather than one that failed because of it.
-GRACE_S = 1.0
-#: Without child processes to watch (torchrun), how long a rank's heartbeat must stand still, after a
-#: collective failed, for it to count as the rank gone (several beats of HEARTBEAT_INTERVAL_S).
-STALL_S = 2.5
-#: Step commands: rank 0's own one failing means the group is broken (a peer died or failed).
-STEP_CALLS = frozenset({"forward", "forward_stage", "read_tokens"})
+from .abort import ABORT_WAIT_S, abort_communicators
+from .base import RankPlan
+from .control_group import ControlGroup
+from .failure_judge import GRACE_S, STALL_S, find_deaths, first_failure
+from .futures import done
+from .group_errors import LaunchError, RankFailedError
+from .launch import CONNECT_TIMEOUT_ENV, Launch, seconds_from_env
+from .rank_commands import EVERY_RANK, NO_REPLY, STEP_CALLS
+from .rank_proxies import LocalRank, RemoteRank
+from .spawning import kill_ranks, spawn_ranks
+from .store import connect_store, failure_reports, stopped_ranks, wait_reply
+from .watchdog import Watchdog
 
 
 def checkpoint_source(checkpoint):
@@ -70,79 +46,6 @@ def checkpoint_source(checkpoint):
         return os.path.abspath(checkpoint.source)
     raise EngineConfigError(f"the process executors open the checkpoint in every rank process, but {checkpoint.source!r} "
                             "is no path; pass a model directory or .gguf path (or the embedded demo)")
-
-
-class ProcessExecutor(Executor):
-    """Rank 0's side of a process executor: its own rank a thread here, the others processes."""
-
-    def __init__(self, config, backend, layout: RankLayout):
-        super().__init__(config, backend, layout)
-        if not backend.runtime.cross_process_collectives:
-            raise EngineConfigError(f"backend '{backend.name}' ({backend.runtime.hardware_label}) joins communicators of "
-                                    f"one process only; executor {self.name!r} runs a process per rank: use "
-                                    "executor='threads'")
-        self.group: ProcessRanks | None = None
-
-    def _group(self) -> "ProcessRanks":
-        """The group of rank processes, formed (rank 0's side)."""
-        raise NotImplementedError
-
-    def start(self, plan: RankPlan, checkpoint, kernels, timeline, cancel) -> None:
-        self.group = self._group()
-        device = self.backend.device(self.group.local_rank)
-        comm, pipe_comm = self.group.start(plan, checkpoint, device)
-        self.communicators = [comm] + ([pipe_comm] if pipe_comm is not None else [])
-        setup = plan.rank_setup(0, device, comm, checkpoint, kernels, pipe_comm)
-        self.workers = self.group.workers(plan.worker_class(setup, timeline, cancel), timeline)
-        self.wait_init(self.run("init"), cancel)
-
-    @property
-    def failure(self) -> BaseException | None:
-        return self.group.failure if self.group is not None else None
-
-    def close(self) -> list[BaseException]:
-        """The other processes destroy their communicators while rank 0 does (see :meth:`ProcessRanks.close`)."""
-        problems = self.release_workers()
-        if self.group is not None:
-            problems += self.group.close(lambda: close_communicators(self.communicators))
-        self.workers, self.communicators = [], []
-        return problems
-
-
-class MpExecutor(ProcessExecutor):
-    """``mp``: this process is rank 0 and starts ranks 1.. as processes of this machine."""
-
-    name = "mp"
-
-    def __init__(self, config, backend, layout: RankLayout):
-        super().__init__(config, backend, layout)
-        check_local_device(Launch(0, layout.world, 0, "127.0.0.1", 0), backend)
-
-    def _group(self) -> "ProcessRanks":
-        return ProcessRanks.spawn(self.layout.world)
-
-
-class TorchrunExecutor(ProcessExecutor):
-    """``torchrun``: every rank a process started by torchrun; this one is ``RANK=0``."""
-
-    name = "torchrun"
-
-    def __init__(self, config, backend, layout: RankLayout):
-        super().__init__(config, backend, layout)
-        launch = launch_from_env()
-        if launch is None:
-            raise LaunchError("executor='torchrun' needs the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, "
-                              "MASTER_ADDR, MASTER_PORT): launch with torchrun, or use executor='mp' on one machine")
-        if launch.rank != 0:
-            raise LaunchError(f"this process is rank {launch.rank}: only rank 0 builds the engine; the other ranks run "
-                              "anydev.core.executors.rank_process.follow() (test_infer.py and `anydev serve` do so "
-                              "themselves)")
-        check_world_size(launch, layout.tp, layout.pp)
-        check_local_device(launch, backend)
-        self._launch_env = launch
-
-    def _group(self) -> "ProcessRanks":
-        return ProcessRanks.launched(self._launch_env)
 
 
 class ProcessRanks:
@@ -180,28 +83,11 @@ class ProcessRanks:
     @classmethod
     def spawn(cls, world_size: int) -> "ProcessRanks":
         """Start ranks 1..world_size-1 as processes of this machine; this process is rank 0."""
-        import torch.distributed as dist
-
-        timeout = seconds_from_env(CONNECT_TIMEOUT_ENV, 120.0)
-        server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                               timeout=__import__("datetime").timedelta(seconds=timeout))
-        run_id = f"mp-{os.getpid()}-{secrets.token_hex(4)}/0"
-        launch = Launch(0, world_size, 0, "127.0.0.1", server.port, run_id=run_id)
-        env = dict(os.environ, WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(server.port),
-                   TORCHELASTIC_RUN_ID=run_id[:-2], TORCHELASTIC_RESTART_COUNT="0", ANYDEV_PARENT_PID=str(os.getpid()))
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        children = []
+        launch, store, children, server = spawn_ranks(world_size)
         try:
-            for rank in range(1, world_size):
-                # A session of its own: a terminal's Ctrl-C (sent to the foreground process group) is rank
-                # 0's to handle, even while the rank still imports; it dies with rank 0 (PDEATHSIG).
-                children.append(subprocess.Popen([sys.executable, "-m", "anydev.core.executors.rank_process"],
-                                                 env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                                                 start_new_session=True))
-            store = connect_store(launch, timeout)
             return cls(launch, store, children, server)
         except BaseException:
-            _kill(children)
+            kill_ranks(children)
             raise
 
     @classmethod
@@ -239,17 +125,17 @@ class ProcessRanks:
             try:
                 interrupts.join(thread, 0.2)
             except interrupts.Interrupted:
-                _kill(self._children)
+                kill_ranks(self._children)
                 raise
             dead = [(r, c.returncode) for r, c in enumerate(self._children, 1) if c.poll() is not None]
             if dead or time.monotonic() > deadline:
-                _kill(self._children)
+                kill_ranks(self._children)
                 raise LaunchError(f"rank {dead[0][0]} exited with code {dead[0][1]} before joining the group of "
                                   f"{self.world_size} rank processes" if dead else
                                   f"the {self.world_size} rank processes did not all join within {timeout:g} s "
                                   f"({CONNECT_TIMEOUT_ENV} sets the wait)")
         if "error" in formed:
-            _kill(self._children)
+            kill_ranks(self._children)
             raise formed["error"]
         return formed["group"]
 
@@ -371,7 +257,7 @@ class ProcessRanks:
             for rank, future in made:
                 self._collector(rank).put((seq, future))
         else:
-            step = self._local[name].popleft() if self._local[name] else _done(None)
+            step = self._local[name].popleft() if self._local[name] else done(None)
             made = [(rank, step) for rank in ranks]
         if target is None and name in EVERY_RANK:
             for rank, future in made:
@@ -428,33 +314,17 @@ class ProcessRanks:
             self._judge_and_abort(rank, reason)
         finally:
             self._aborted.set()   # whatever happened: close() waits for this, not longer
-        _kill(self._children)
+        kill_ranks(self._children)
 
     def _judge_and_abort(self, rank: int, reason: str) -> None:
         """Name the rank that failed, fail every pending future with it, and abort rank 0's communicators."""
-        if self._children:
-            time.sleep(GRACE_S)
-            deaths = {r: f"its process (pid {c.pid}) exited with code {c.returncode}"
-                         + (f" ({signal.Signals(-c.returncode).name})" if c.returncode < 0 else "")
-                      for r, c in enumerate(self._children, 1) if c.poll() is not None}
-        else:   # torchrun: processes of other machines; a rank whose heartbeat stopped is the one gone
-            deaths = {r: f"its heartbeat stopped (the process died or hung; the group's collectives failed: {reason})"
-                      for r in self._stalled(STALL_S)}
+        deaths = find_deaths(self._children, self._new_client, self.world_size, reason)
         try:
             client = self._new_client()
             reports, stopped = failure_reports(client, self.world_size), stopped_ranks(client, self.world_size)
         except Exception:
             reports, stopped = {}, set()
-        if deaths:   # the first to die, not the first to notice: not one that ended because a peer had
-            caused = {r for r in deaths if r in stopped or _lost_peers(reports.get(r, ""))}
-            first = min(set(deaths) - caused or deaths)
-            reason = deaths[first] + (f"; it reported: {reports[first]}" if first in reports else "")
-        elif reports:   # a rank's own error before the collectives failed on its peers because of it
-            primary = {r: text for r, text in reports.items() if not _lost_peers(text)} or reports
-            first = min(primary)
-            reason = primary[first]
-        else:
-            first = rank
+        first, reason = first_failure(deaths, reports, stopped, rank, reason)
         error = RankFailedError(first, reason + "; every rank of the group stopped")
         try:   # tell the ranks still alive (their watchdogs end them), on behalf of a rank that could not
             client = self._new_client()
@@ -471,16 +341,6 @@ class ProcessRanks:
                     future.set_exception(error)
         for problem in abort_communicators(self._comms):   # rank 0's thread, blocked in a collective, is freed
             error.add_note(f"while aborting rank 0's communicators: {type(problem).__name__}: {problem}")
-
-    def _stalled(self, seconds: float) -> list[int]:
-        """The other ranks whose heartbeat did not move for ``seconds`` (several beats)."""
-        try:
-            client = self._new_client()
-            before = {r: client.add(f"heartbeat/{r}", 0) for r in range(1, self.world_size)}
-            time.sleep(seconds)
-            return [r for r, beats in before.items() if client.add(f"heartbeat/{r}", 0) == beats]
-        except Exception:  # the store is gone: no rank to name from it
-            return []
 
     def _wait_verdict(self, timeout: float = STALL_S + 5) -> RankFailedError:
         deadline = time.monotonic() + timeout
@@ -545,112 +405,7 @@ class ProcessRanks:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-        _kill(self._children)
+        kill_ranks(self._children)
         self.control.close()
         if ProcessRanks._launched is self:
             ProcessRanks._launched = None
-
-
-class LocalRank:
-    """Rank 0's own RankWorker, as the engine sees it: its futures fail when another rank does."""
-
-    def __init__(self, worker, ranks: ProcessRanks):
-        self._worker = worker
-        self._ranks = ranks
-
-    def __getattr__(self, name):
-        return getattr(self._worker, name)
-
-    def submit(self, fn, *args) -> Future:
-        name = fn.__name__
-        if self._ranks.failure is not None and name not in CLEANUP:   # after a failure: only free rank 0
-            return _failed(self._ranks.failure)
-        return self._ranks.local_call(name, self._worker.submit(fn, *args))
-
-
-class _RemoteMethod:
-    def __init__(self, name: str):
-        self.__name__ = name
-
-
-class RemoteRank:
-    """Another rank's process, as the engine sees it (what the engine reads of a RankWorker)."""
-
-    def __init__(self, rank: int, ranks: ProcessRanks, timeline):
-        self.rank = rank
-        self.kv = None
-        self.weights = None
-        self.kv_zero_device_ms = None
-        self._ranks = ranks
-        self._timeline = timeline
-
-    def __getattr__(self, name):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return _RemoteMethod(name)
-
-    def submit(self, method, *args) -> Future:
-        name = method.__name__
-        if name in CLEANUP and self._ranks._failed.is_set():
-            return _done([])   # the process is gone or about to be: nothing of it to free from here
-        try:
-            future = self._ranks.remote_future(self.rank, name, args)
-        except Exception as exc:
-            return _failed(exc)
-        if name in NO_REPLY:   # a step: rank 0's own future (nothing comes back from this rank)
-            return future
-        outer = Future()
-        future.add_done_callback(lambda done: self._unpack(done, outer))
-        return outer
-
-    def _unpack(self, done: Future, outer: Future) -> None:
-        if done.exception() is not None:
-            outer.set_exception(done.exception())
-            return
-        value = done.result()
-        if isinstance(value, dict) and "state" in value:
-            self._apply(value["state"])
-            value = value["value"]
-        outer.set_result(value)
-
-    def _apply(self, state: dict) -> None:
-        if state.get("kv_layout") is not None:
-            self.kv = SimpleNamespace(layout=state["kv_layout"])
-        self.kv_zero_device_ms = state.get("kv_zero_device_ms", self.kv_zero_device_ms)
-        if state.get("weight_stats") is not None:
-            self.weights = SimpleNamespace(stats=state["weight_stats"])
-        offset = time.time() - time.perf_counter()   # records travel in wall-clock seconds
-        with self._timeline._lock:
-            self._timeline.records.extend(PhaseRecord(self.rank, phase, start - offset, end - offset)
-                                          for phase, start, end in state.get("timeline", ()))
-
-    def shutdown(self) -> None:
-        """The process ends at the engine's close (``ProcessRanks.close``)."""
-
-
-def _lost_peers(text: str) -> bool:
-    """Whether a rank's failure report is a collective that failed because a peer did."""
-    return any(sign in text for sign in ("lost its peers", "lost rank", "Connection reset", "Connection closed"))
-
-
-def _done(value) -> Future:
-    future = Future()
-    future.set_result(value)
-    return future
-
-
-def _failed(error: BaseException) -> Future:
-    future = Future()
-    future.set_exception(error)
-    return future
-
-
-def _kill(children: list) -> None:
-    for child in children:
-        if child.poll() is None:
-            child.kill()
-    for child in children:
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass

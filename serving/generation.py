@@ -1,0 +1,74 @@
+"""Running one request: handed to the engine core, then answered whole or streamed as server-sent events."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
+from .prompts import max_tokens
+from .protocol import APIError, finish_reason, usage
+from .sse import stream_events
+from .state import ServerState
+from .text import OutputText, stop_finder
+
+
+async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
+                chat: bool):
+    limit = max_tokens(state, prompt_ids, requested)
+    sampling = body.sampling(limit)
+    try:
+        stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
+                                                timeout=state.limits.request_timeout,
+                                                stop_check=stop_finder(state, sampling.stop) if sampling.stop else None)
+    except QueueFullError as exc:
+        raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
+                       headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
+    except EngineStoppedError as exc:
+        raise APIError(503, str(exc), type="server_error") from exc
+    except InvalidRequestError as exc:
+        raise APIError(400, str(exc), param="prompt") from exc
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if body.stream:
+        options = body.stream_options
+        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
+                               bool(options and options.continuous_usage_stats))
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return await whole_answer(state, request, stream, request_id, created, chat)
+
+
+async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
+                       created: int, chat: bool) -> dict:
+    text = OutputText(state, stream)
+    collected = asyncio.ensure_future(_collect(stream))
+    try:
+        while not collected.done():
+            done, _ = await asyncio.wait({collected}, timeout=0.5)
+            if not done and await request.is_disconnected():
+                collected.cancel()
+                raise APIError(499, "the client disconnected")
+        collected.result()
+    except EngineStoppedError as exc:
+        raise APIError(503, str(exc), type="server_error") from exc
+    except FailedRequestError as exc:
+        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
+    finally:
+        state.engine.abort(stream)     # no-op when it finished
+    seq = stream
+    content = text.delta(len(seq.output), True)
+    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": content}
+    else:
+        choice["text"] = content
+    return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
+            "model": state.model_name, "choices": [choice], "usage": usage(seq)}
+
+
+async def _collect(stream: RequestStream) -> None:
+    async for _ in stream.updates():
+        pass

@@ -1,0 +1,77 @@
+"""A request's prompt as token ids, and its max_tokens within the model's context and the server's limits."""
+from __future__ import annotations
+
+from anydev.core.loading.tokenizer import ChatTemplateError
+
+from .protocol import APIError, ChatRequest
+from .state import ServerState
+
+
+def check_model(state: ServerState, model: str) -> None:
+    if model != state.model_name:
+        raise APIError(400, f"model '{model}' is not served here; this server serves '{state.model_name}'",
+                       param="model", code="model_not_found")
+
+
+def tokenizer_of(state: ServerState):
+    tokenizer = state.tokenizer
+    if tokenizer is None:
+        raise APIError(400, "this model has no tokenizer; send the prompt as a list of token ids", param="prompt")
+    return tokenizer
+
+
+def completion_prompt_ids(state: ServerState, prompt) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return tokenizer_of(state).encode(valid_unicode(prompt, "prompt"), add_special_tokens=True)
+    vocab = state.engine.info.vocab_size
+    if not all(0 <= t < vocab for t in prompt):
+        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
+    return list(prompt)
+
+
+def valid_unicode(text: str, param: str) -> str:
+    """``text``, or a 400 when it holds lone surrogates (JSON escapes can carry them; UTF-8 cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(400, f"{param} is not valid Unicode: a lone surrogate at character {exc.start}",
+                       param=param) from None
+    return text
+
+
+def chat_prompt_ids(state: ServerState, body: ChatRequest) -> list[int]:
+    tokenizer = tokenizer_of(state)
+    if not tokenizer.has_chat_template:
+        raise APIError(400, "this model has no chat template; use /v1/completions", param="messages")
+    messages = [{"role": m.role, "content": valid_unicode(m.text(), f"messages.{i}.content")}
+                for i, m in enumerate(body.messages)]
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except ChatTemplateError as exc:
+        raise APIError(400, str(exc), param="messages") from exc
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None) -> int:
+    context, limits = state.engine.info.max_model_len, state.limits
+    if not prompt_ids:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    if len(prompt_ids) > limits.max_prompt_tokens:
+        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens; the limit is {limits.max_prompt_tokens} "
+                            f"(--max-prompt-tokens)", param="prompt", code="prompt_too_long")
+    room = context - len(prompt_ids)
+    if room < 1:
+        raise APIError(400, f"the prompt has {len(prompt_ids)} tokens, which fills the model's context of "
+                            f"{context} tokens", param="prompt", code="context_length_exceeded")
+    if requested is None:
+        return min(room, limits.max_tokens)
+    if requested > limits.max_tokens:
+        raise APIError(400, f"max_tokens {requested} is above this server's limit of {limits.max_tokens} "
+                            f"(--max-tokens-limit)", param="max_tokens")
+    if requested > room:
+        raise APIError(400, f"max_tokens {requested} plus the prompt's {len(prompt_ids)} tokens exceeds the "
+                            f"model's context of {context} tokens", param="max_tokens",
+                       code="context_length_exceeded")
+    return requested

@@ -1,0 +1,21 @@
+"""The ``/v1/chat/completions`` route: messages through the model's chat template, answered whole or streamed."""
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+
+from ..generation import serve
+from ..prompts import chat_prompt_ids, check_model, max_tokens
+from ..protocol import ChatRequest
+from ..state import ServerState
+
+
+def add_chat_routes(app: FastAPI, state: ServerState, authorized: list, responses: dict) -> None:
+
+    @app.post("/v1/chat/completions", dependencies=authorized, responses=responses)
+    async def chat_completions(body: ChatRequest, request: Request):
+        body.check_unsupported()
+        check_model(state, body.model)
+        prompt_ids = chat_prompt_ids(state, body)
+        if body.max_tokens is not None and body.max_completion_tokens is not None:
+            max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
+        return await serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
