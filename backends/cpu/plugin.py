@@ -1,6 +1,9 @@
 """Registers the cpu backend through the same pluggy hook a third-party backend uses."""
 from ...plugin_api import CONTRACT_VERSION, BackendPlugin, hookimpl
 
+#: The backend's name, declared here once (the runtime is given it by the registry).
+NAME = "cpu"
+
 
 def _load_cpu_runtime():
     import os
@@ -17,7 +20,7 @@ def _load_cpu_runtime():
 def anydev_backends():
     return [
         BackendPlugin(
-            name="cpu",
+            name=NAME,
             contract_version=CONTRACT_VERSION,
             load=_load_cpu_runtime,
             description="reference backend: virtual devices in host memory (ANYDEV_CPU_DEVICES, ANYDEV_CPU_DEVICE_MEMORY; ANYDEV_CPU_GRAPHS=1 for device graphs)",
