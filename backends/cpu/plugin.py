@@ -1,8 +1,6 @@
 """Registers the cpu backend through the same pluggy hook a third-party backend uses."""
 from ...plugin_api import CONTRACT_VERSION, BackendPlugin, hookimpl
-
-#: The backend's name, declared here once (the runtime is given it by the registry).
-NAME = "cpu"
+from . import NAME
 
 
 def _load_cpu_runtime():

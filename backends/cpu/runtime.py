@@ -16,8 +16,7 @@ from ...plugin_api.host_torch_streams import HostTorchStreams
 from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
-from . import collectives
-from .plugin import NAME
+from . import NAME, collectives
 from .config import CpuConfig
 from .errors import INVALID_HANDLE, INVALID_VALUE, NOT_READY, call_error
 from .libc import load_libc, pointer
