@@ -19,16 +19,18 @@ import textwrap
 from pathlib import Path
 from string import Template
 
-from anydev.plugin_api import CONTRACT_VERSION, REQUIRED_CALLS, DeviceRuntime, InvalidArgumentError
+from anydev.plugin_api import REQUIRED_CALLS, DeviceRuntime, InvalidArgumentError
 from anydev.plugin_api.discovery import BUILTIN_PLUGINS, Registry
+from anydev.plugin_api.version import DECLARED_ONCE_SINCE
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 PREFIX_PATTERN = re.compile(r"^[a-z][a-z0-9]*$")
 BUILTIN_NAMES = tuple(module.split(".")[-2] for module in BUILTIN_PLUGINS)
-#: What a stubbed skeleton declares: the required calls it stubs all exist since this major's .0, and
-#: it implements no optional call ("declare what you implement", docs/writing-a-backend.md section 3).
-SKELETON_CONTRACT_VERSION = (CONTRACT_VERSION[0], 0)
+#: What a stubbed skeleton declares: it implements no optional call, and its runtime leaves its name
+#: and version to the plugin, which needs contract 1.6 ("declare what you use", docs/writing-a-backend.md
+#: section 3).
+SKELETON_CONTRACT_VERSION = DECLARED_ONCE_SINCE
 #: A comment line before the first call of each part of the contract.
 SECTION_BEFORE = {"device_count": "devices", "malloc": "memory", "stream_create": "streams",
                   "event_create": "events", "comm_init_all": "collectives", "torch_device": "torch bridge"}

@@ -1,4 +1,4 @@
-"""Kernels (contract 1.2, 1.3, 1.5): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3, 1.5, 1.6): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references.
 
@@ -23,6 +23,10 @@ The linear layers (1.5): ``linear`` and ``quantized_linear`` in every weight for
 (decode), a few and more than 16 (where an implementation may change method), output counts that are
 not a multiple of a power of two, several blocks per row; quantized weights are random bytes whose
 float16 scale fields hold small random values, so every bit of a block matters.
+
+A kernel offered for some inputs only (``KernelOffer``, contract 1.6: e.g. ``quantized_linear`` for
+q4_k alone) is checked on the dtypes and weight formats it declares; each other one is skipped as
+"not offered" (the engine runs the reference there), never counted as a pass.
 
 Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
 entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.
@@ -58,10 +62,18 @@ def torch_device(device):
     return device.torch_device
 
 
-def native(kernels, name: str):
-    """The backend's own kernel ``name``; skips when the backend runs the reference for it."""
+def native(kernels, name: str, dtype, weight_format: str | None = None):
+    """Kernel ``name`` as the engine calls it, for activations of ``dtype`` (and ``weight_format``);
+    skips when the backend runs the reference there: no native ``name``, or one whose offer
+    (``KernelOffer``, contract 1.6) does not declare these inputs (reported as not offered)."""
     if name not in kernels.native:
         pytest.skip(f"'{kernels.backend}' offers no native {name} (the engine runs the torch reference)")
+    if not kernels.supports(name, dtype, weight_format):
+        offer = kernels.offers[name]
+        declared = "; ".join(", ".join(axis) for axis in (offer.weight_formats, offer.dtypes) if axis)
+        asked = ", ".join(x for x in (weight_format, str(dtype).removeprefix("torch.")) if x)
+        pytest.skip(f"not offered: '{kernels.backend}' declares {name} for {declared}, not {asked} "
+                    f"(the engine runs the torch reference there)")
     return getattr(kernels, name)
 
 
@@ -160,7 +172,7 @@ def test_the_backends_kernel_set_names_contract_kernels_and_fills_the_rest_with_
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "paged_decode_attention")
+    kernel = native(kernels, "paged_decode_attention", dtype)
     for i, shape in enumerate(attention_shapes(torch_device)):
         bs = shape.block_size
         # 0: a padding row. Short contexts only, then with a long one (long contexts may be split
@@ -186,7 +198,7 @@ def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtyp
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "paged_prefill_attention")
+    kernel = native(kernels, "paged_prefill_attention", dtype)
     for i, shape in enumerate(attention_shapes(torch_device)):
         bs = shape.block_size
         long = long_context(torch_device)
@@ -210,7 +222,7 @@ def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, dty
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_write_kv_writes_exactly_the_reference_slots(kernels, torch_device, dtype):
-    kernel = native(kernels, "write_kv")
+    kernel = native(kernels, "write_kv", dtype)
     gen = torch.Generator().manual_seed(0)
     for head_dim, block_size in ((64, 16), (128, 32)):
         num_blocks, T = 9, 13
@@ -240,7 +252,7 @@ def _rows(T: int, N: int, dtype, torch_device, seed: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rms_norm_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "rms_norm")
+    kernel = native(kernels, "rms_norm", dtype)
     for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5), (3, 4096, 1e-5))):
         x = _rows(T, N, dtype, torch_device, seed)
         weight = (torch.rand(N, generator=torch.Generator().manual_seed(seed)) + 0.5).to(dtype).to(torch_device)
@@ -251,7 +263,7 @@ def test_rms_norm_equals_the_reference(kernels, torch_device, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_fused_add_rms_norm_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "fused_add_rms_norm")
+    kernel = native(kernels, "fused_add_rms_norm", dtype)
     for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5))):
         x = _rows(T, N, dtype, torch_device, seed)
         residual = _rows(T, N, dtype, torch_device, seed + 100)
@@ -271,7 +283,7 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 def test_rotary_embedding_equals_the_reference(kernels, torch_device, dtype):
     from anydev.core.models.rope import inverse_frequencies
 
-    kernel = native(kernels, "rotary_embedding")
+    kernel = native(kernels, "rotary_embedding", dtype)
     max_pos = 4 * long_context(torch_device)
     for seed, (head_dim, group, scaling) in enumerate(((64, 4, None), (128, 8, LLAMA3), (128, 1, None))):
         gen = torch.Generator().manual_seed(seed)
@@ -300,7 +312,7 @@ def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, dtyp
     kernel read; padding (slot -1) and every other slot untouched; v and the rest of qkv unchanged."""
     from anydev.core.models.rope import inverse_frequencies
 
-    kernel = native(kernels, "rotary_write_kv")
+    kernel = native(kernels, "rotary_write_kv", dtype)
     max_pos = 4 * long_context(torch_device)
     cases = ((64, 4, 16, None), (128, 8, 32, LLAMA3), (128, 1, 16, None), (64, 1, 32, LLAMA3))
     for seed, (head_dim, group, block_size, scaling) in enumerate(cases):
@@ -339,7 +351,7 @@ def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, dtyp
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_silu_and_mul_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "silu_and_mul")
+    kernel = native(kernels, "silu_and_mul", dtype)
     for seed, (T, I) in enumerate(((1, 64), (5, 1000), (3, 2816))):
         x = (3 * torch.randn(T, 2 * I, generator=torch.Generator().manual_seed(seed))).to(dtype).to(torch_device)
         got = kernel(x)
@@ -378,7 +390,7 @@ def random_weight(weight_format: str, N: int, K: int, gen: torch.Generator):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_linear_equals_the_reference(kernels, torch_device, dtype):
-    kernel = native(kernels, "linear")
+    kernel = native(kernels, "linear", dtype)
     for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(T, K + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]     # strided rows
@@ -391,7 +403,7 @@ def test_linear_equals_the_reference(kernels, torch_device, dtype):
 @pytest.mark.parametrize("weight_format", weight_formats.WEIGHT_FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_quantized_linear_equals_the_reference(kernels, torch_device, dtype, weight_format):
-    kernel = native(kernels, "quantized_linear")
+    kernel = native(kernels, "quantized_linear", dtype, weight_format)
     for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
         gen = torch.Generator().manual_seed(seed)
         weight, scales = random_weight(weight_format, N, K, gen)

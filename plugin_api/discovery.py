@@ -120,11 +120,27 @@ class Registry:
         runtime = plugin.load()
         if not isinstance(runtime, DeviceRuntime):
             raise PluginError(f"backend '{plugin.name}': load() returned {type(runtime).__name__}, not a DeviceRuntime")
-        check_compatible(plugin.name, runtime.contract_version)
+        _declare_on_runtime(plugin, runtime)
         missing = [call for call in REQUIRED_CALLS if not callable(getattr(runtime, call, None))]
         if missing:
             raise PluginError(f"backend '{plugin.name}' lacks required calls: {', '.join(missing)}")
         return runtime
+
+
+def _declare_on_runtime(plugin: hookspecs.BackendPlugin, runtime: DeviceRuntime) -> None:
+    """Set the plugin's name and contract version on its runtime: they are declared once, on the
+    plugin (contract 1.6). A runtime that declares its own (the style up to 1.5) keeps them, checked:
+    the same name, and a version this anydev accepts."""
+    if runtime.name and runtime.name != plugin.name:
+        raise PluginError(
+            f"backend '{plugin.name}': its runtime calls itself '{runtime.name}'. The name is declared once, "
+            f"on the BackendPlugin (contract 1.6): remove the runtime's name, or make it '{plugin.name}'"
+        )
+    runtime.name = plugin.name
+    if tuple(runtime.contract_version) == DeviceRuntime.contract_version:
+        runtime.contract_version = tuple(plugin.contract_version)
+    else:
+        check_compatible(plugin.name, runtime.contract_version)
 
 
 _default_registry: Registry | None = None

@@ -2,11 +2,11 @@
 
 A plugin is a module (or object) with a function marked ``@hookimpl``::
 
-    from anydev.plugin_api import BackendPlugin, CONTRACT_VERSION, hookimpl
+    from anydev.plugin_api import BackendPlugin, hookimpl
 
     @hookimpl
     def anydev_backends():
-        return [BackendPlugin(name="xyz", contract_version=CONTRACT_VERSION, load=load_xyz_runtime)]
+        return [BackendPlugin(name="xyz", contract_version=(1, 6), load=load_xyz_runtime)]
 
 and, for a third-party package, an entry point in the group ``anydev.backends``::
 
@@ -31,7 +31,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 class BackendPlugin:
     """What a plugin declares about one backend, cheaply (no library loading, no device context).
 
-    ``load()`` builds the :class:`~anydev.plugin_api.runtime.DeviceRuntime`; it raises
+    ``name`` (as users type it, ``--device NAME``) and ``contract_version`` (the ``(major, minor)``
+    the plugin was written for) are declared here only: the registry sets both on the runtime that
+    ``load()`` returns (contract 1.6; up to 1.5 the runtime declared them too, and such a runtime
+    still loads when they agree). ``load()`` builds the :class:`~anydev.plugin_api.runtime.DeviceRuntime`; it raises
     :class:`~anydev.plugin_api.errors.BackendUnavailableError` when the vendor libraries or devices
     are missing, saying which names, paths and environment variables it searched.
     """

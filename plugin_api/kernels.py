@@ -1,5 +1,5 @@
-"""Device kernels (optional, contract 1.2; linear layers since 1.5): the operators of a Llama-family decoder that a backend may
-implement natively. Each function below is the torch **reference** of one kernel: its docstring is the
+"""Device kernels (optional, contract 1.2): the operators of a Llama-family decoder that a backend may
+implement natively, with their torch references, the registry :data:`KERNELS` and :class:`KernelSet`. Each function below is the torch **reference** of one kernel: its docstring is the
 spec a vendor implements (shapes, dtypes, layouts, what is read and written) and its body defines the
 meaning. A backend offers its own through :meth:`DeviceRuntime.kernels`; every kernel it does not offer
 runs as the reference, so a backend without kernels (any contract 1.0/1.1 plugin) works unchanged.
@@ -28,27 +28,22 @@ Conventions shared by all kernels:
   ``quantized_linear`` (a weight in one of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`,
   stored as :mod:`anydev.plugin_api.weight_formats` says). An implementation may pick its method
   by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
+* **Offers for some inputs** (contract 1.6): a backend may offer a kernel for some activation dtypes
+  and, for ``quantized_linear``, some weight formats only
+  (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, e.g. Q4_K alone); the :class:`KernelSet`
+  runs the reference on the rest, on the same device, and the suite checks only what is declared.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 
 from .errors import PluginError
-from .weight_formats import dequantize
-
-#: Every kernel of the contract: those of 1.2, then the fused ones (1.3), then the linear layers (1.5).
-KERNEL_NAMES = (
-    "write_kv", "paged_decode_attention", "paged_prefill_attention",
-    "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
-    "rotary_write_kv", "linear", "quantized_linear",
-)
-
-#: Fused kernels and the kernels each one stands for, in the order its reference calls them.
-FUSED: Mapping[str, tuple[str, ...]] = {"rotary_write_kv": ("rotary_embedding", "write_kv")}
-
+from .kernel_offers import ACTIVATION_DTYPES, KernelOffer, KernelSpec, resolve_offer
+from .weight_formats import WEIGHT_FORMATS, dequantize
 
 # ---- attention over the paged KV cache -----------------------------------------------------------
 
@@ -243,18 +238,45 @@ def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
 
 
-REFERENCES: Mapping[str, Callable] = {name: globals()[name] for name in KERNEL_NAMES}
+# ---- the registry: one entry per kernel ----------------------------------------------------------
+
+#: Every kernel of the contract, by name: its reference, the version that added it, and the inputs an
+#: offer of it may narrow (:class:`~anydev.plugin_api.kernel_offers.KernelSpec`). A new kernel is one
+#: entry here (and its reference above).
+KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
+    KernelSpec("write_kv", write_kv, (1, 2), dtype_arg="key"),
+    KernelSpec("paged_decode_attention", paged_decode_attention, (1, 2), dtype_arg="q"),
+    KernelSpec("paged_prefill_attention", paged_prefill_attention, (1, 2), dtype_arg="q"),
+    KernelSpec("rms_norm", rms_norm, (1, 2), dtype_arg="x"),
+    KernelSpec("fused_add_rms_norm", fused_add_rms_norm, (1, 2), dtype_arg="x"),
+    KernelSpec("rotary_embedding", rotary_embedding, (1, 2), dtype_arg="q"),
+    KernelSpec("silu_and_mul", silu_and_mul, (1, 2), dtype_arg="x"),
+    KernelSpec("rotary_write_kv", rotary_write_kv, (1, 3), dtype_arg="q", fused=("rotary_embedding", "write_kv")),
+    KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
+    KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
+               weight_formats=WEIGHT_FORMATS),
+)}
+#: Every kernel's name, in the registry's order: those of 1.2, the fused one (1.3), the linear layers (1.5).
+KERNEL_NAMES = tuple(KERNELS)
+REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
+#: Fused kernels and the kernels each one stands for, in the order its reference calls them.
+FUSED: Mapping[str, tuple[str, ...]] = {name: spec.fused for name, spec in KERNELS.items() if spec.fused}
 
 
 # ---- what the engine holds -----------------------------------------------------------------------
 
 class KernelSet:
-    """The kernels a backend runs: one attribute per name of :data:`KERNEL_NAMES` (the backend's own
-    where it offers one, the reference otherwise; a fused kernel it does not offer is the
-    composition of this set's own parts, see :data:`FUSED`). ``native`` names the backend's own;
+    """The kernels a backend runs: one attribute per name of :data:`KERNEL_NAMES`.
+
+    Each is the backend's own where it offers the kernel, the reference otherwise; a fused kernel it
+    does not offer is the composition of this set's own parts (:data:`FUSED`). A kernel offered for
+    some inputs only (a :class:`~anydev.plugin_api.kernel_offers.KernelOffer`) runs the backend's own
+    on the dtypes and weight formats it declares and, on the same tensors (so the same device), the
+    reference (or composition) on the rest. ``native`` names the kernels the backend offers,
+    ``offers`` holds their resolved declarations, :meth:`supports` answers for one input, and
     :meth:`describe` says which is which, in one line, for start-up logs."""
 
-    def __init__(self, backend: str, native: Mapping[str, Callable] | None = None, note: str = ""):
+    def __init__(self, backend: str, native: Mapping[str, Callable | KernelOffer] | None = None, note: str = ""):
         native = dict(native or {})
         unknown = sorted(set(native) - set(KERNEL_NAMES))
         if unknown:
@@ -263,27 +285,45 @@ class KernelSet:
                 f"kernels are: {', '.join(KERNEL_NAMES)} (anydev.plugin_api.kernels). Rename them, "
                 f"or upgrade anydev if they belong to a newer contract."
             )
-        not_callable = sorted(name for name, fn in native.items() if not callable(fn))
-        if not_callable:
-            raise PluginError(f"backend '{backend}': kernel(s) {', '.join(not_callable)} are not callable")
         self.backend = backend
         self.note = note
-        self.native = frozenset(native)
-        for name in KERNEL_NAMES:
-            setattr(self, name, native.get(name, REFERENCES[name]))
-        for name, parts in FUSED.items():
-            if name not in native:
-                setattr(self, name, _COMPOSE[name](*(getattr(self, part) for part in parts)))
+        self.offers: Mapping[str, KernelOffer] = {name: resolve_offer(backend, KERNELS[name], native[name])
+                                                 for name in KERNEL_NAMES if name in native}
+        self.native = frozenset(self.offers)
+        for name, spec in KERNELS.items():
+            if not spec.fused:
+                setattr(self, name, self._choose(spec, spec.reference))
+        for name, spec in KERNELS.items():
+            if spec.fused:
+                setattr(self, name, self._choose(spec, _COMPOSE[name](*(getattr(self, part) for part in spec.fused))))
+
+    def _choose(self, spec: KernelSpec, fallback: Callable) -> Callable:
+        offer = self.offers.get(spec.name)
+        if offer is None:
+            return fallback
+        if offer.covers(spec):
+            return offer.kernel
+        return _by_input(spec, offer, fallback)
 
     @classmethod
     def reference(cls, backend: str = "reference") -> "KernelSet":
         """Every kernel from the torch references (what a backend without kernels gets)."""
         return cls(backend)
 
+    def supports(self, name: str, dtype=None, weight_format: str | None = None) -> bool:
+        """True when kernel ``name`` runs the backend's own for activations of ``dtype`` (a
+        ``torch.dtype`` or its name; None: any it declares) and ``weight_format`` (None: any)."""
+        offer = self.offers.get(name)
+        if offer is None:
+            return False
+        return (dtype is None or _dtype_name(dtype) in offer.dtypes) and \
+            (weight_format is None or weight_format in offer.weight_formats)
+
     def describe(self) -> str:
         """E.g. ``nvidia kernels: native (Triton) write_kv, ...; reference rms_norm`` (a fused kernel
-        not offered: ``rotary_write_kv as rotary_embedding + write_kv``)."""
-        native = [n for n in KERNEL_NAMES if n in self.native]
+        not offered: ``rotary_write_kv as rotary_embedding + write_kv``; one offered for some inputs
+        only: ``quantized_linear [q4_k; float16]``)."""
+        native = [self._offered(n) for n in KERNEL_NAMES if n in self.native]
         reference = [n for n in KERNEL_NAMES if n not in self.native and n not in FUSED]
         composed = [f"{n} as {' + '.join(FUSED[n])}" for n in FUSED if n not in self.native]
         parts = []
@@ -293,8 +333,41 @@ class KernelSet:
             parts.append(f"reference {', '.join(reference)}")
         return f"{self.backend} kernels: {'; '.join(parts + composed)}"
 
+    def _offered(self, name: str) -> str:
+        spec, offer = KERNELS[name], self.offers[name]
+        if offer.covers(spec):
+            return name
+        narrowed = [axis for axis, full in ((offer.weight_formats, spec.weight_formats),
+                                            (offer.dtypes, ACTIVATION_DTYPES)) if tuple(axis) != tuple(full)]
+        return f"{name} [{'; '.join(', '.join(axis) for axis in narrowed)}]"
+
     def __repr__(self) -> str:
         return f"<KernelSet {self.describe()}>"
+
+
+def _by_input(spec: KernelSpec, offer: KernelOffer, fallback: Callable) -> Callable:
+    """One callable for a kernel offered for some inputs: the backend's own where its offer takes the
+    call's dtype and weight format, ``fallback`` elsewhere. Reads only tensor metadata (graph-safe)."""
+    parameters = list(inspect.signature(spec.reference).parameters)
+    dtype_at = parameters.index(spec.dtype_arg)
+    format_at = parameters.index(spec.format_arg) if spec.format_arg else None
+    dtypes = frozenset(getattr(torch, name) for name in offer.dtypes)
+    formats = frozenset(offer.weight_formats)
+    native = offer.kernel
+
+    def kernel(*args, **kwargs):
+        x = args[dtype_at] if len(args) > dtype_at else kwargs[spec.dtype_arg]
+        takes = x.dtype in dtypes
+        if takes and format_at is not None:
+            takes = (args[format_at] if len(args) > format_at else kwargs[spec.format_arg]) in formats
+        return (native if takes else fallback)(*args, **kwargs)
+
+    kernel.__name__ = kernel.__qualname__ = spec.name
+    return kernel
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 # ---- helpers -------------------------------------------------------------------------------------

@@ -20,20 +20,46 @@ Rules every method follows:
 * **Threads.** A runtime object is shared by all threads of the process; every method must be safe to
   call from several threads at once, each driving its own device and streams.
 
+The torch bridge (:data:`TORCH_BRIDGE_CALLS`: ``torch_device``, ``tensor_from_pointer``,
+``torch_stream``) is the one part of the contract that needs torch to know the vendor's device: a
+torch device type for its memory (CUDA's ``cuda``, or a vendor's torch port such as ``torch_musa``),
+views of device memory as tensors, and torch work on a contract stream. The model, the kernels'
+references and the engine's tensors all go through it; the other required calls need no torch.
+
+The backend's name and contract version are declared once, in its
+:class:`~anydev.plugin_api.hookspecs.BackendPlugin`; the registry sets them on the runtime it
+loads (``name``, ``contract_version``), so a runtime does not declare them (contract 1.6).
+
 Optional calls (added in later minor versions) have a default body that raises
 :class:`~anydev.plugin_api.errors.NotSupportedError`; ``supports(name)`` tells whether a runtime
-overrides one. Contract 1.1 added ``torch_graph``, 1.2 ``kernels``, 1.3 point-to-point ``send`` and
-``recv`` with their ``group_start``/``group_end`` (``supports("send")``), 1.4 ``comm_abort``.
+overrides one. The versions:
+
+* 1.0: the required calls (:data:`REQUIRED_CALLS`) and the optional ``runtime_info``.
+* 1.1: ``torch_graph`` (device graphs).
+* 1.2: ``kernels`` (native device kernels, :mod:`anydev.plugin_api.kernels`).
+* 1.3: point-to-point ``send`` and ``recv`` with ``group_start``/``group_end``
+  (:data:`POINT_TO_POINT_CALLS`, ``supports("send")``), and the fused kernel ``rotary_write_kv``.
+* 1.4: ``comm_abort`` (frees a rank blocked in a collective whose peer failed).
+* 1.5: the kernels ``linear`` and ``quantized_linear`` (:mod:`anydev.plugin_api.weight_formats`).
+* 1.6: kernels offered for some dtypes and weight formats only
+  (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, read through ``KernelSet.supports``);
+  name and contract version declared once, on the plugin (a runtime that still declares them, as
+  up to 1.5, must agree with its plugin).
 """
 from __future__ import annotations
 
 import abc
 import contextlib
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .errors import NotSupportedError
 from .types import CopyKind, MemoryInfo, RuntimeInfo
 
+if TYPE_CHECKING:
+    from .kernel_offers import KernelOffer
+
+#: The torch bridge: the required calls through which torch uses the backend's memory and streams.
+TORCH_BRIDGE_CALLS = ("torch_device", "tensor_from_pointer", "torch_stream")
 REQUIRED_CALLS = (
     "device_count", "set_device", "get_device", "device_synchronize", "memory_info",
     "malloc", "free", "malloc_host", "free_host", "memset_async", "memcpy_async",
@@ -42,7 +68,7 @@ REQUIRED_CALLS = (
     "event_destroy",
     "comm_init_all", "comm_unique_id", "comm_init_rank", "comm_destroy",
     "all_reduce", "all_gather", "broadcast",
-    "torch_device", "tensor_from_pointer", "torch_stream",
+    *TORCH_BRIDGE_CALLS,
 )
 #: Point-to-point calls (optional, contract 1.3): a runtime offers all four or none.
 POINT_TO_POINT_CALLS = ("send", "recv", "group_start", "group_end")
@@ -93,9 +119,12 @@ class DeviceRuntime(abc.ABC):
     cannot be loaded; it must not create a device context.
     """
 
-    #: The backend's name, as users type it (``--device NAME``).
+    #: The backend's name, as users type it (``--device NAME``): set by the registry from the
+    #: ``BackendPlugin`` when it loads the runtime (a runtime of contract 1.5 or older sets it itself,
+    #: to the plugin's name; a runtime may also set it in ``__init__`` for its own messages).
     name: str = ""
-    #: The contract version this runtime implements, ``(major, minor)``.
+    #: The contract version, ``(major, minor)``: set by the registry from the ``BackendPlugin``
+    #: (a runtime of contract 1.5 or older declares it; its major must match anydev's).
     contract_version: tuple[int, int] = (0, 0)
     #: The torch device type of this backend's memory (``"cuda"``, ``"musa"``, ``"cpu"``).
     torch_device_type: str = ""
@@ -261,7 +290,7 @@ class DeviceRuntime(abc.ABC):
     def broadcast(self, send: int, recv: int, count: int, dtype: str, root: int, comm: int, stream: int) -> None:
         """Enqueue: ``recv = send of rank root`` on every rank (``send`` is read on root only)."""
 
-    # ---- torch bridge --------------------------------------------------------------------
+    # ---- torch bridge (TORCH_BRIDGE_CALLS: what a vendor needs a torch port for) ------------
     @abc.abstractmethod
     def torch_device(self, index: int):
         """The ``torch.device`` of device ``index``."""
@@ -291,12 +320,18 @@ class DeviceRuntime(abc.ABC):
             f"run eagerly"
         )
 
-    def kernels(self) -> Mapping[str, Callable]:
+    def kernels(self) -> Mapping[str, "Callable | KernelOffer"]:
         """The device kernels this backend implements natively (optional, contract 1.2): a mapping
         from names of :data:`anydev.plugin_api.kernels.KERNEL_NAMES` to callables with exactly the
         signature, semantics and in-place behaviour of the torch reference of the same name in
         :mod:`anydev.plugin_api.kernels` (whose docstrings are the spec). Offer any subset; the
-        engine runs the reference for the rest (``Backend.kernels()`` combines them). Called once,
+        engine runs the reference for the rest (``Backend.kernels()`` combines them).
+
+        A bare callable takes every input of its reference. A
+        :class:`~anydev.plugin_api.kernel_offers.KernelOffer` (contract 1.6) declares the
+        activation dtypes and, for ``quantized_linear``, the weight formats it takes, e.g.
+        ``KernelOffer(q4_k_gemm, weight_formats=("q4_k",))``: the engine calls it only on those and
+        runs the reference on the rest, on the same device; the suite checks only those. Called once,
         after the backend is loaded; the kernels are called on tensors of this backend's devices,
         on the current torch stream, and must be capturable in :meth:`torch_graph` (except
         ``paged_prefill_attention``). The conformance suite's ``kernels`` group checks each one

@@ -16,8 +16,13 @@ from .errors import ContractVersionError
 #: (native device kernels, :mod:`anydev.plugin_api.kernels`); 1.3 the optional point-to-point calls
 #: ``send``, ``recv``, ``group_start`` and ``group_end`` (pipeline parallelism); 1.4 the optional call
 #: ``comm_abort`` (communicator abort: frees a rank blocked in a collective whose peer failed); 1.5 the
-#: kernels ``linear`` and ``quantized_linear`` (quantized weights, :mod:`anydev.plugin_api.weight_formats`).
-CONTRACT_VERSION: tuple[int, int] = (1, 5)
+#: kernels ``linear`` and ``quantized_linear`` (quantized weights, :mod:`anydev.plugin_api.weight_formats`);
+#: 1.6 kernel offers for some dtypes and weight formats only (:mod:`anydev.plugin_api.kernel_offers`)
+#: and the name and version declared once, on the plugin. The full list: :mod:`anydev.plugin_api.runtime`.
+CONTRACT_VERSION: tuple[int, int] = (1, 6)
+#: The first version whose runtimes leave their name and version to the plugin: what a plugin whose
+#: runtime declares neither states at least (older anydev releases would refuse that runtime).
+DECLARED_ONCE_SINCE: tuple[int, int] = (1, 6)
 
 
 def format_version(version: tuple[int, int]) -> str:

@@ -9,3 +9,7 @@ collectives run between the threads of one process. Settings (environment variab
 * ``ANYDEV_CPU_COLLECTIVE_TIMEOUT``: seconds a collective waits for its peers before raising
   ``CollectiveTimeoutError`` (default 300).
 """
+
+#: The backend's name, declared once: its plugin declares it, and the runtime carries it for messages
+#: when built outside the registry (tests).
+NAME = "cpu"

@@ -1,5 +1,6 @@
 """Registers the cpu backend through the same pluggy hook a third-party backend uses."""
 from ...plugin_api import CONTRACT_VERSION, BackendPlugin, hookimpl
+from . import NAME
 
 
 def _load_cpu_runtime():
@@ -17,7 +18,7 @@ def _load_cpu_runtime():
 def anydev_backends():
     return [
         BackendPlugin(
-            name="cpu",
+            name=NAME,
             contract_version=CONTRACT_VERSION,
             load=_load_cpu_runtime,
             description="reference backend: virtual devices in host memory (ANYDEV_CPU_DEVICES, ANYDEV_CPU_DEVICE_MEMORY; ANYDEV_CPU_GRAPHS=1 for device graphs)",

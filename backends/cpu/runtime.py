@@ -16,8 +16,7 @@ from ...plugin_api.host_torch_streams import HostTorchStreams
 from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
-from ...plugin_api.version import CONTRACT_VERSION
-from . import collectives
+from . import NAME, collectives
 from .config import CpuConfig
 from .errors import INVALID_HANDLE, INVALID_VALUE, NOT_READY, call_error
 from .libc import load_libc, pointer
@@ -43,8 +42,7 @@ class CpuRuntime(DeviceRuntime):
     ``collective_timeout_s`` may be changed on the instance; it applies to groups created afterwards.
     """
 
-    name = "cpu"
-    contract_version = CONTRACT_VERSION
+    name = NAME   # the plugin's, also for runtimes built outside the registry (tests)
     torch_device_type = "cpu"
     hardware_label = "host CPU (virtual devices)"
     collective_dtypes = ("float32", "float16", "bfloat16", "int32", "float64", "int64", "int8", "uint8")

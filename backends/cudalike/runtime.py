@@ -15,7 +15,6 @@ from anydev.plugin_api.errors import (BackendUnavailableError, CollectiveAborted
                                      NotSupportedError)
 from anydev.plugin_api.runtime import POINT_TO_POINT_CALLS, DeviceRuntime
 from anydev.plugin_api.types import DTYPE_SIZES, MemoryInfo, RuntimeInfo
-from anydev.plugin_api.version import CONTRACT_VERSION
 
 from . import cdefs
 from .check import Checker
@@ -68,12 +67,10 @@ def bind_optional(loaded: LoadedLibrary, symbol: str):
 class CudaLikeRuntime(DeviceRuntime):
     """The runtime described by ``spec``. See :class:`DeviceRuntime` for each method's contract."""
 
-    contract_version = CONTRACT_VERSION
-
     def __init__(self, spec: VendorSpec, runtime_library: LoadedLibrary | None = None):
         """``runtime_library``: the runtime, already loaded (by :func:`~.plugin.open_runtime`); else it is found here."""
         self.spec = spec
-        self.name = spec.name
+        self.name = spec.name   # the plugin's name (the same spec), for messages while loading
         self.torch_device_type = spec.torch_bridge.device_type
         self.rt, self.ccl = spec.rt, spec.ccl
         self.ffi = ffi_for(spec.rt, spec.ccl)

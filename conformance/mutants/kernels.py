@@ -1,10 +1,12 @@
 """Mutants of the device kernels (contract 1.2): each offers one natively implemented kernel with one
-fault (torch code, so the runs are fast); the kernels group must catch it."""
+fault (torch code, so the runs are fast); the kernels group must catch it. Those at the end offer
+their kernel for some inputs only (a ``KernelOffer``, contract 1.6) and are wrong on what they declare."""
 from __future__ import annotations
 
 import torch
 
 from anydev.backends.cpu.runtime import CpuRuntime
+from anydev.plugin_api import KernelOffer
 from anydev.plugin_api import kernels as reference
 
 from . import mutant
@@ -272,3 +274,41 @@ class LinearGemvDropsLastKTile(_OneKernel):
         return reference.linear(x, weight)
 
     _kernel = linear
+
+
+# ---- kernel offers for some inputs (contract 1.6): wrong on what they declare ---------------------
+
+class _OneOffer(_OneKernel):
+    """A cpu runtime offering ``_kernel`` for the dtypes ``_dtypes`` and weight formats
+    ``_weight_formats`` only (None: all), as a KernelOffer."""
+
+    _dtypes = None
+    _weight_formats = None
+
+    def kernels(self):
+        cls = type(self)
+        return {cls._kernel.__name__: KernelOffer(cls._kernel, dtypes=cls._dtypes, weight_formats=cls._weight_formats)}
+
+
+@mutant("quantized-linear-q4-k-offer-drops-mins", checks=CHECKS)
+class QuantizedLinearQ4KOfferDropsMins(_OneOffer):
+    """quantized_linear, offered for q4_k only, leaves out the blocks' minimums (reads dmin as 0)."""
+
+    _weight_formats = ("q4_k",)
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        blocks = _blocks(weight, weight_format)
+        blocks[:, :, 2:4] = 0
+        return reference.quantized_linear(x, blocks.reshape(weight.shape), scales, weight_format)
+
+    _kernel = quantized_linear
+
+
+@mutant("rms-norm-bfloat16-offer-without-eps", checks=CHECKS)
+class RmsNormBfloat16OfferWithoutEps(_OneOffer):
+    """rms_norm, offered for bfloat16 activations only, leaves eps out of the root mean square."""
+
+    _dtypes = ("bfloat16",)
+    rms_norm = RmsNormWithoutEps.rms_norm
+    _kernel = rms_norm

@@ -10,9 +10,12 @@ KERNEL_MODES = ("native", "reference")
 
 
 def select_kernels(backend, mode: str) -> KernelSet:
-    """"native": the backend's kernels where it offers them, the references elsewhere;
-    "reference": every kernel from the references (to compare greedy tokens with and without the
-    backend's kernels). ``describe()`` of the result is the engine's start-up line."""
+    """"native": the backend's kernels where it offers them, the references elsewhere: per kernel,
+    and for a kernel offered for some dtypes or weight formats only (a ``KernelOffer``, contract
+    1.6) per call, as ``KernelSet.supports(name, dtype, weight_format)`` answers; the reference runs
+    on the same tensors, so on the same device. "reference": every kernel from the references (to
+    compare greedy tokens with and without the backend's kernels). ``describe()`` of the result is
+    the engine's start-up line."""
     if mode not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {mode!r}")
     return backend.kernels() if mode == "native" else KernelSet.reference(backend.name)

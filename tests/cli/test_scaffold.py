@@ -206,13 +206,14 @@ def test_prefix_skeleton_passes_conformance_on_an_emulated_xyz_runtime(prefix_sk
 
 
 def test_skeleton_declares_the_contract_version_the_guide_shows(skeleton):
-    """The skeleton implements the required calls only, so it declares (major, 0), the literal of the
-    guide's plugin example ("declare what you implement"); its runtime declares the same."""
+    """The skeleton declares its name and version once, on the plugin: the version whose runtimes
+    declare neither (1.6), the literal of the guide's plugin example; its runtime declares nothing."""
     from anydev_scaffoldtest import plugin
     from anydev_scaffoldtest.runtime import ScaffoldtestRuntime
 
-    from anydev.plugin_api import CONTRACT_VERSION
+    from anydev.plugin_api import DeviceRuntime
 
-    assert plugin.CONTRACT_VERSION == ScaffoldtestRuntime.contract_version == (CONTRACT_VERSION[0], 0)
+    assert plugin.CONTRACT_VERSION == (1, 6) and plugin.NAME == "scaffoldtest"
+    assert ScaffoldtestRuntime.contract_version == DeviceRuntime.contract_version and ScaffoldtestRuntime.name == ""
     guide = (Path(scaffold.__file__).parents[1] / "docs" / "writing-a-backend.md").read_text()
     assert f"CONTRACT_VERSION = {plugin.CONTRACT_VERSION!r}" in guide

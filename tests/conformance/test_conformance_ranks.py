@@ -31,9 +31,9 @@ def test_rank_checks_follow_each_backends_device_count_and_the_report_says_so(tm
     assert ranks == {"cpu": {1, 2}, "hostdev": {1, 2, 3}}
     assert document["tp"] == {"cpu": 2, "hostdev": 3}
     assert document["contract_version"] == list(CONTRACT_VERSION)
-    assert document["plugin_contract_versions"] == {"cpu": list(CONTRACT_VERSION), "hostdev": [1, 0]}
+    assert document["plugin_contract_versions"] == {"cpu": list(CONTRACT_VERSION), "hostdev": [1, 6]}
     line = (f"contract: anydev {CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}; declared by the plugins: "
-            f"cpu {CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}, hostdev 1.0; ranks (tp): cpu 2, hostdev 3")
+            f"cpu {CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}, hostdev 1.6; ranks (tp): cpu 2, hostdev 3")
     assert line in done.stdout and line in report_file.with_suffix(".md").read_text()
 
 

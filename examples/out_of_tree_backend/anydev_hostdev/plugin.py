@@ -5,8 +5,10 @@ The hook must be cheap and must not touch the runtime: anydev calls it for every
 """
 from anydev.plugin_api import BackendPlugin, hookimpl
 
-#: The contract version this package was written against (anydev refuses another major version).
-CONTRACT_VERSION = (1, 0)
+#: The backend's name and the contract version this package was written against (anydev refuses
+#: another major version), declared here once: anydev sets both on the runtime it loads (contract 1.6).
+NAME = "hostdev"
+CONTRACT_VERSION = (1, 6)
 
 
 def load_runtime():
@@ -20,7 +22,7 @@ def load_runtime():
 def anydev_backends():
     return [
         BackendPlugin(
-            name="hostdev",
+            name=NAME,
             contract_version=CONTRACT_VERSION,
             load=load_runtime,
             description="example out-of-tree backend: virtual devices over host memory (anydev-hostdev)",

@@ -32,10 +32,9 @@ from anydev.plugin_api import (
 from . import __version__, libc
 from .collectives import Call, Group
 from .memory import VirtualDeviceMemory, tensor_at
-from .plugin import CONTRACT_VERSION
+from .plugin import NAME
 from .streams import Event, Stream
 
-BACKEND = "hostdev"
 DEVICES_ENV = "ANYDEV_HOSTDEV_DEVICES"
 MEMORY_ENV = "ANYDEV_HOSTDEV_MEMORY_MB"
 TIMEOUT_ENV = "ANYDEV_HOSTDEV_COLLECTIVE_TIMEOUT_S"
@@ -46,7 +45,7 @@ ERROR_CODES = {"InvalidValue": 1, "MemoryAllocation": 2, "InvalidDevice": 101, "
 
 
 def runtime_error(call: str, error: str, message: str, error_type=RuntimeCallError) -> RuntimeCallError:
-    return error_type(BACKEND, call, ERROR_CODES[error], f"hostdevError{error}", message)
+    return error_type(NAME, call, ERROR_CODES[error], f"hostdevError{error}", message)
 
 
 def _env_number(name: str, default, kind=int):
@@ -58,13 +57,11 @@ def _env_number(name: str, default, kind=int):
     except ValueError:
         value = 0
     if value <= 0:
-        raise BackendUnavailableError(BACKEND, f"{name}={text!r} is not a positive {kind.__name__}", [name])
+        raise BackendUnavailableError(NAME, f"{name}={text!r} is not a positive {kind.__name__}", [name])
     return value
 
 
 class HostDevRuntime(DeviceRuntime):
-    name = BACKEND
-    contract_version = CONTRACT_VERSION
     torch_device_type = "cpu"
     hardware_label = "host CPU (hostdev example backend)"
     cross_process_collectives = False   # its groups are threads of one process
