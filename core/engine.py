@@ -32,6 +32,7 @@ from .engine_config import EngineConfig, default_read_threads, resolve_dtype, va
 from .errors import EngineClosedError, EngineConfigError, EngineInitError, RequestFailedError, SchedulerError
 from .executors.base import Executor, RankPlan
 from .executors.registry import make_executor
+from .output import OutputText
 from .rank.graphs import batch_bucket, batch_buckets
 from .rank.kernel_choice import select_kernels
 from .rank.piecewise import token_bucket, token_buckets
@@ -253,6 +254,8 @@ class InferEngine:
             seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)), sampling=sampling,
                            eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()),
                            seq_id=next(self._seq_ids))
+            if sampling.stop:
+                seq.text = OutputText(self.checkpoint.tokenizer, sampling.stop)
             self.scheduler.add(seq)
         return seq
 
@@ -328,24 +331,26 @@ class InferEngine:
             return
         seq.output.append(token)
         params = seq.sampling
+        hit_stop_string = seq.text is not None and seq.text.add(token)
         reason = None
         if token in seq.eos_ids:
             reason = "eos"
         elif token in params.stop_token_ids:
             reason = "stop"
-        elif params.stop and self._hit_stop_string(seq):
+        elif hit_stop_string:
             reason = "stop"
         elif len(seq.output) >= seq.max_new_tokens:
             reason = "length"
         if reason:
             self.scheduler.finish(seq, reason)
 
-    def _hit_stop_string(self, seq: Sequence) -> bool:
-        return _cut_at_stop(self.decode(seq.output), seq.sampling.stop)[1]
-
     def output_text(self, seq: Sequence) -> str:
         """The text of what ``seq`` generated so far, cut before the first stop string in it."""
-        return _cut_at_stop(self.decode(seq.output), seq.sampling.stop)[0]
+        if seq.text is not None:
+            if seq.is_finished:
+                seq.text.finish()
+            return seq.text.text
+        return self.decode(seq.output)
 
     def decode(self, ids) -> str:
         """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
@@ -539,12 +544,6 @@ def _checked_sampling(sampling) -> SamplingParams:
 def _kind(value) -> str:
     """How a wrong argument is named in an error: None, or its type."""
     return "None" if value is None else type(value).__name__
-
-
-def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """``text`` up to its first stop string, and whether it had one."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-    return (text, False) if cut < 0 else (text[:cut], True)
 
 
 def _stats_since(before: GenerationStats, now: GenerationStats) -> GenerationStats:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP API over the engine core (FastAPI): the front end.
 
-It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, turns the token
-ids that come back into text (stop strings included) and streams it.
+It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, which turns the
+token ids that come back into text (an :class:`~anydev.core.output.OutputText`: stop strings
+included), and streams that text.
 
 ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
 ``/health`` and ``/metrics`` (Prometheus). Every bad request is answered with an OpenAI-style error
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from anydev.core import InferEngine
 from anydev.core.loading.tokenizer import ChatTemplateError, Tokenizer
+from anydev.core.output import OutputText
 
 from .async_engine import (AsyncEngine, EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError,
                            RequestStream)
@@ -231,49 +233,6 @@ def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None
 
 
 # ---- running a request --------------------------------------------------------------------------
-def _decode(state: ServerState, ids: list[int]) -> str:
-    """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
-    return state.tokenizer.decode(ids, skip_special_tokens=True) if state.tokenizer else ""
-
-
-def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
-    """``text`` up to its first stop string, and whether it had one."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-    return (text, False) if cut < 0 else (text[:cut], True)
-
-
-def _stop_finder(state: ServerState, stops: list[str]):
-    """For :meth:`AsyncEngine.add_request`: the number of output tokens at which one of ``stops``
-    first appears in the text (only counts above ``checked`` are tried), or None: the request then
-    ends there with finish reason "stop", as the engine's own stop strings do."""
-    def find(output: list[int], checked: int) -> int | None:
-        if not _cut_at_stop(_decode(state, output), stops)[1]:
-            return None
-        return next(k for k in range(checked + 1, len(output) + 1) if _cut_at_stop(_decode(state, output[:k]), stops)[1])
-    return find
-
-
-class _Text:
-    """A request's output text as it grows: only settled text is handed out (no half of a UTF-8
-    character, nothing that may still become a stop string)."""
-
-    def __init__(self, state: ServerState, stream: RequestStream):
-        self.state, self.stream = state, stream
-        self.hold = max((len(s) for s in stream.sampling.stop), default=1) - 1
-        self.sent = ""
-
-    def delta(self, num_tokens: int, finished: bool) -> str:
-        if finished:
-            text = _cut_at_stop(_decode(self.state, self.stream.output), self.stream.sampling.stop)[0]
-        else:
-            text = _decode(self.state, self.stream.output[:num_tokens]).rstrip("\ufffd")
-            text = text[:len(text) - self.hold] if self.hold else text
-        if len(text) <= len(self.sent) or not text.startswith(self.sent):
-            return ""
-        new, self.sent = text[len(self.sent):], text
-        return new
-
-
 async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
                  chat: bool):
     max_tokens = _max_tokens(state, prompt_ids, requested)
@@ -281,7 +240,7 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
     try:
         stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
                                                 timeout=state.limits.request_timeout,
-                                                stop_check=_stop_finder(state, sampling.stop) if sampling.stop else None)
+                                                text=OutputText(state.tokenizer, sampling.stop))
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
@@ -301,7 +260,6 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
 
 async def _whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
                         created: int, chat: bool) -> dict:
-    text = _Text(state, stream)
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -317,7 +275,8 @@ async def _whole_answer(state: ServerState, request: Request, stream: RequestStr
     finally:
         state.engine.abort(stream)     # no-op when it finished
     seq = stream
-    content = text.delta(len(seq.output), True)
+    seq.text.finish()
+    content = seq.text.take()
     choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = {"role": "assistant", "content": content}
@@ -337,7 +296,7 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
-    text = _Text(state, stream)
+    text = stream.text
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -357,7 +316,9 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
             yield event([choice("", None, first=True)])
         try:
             async for progress in stream.updates():
-                delta = text.delta(progress.num_tokens, progress.finished)
+                if progress.finished:
+                    text.finish()
+                delta = text.take()
                 if progress.finished:
                     seq = stream
                     yield event([choice(delta, finish_reason(seq.finish_reason))], _usage(seq))

@@ -1,5 +1,11 @@
 """Session hooks and fixtures shared by the tests."""
+import sys
+from pathlib import Path
+
 import pytest
+
+# The shared helpers (checkpoints, serve_support, ...) import as top-level modules from subfolders too.
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 def pytest_sessionfinish(session, exitstatus):
