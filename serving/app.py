@@ -33,6 +33,7 @@ from .async_engine import (AsyncEngine, EngineStoppedError, FailedRequestError, 
                            RequestStream)
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
+from .output import LogprobsWriter
 from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
 
 
@@ -277,7 +278,9 @@ async def _whole_answer(state: ServerState, request: Request, stream: RequestStr
     seq = stream
     seq.text.finish()
     content = seq.text.take()
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
+    logprobs = _logprobs_writer(state, stream, chat)
+    choice = {"index": 0, "logprobs": logprobs.take(seq.output, seq.logprobs) if logprobs else None,
+              "finish_reason": finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = {"role": "assistant", "content": content}
     else:
@@ -297,6 +300,7 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
     text = stream.text
+    logprobs = _logprobs_writer(state, stream, chat)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -305,11 +309,12 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
             chunk["usage"] = usage
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
-    def choice(delta: str, reason: str | None, first: bool = False) -> dict:
+    def choice(delta: str, reason: str | None, first: bool = False, upto: int | None = None) -> dict:
+        scores = logprobs.take(stream.output, stream.logprobs, upto) if logprobs and not first else None
         if chat:
             message = {"role": "assistant", "content": delta} if first else ({"content": delta} if delta else {})
-            return {"index": 0, "delta": message, "logprobs": None, "finish_reason": reason}
-        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+            return {"index": 0, "delta": message, "logprobs": scores, "finish_reason": reason}
+        return {"index": 0, "text": delta, "logprobs": scores, "finish_reason": reason}
 
     try:
         if chat:
@@ -325,9 +330,9 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
                     if include_usage:
                         yield event([], _usage(seq))
                 elif continuous_usage:
-                    yield event([choice(delta, None)], _usage(stream, progress.num_tokens))
-                elif delta:
-                    yield event([choice(delta, None)])
+                    yield event([choice(delta, None, upto=progress.num_tokens)], _usage(stream, progress.num_tokens))
+                elif delta or (logprobs and stream.logprobs):
+                    yield event([choice(delta, None, upto=progress.num_tokens)])
         except EngineStoppedError as exc:
             error = APIError(503, str(exc), type="server_error")
             yield f"data: {json.dumps(error.body())}\n\n"
@@ -337,6 +342,10 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
         yield "data: [DONE]\n\n"
     finally:
         state.engine.abort(stream)     # the client left early (or a no-op: it finished)
+
+
+def _logprobs_writer(state: ServerState, stream: RequestStream, chat: bool) -> LogprobsWriter | None:
+    return LogprobsWriter(state.tokenizer, chat) if stream.sampling.logprobs is not None else None
 
 
 def _usage(seq, num_tokens: int | None = None) -> dict:
