@@ -40,7 +40,7 @@ from .rank.piecewise import token_bucket, token_buckets
 from .rank.rank_worker import KVRequest
 from .rank.worker_class import worker_class
 from .sched.block_manager import BlockManager
-from .sched.logprobs import logprob_rows, unpack_logprobs
+from .sched.logprobs import StepLayout, step_layout, unpack_logprobs
 from .sched.sampling import ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Scheduler, Sequence, Status, build_step
 from .timeline import PHASES, PhaseRecord, Timeline
@@ -54,6 +54,7 @@ class GenerationOutput:
     finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token) | "error"
     error: str | None = None   # why it failed (finish reason "error"; see RequestFailedError)
     logprobs: list | None = None   # with SamplingParams.logprobs: a TokenLogprobs per generated token
+    prompt_logprobs: list | None = None   # with SamplingParams.prompt_logprobs: one per prompt token after the first
 
 
 @dataclass
@@ -236,7 +237,9 @@ class InferEngine:
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
         outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error,
-                                    seq.logprobs if seq.sampling.logprobs is not None else None) for seq in seqs]
+                                    seq.logprobs if seq.sampling.logprobs is not None else None,
+                                    seq.prompt_logprobs if seq.sampling.prompt_logprobs is not None else None)
+                   for seq in seqs]
         failed = next((seq for seq in seqs if seq.finish_reason == "error"), None)
         if failed is not None:
             raise RequestFailedError(failed.index, failed.error, outputs)
@@ -299,13 +302,13 @@ class InferEngine:
                 return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
-            asking = logprob_rows(_row_params(plan))[0]
+            layout = step_layout(_row_params(plan), [0, *itertools.accumulate(plan.num_new)])
             built = time.perf_counter()
             ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
-                                     plan.num_tokens, decode, start, built, {row: i for i, row in enumerate(asking)})
+                                     plan.num_tokens, decode, start, built, _packed_spans(layout))
             if self.async_steps:
                 self._inflight = launched
             else:
@@ -321,15 +324,13 @@ class InferEngine:
         self._account(launched)
         got = []
         packed = getattr(tokens, "logprobs", None)
-        if packed is not None:
-            packed = unpack_logprobs(packed, (packed.shape[1] - 1) // 2)
+        packed = unpack_logprobs(packed) if packed is not None else None
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
                 if seq.status is not Status.FINISHED:
-                    if packed is not None and row in launched.logprob_rows and tokens[row] >= 0:
-                        lp = packed[launched.logprob_rows[row]]
-                        seq.logprobs.append(dataclasses.replace(lp, top=lp.top[:seq.sampling.logprobs]))
+                    if packed is not None and row in launched.logprob_spans and tokens[row] >= 0:
+                        _take_logprobs(seq, packed, *launched.logprob_spans[row])
                     self._append_token(seq, tokens[row])
                     got.append(seq)
         return got
@@ -426,6 +427,11 @@ class InferEngine:
                 f"prompt {index} has {len(ids)} tokens, but the context (max_model_len) is {self.max_model_len} "
                 f"tokens, leaving no room to generate; shorten the prompt or raise max_model_len"
             )
+        budget = self.scheduler.max_num_batched_tokens
+        if sampling.prompt_logprobs is not None and len(ids) + 1 > budget:
+            raise EngineConfigError(
+                f"prompt {index} has {len(ids)} tokens; scoring a prompt (prompt_logprobs) computes it in one step, "
+                f"of at most {budget} tokens (max_num_batched_tokens); shorten it or raise the budget")
         max_new = min(sampling.max_new_tokens, self.max_model_len - len(ids))
         needed = -(-(len(ids) + max_new) // self.config.block_size)
         if needed > self.num_blocks:
@@ -531,7 +537,34 @@ class _Launched:
     decode: bool
     start: float
     built: float
-    logprob_rows: dict[int, int]     # row -> its index among the packed logprobs rows (rows that ask)
+    #: row -> (its prompt positions' packed rows as (first, end) or None, its sampled token's packed row or None)
+    logprob_spans: dict[int, tuple]
+
+
+def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
+    """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then its token)."""
+    spans, cursor = {}, 0
+    prompt = {row: count for row, _, count in layout.prompt}
+    output = set(layout.output)
+    for row in sorted(prompt.keys() | output):
+        first = cursor
+        cursor += prompt.get(row, 0)
+        mine = cursor if row in output else None
+        cursor += row in output
+        spans[row] = ((first, first + prompt[row]) if row in prompt else None, mine)
+    return spans
+
+
+def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, mine: int | None) -> None:
+    """Give ``seq`` its share of a step's logprobs, each top list cut to what it asked for."""
+    def cut(entry, k):
+        return dataclasses.replace(entry, top=entry.top[:k])
+
+    params = seq.sampling
+    if prompt is not None and seq.scores_prompt and prompt[1] - prompt[0] >= len(seq.prompt) - 1:
+        seq.prompt_logprobs = [cut(e, params.prompt_logprobs) for e in packed[prompt[0]:prompt[0] + len(seq.prompt) - 1]]
+    if mine is not None:
+        seq.logprobs.append(cut(packed[mine], params.logprobs))
 
 
 def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:

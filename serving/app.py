@@ -33,7 +33,7 @@ from .async_engine import (AsyncEngine, EngineStoppedError, FailedRequestError, 
                            RequestStream)
 from .limits import BodySizeLimit, ServerLimits
 from .metrics import ServerMetrics
-from .output import LogprobsWriter
+from .output import LogprobsWriter, joined, merged_answer
 from .protocol import APIError, ChatRequest, CompletionRequest, ErrorBody, describe_limits, finish_reason
 
 
@@ -105,8 +105,15 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
     async def completions(body: CompletionRequest, request: Request):
         body.check_unsupported()
         _check_model(state, body.model)
-        prompt_ids = _completion_prompt_ids(state, body.prompt)
-        return await _serve(state, request, body, prompt_ids, body.max_tokens, chat=False)
+        prompts = _completion_prompts(state, body.prompt)
+        if len(prompts) == 1:
+            return await _serve(state, request, body, *prompts[0], body.max_tokens, chat=False)
+        answers = await asyncio.gather(*(_serve(state, request, body, ids, text, body.max_tokens, chat=False)
+                                         for ids, text in prompts), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return merged_answer(answers)
 
     @app.post("/v1/chat/completions", dependencies=authorized, responses=generating)
     async def chat_completions(body: ChatRequest, request: Request):
@@ -115,7 +122,7 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
         prompt_ids = _chat_prompt_ids(state, body)
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             _max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
-        return await _serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
+        return await _serve(state, request, body, prompt_ids, None, body.requested_max_tokens, chat=True)
 
     return app
 
@@ -176,15 +183,20 @@ def _tokenizer(state: ServerState):
     return tokenizer
 
 
-def _completion_prompt_ids(state: ServerState, prompt) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        prompt = prompt[0]
+def _completion_prompts(state: ServerState, prompt) -> list[tuple[list[int], str | None]]:
+    """Each prompt's token ids and, for one given as text, the text (what echo repeats)."""
+    many = isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+    return [_completion_prompt_ids(state, p, f"prompt.{i}" if many else "prompt")
+            for i, p in enumerate(prompt if many else [prompt])]
+
+
+def _completion_prompt_ids(state: ServerState, prompt, param: str) -> tuple[list[int], str | None]:
     if isinstance(prompt, str):
-        return _tokenizer(state).encode(_unicode(prompt, "prompt"), add_special_tokens=True)
+        return _tokenizer(state).encode(_unicode(prompt, param), add_special_tokens=True), prompt
     vocab = state.engine.info.vocab_size
     if not all(0 <= t < vocab for t in prompt):
-        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
-    return list(prompt)
+        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param=param)
+    return list(prompt), None
 
 
 def _unicode(text: str, param: str) -> str:
@@ -234,10 +246,15 @@ def _max_tokens(state: ServerState, prompt_ids: list[int], requested: int | None
 
 
 # ---- running a request --------------------------------------------------------------------------
-async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
-                 chat: bool):
+async def _serve(state: ServerState, request: Request, body, prompt_ids: list[int], prompt_text: str | None,
+                 requested: int | None, chat: bool):
+    """One prompt's answer. Completions with ``echo`` repeat the prompt (``prompt_text``, or its decode)
+    and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered."""
     max_tokens = _max_tokens(state, prompt_ids, requested)
-    sampling = body.sampling(max_tokens)
+    sampling = body.sampling(max(max_tokens, 1))
+    echo = None
+    if not chat and body.echo:
+        echo = _Echo(prompt_text if prompt_text is not None else _prompt_text(state, prompt_ids), max_tokens == 0)
     try:
         stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
                                                 timeout=state.limits.request_timeout,
@@ -254,13 +271,25 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
     if body.stream:
         options = body.stream_options
         events = _stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                                bool(options and options.continuous_usage_stats))
+                                bool(options and options.continuous_usage_stats), echo)
         return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await _whole_answer(state, request, stream, request_id, created, chat)
+    return await _whole_answer(state, request, stream, request_id, created, chat, echo)
+
+
+@dataclass
+class _Echo:
+    """A completions answer that repeats its prompt (``text``); ``only``: it answers the prompt alone."""
+
+    text: str
+    only: bool
+
+
+def _prompt_text(state: ServerState, ids: list[int]) -> str:
+    return state.tokenizer.decode(ids, skip_special_tokens=False) if state.tokenizer is not None else ""
 
 
 async def _whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
-                        created: int, chat: bool) -> dict:
+                        created: int, chat: bool, echo: _Echo | None = None) -> dict:
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -279,14 +308,18 @@ async def _whole_answer(state: ServerState, request: Request, stream: RequestStr
     seq.text.finish()
     content = seq.text.take()
     logprobs = _logprobs_writer(state, stream, chat)
-    choice = {"index": 0, "logprobs": logprobs.take(seq.output, seq.logprobs) if logprobs else None,
-              "finish_reason": finish_reason(seq.finish_reason)}
+    scores = logprobs.take(seq.output, seq.logprobs, 0 if echo and echo.only else None) if logprobs else None
+    if echo is not None:
+        content = echo.text + ("" if echo.only else content)
+        scores = joined(logprobs.prompt(seq.prompt, seq.prompt_logprobs), scores) if logprobs else None
+    choice = {"index": 0, "logprobs": scores,
+              "finish_reason": "length" if echo and echo.only else finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = {"role": "assistant", "content": content}
     else:
         choice["text"] = content
     return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": state.model_name, "choices": [choice], "usage": _usage(seq)}
+            "model": state.model_name, "choices": [choice], "usage": _usage(seq, 0 if echo and echo.only else None)}
 
 
 async def _collect(stream: RequestStream) -> None:
@@ -295,7 +328,7 @@ async def _collect(stream: RequestStream) -> None:
 
 
 async def _stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
-                         include_usage: bool, continuous_usage: bool):
+                         include_usage: bool, continuous_usage: bool, echo: _Echo | None = None):
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
@@ -319,8 +352,13 @@ async def _stream_events(state: ServerState, stream: RequestStream, request_id: 
     try:
         if chat:
             yield event([choice("", None, first=True)])
+
         try:
             async for progress in stream.updates():
+                if echo is not None:      # the prompt first (its logprobs arrive with the first token)
+                    scores = logprobs.prompt(stream.prompt, stream.prompt_logprobs) if logprobs else None
+                    yield event([{"index": 0, "text": echo.text, "logprobs": scores, "finish_reason": None}])
+                    echo = None
                 if progress.finished:
                     text.finish()
                 delta = text.take()

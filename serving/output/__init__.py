@@ -1,4 +1,5 @@
 """What the server builds from a request's output besides its text: the OpenAI logprobs objects."""
-from .logprobs import LogprobsWriter
+from .choices import merged_answer
+from .logprobs import LogprobsWriter, joined
 
-__all__ = ["LogprobsWriter"]
+__all__ = ["LogprobsWriter", "joined", "merged_answer"]
