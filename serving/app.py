@@ -254,6 +254,10 @@ async def _serve(state: ServerState, request: Request, body, prompt_ids: list[in
     and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered."""
     max_tokens = _max_tokens(state, prompt_ids, requested)
     sampling = body.sampling(max(max_tokens, 1))
+    vocab = state.engine.info.vocab_size
+    if sampling.logit_bias and max(sampling.logit_bias) >= vocab:
+        raise APIError(400, f"logit_bias names token {max(sampling.logit_bias)}; token ids are 0..{vocab - 1}",
+                       param="logit_bias")
     echo = None
     if not chat and body.echo:
         echo = _Echo(prompt_text if prompt_text is not None else _prompt_text(state, prompt_ids), max_tokens == 0)
