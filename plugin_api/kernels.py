@@ -28,6 +28,10 @@ Conventions shared by all kernels:
   ``quantized_linear`` (a weight in one of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`,
   stored as :mod:`anydev.plugin_api.weight_formats` says). An implementation may pick its method
   by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
+* **Mixture of experts** (contract 1.6): ``moe_route`` (a router's top-k experts and their weights)
+  and ``moe_linear`` (a grouped linear layer: each row through the weight of its own expert, float or
+  in any weight format). A MoE block is ``moe_route``, ``moe_linear`` (gate/up), ``silu_and_mul``,
+  ``moe_linear`` (down) and the weighted sum of each token's expert rows.
 """
 from __future__ import annotations
 
@@ -44,6 +48,7 @@ KERNEL_NAMES = (
     "write_kv", "paged_decode_attention", "paged_prefill_attention",
     "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",
     "rotary_write_kv", "linear", "quantized_linear",
+    "moe_route", "moe_linear",
 )
 
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -231,6 +236,52 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor
     the point), accumulated in float32."""
     w = dequantize(weight, scales, weight_format, x.shape[-1])
     return (x.float() @ w.T).to(x.dtype)
+
+
+# ---- mixture of experts (contract 1.6) -----------------------------------------------------------
+
+def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A router's choice for ``T`` tokens over ``E`` experts: ``(weights [T, top_k] float32,
+    expert_ids [T, top_k] int64)``.
+
+    ``router_logits`` ``[T, E]`` (any float dtype, contiguous); ``1 <= top_k <= E``. The probabilities
+    are ``softmax(router_logits)`` in float32 over the experts; row ``t`` picks the ``top_k`` largest,
+    largest first, and among equal probabilities the lower expert index first (so a tie is decided
+    the same way on every backend); its weights are those probabilities, divided by their sum when
+    ``renormalize`` (HF's ``norm_topk_prob``). Graph-safe: no host reads, shapes from ``T``, ``E``,
+    ``top_k`` only.
+    """
+    probs = torch.softmax(router_logits.float(), dim=-1)
+    # A stable descending sort keeps equal probabilities in expert order (torch.topk does not promise it).
+    ordered, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    weights, expert_ids = ordered[:, :top_k], order[:, :top_k]
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.contiguous(), expert_ids.contiguous()
+
+
+def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str | None,
+               expert_ids: torch.Tensor) -> torch.Tensor:
+    """A grouped linear layer: row ``r`` of ``x`` times the weight of expert ``expert_ids[r]``;
+    returns ``out [R, N]`` contiguous in ``x``'s dtype, ``out[r] = x[r] @ W[expert_ids[r]].T``
+    accumulated in float32.
+
+    ``x`` ``[R, K]`` float32, float16 or bfloat16 (rows may be strided, unit last stride);
+    ``expert_ids`` ``[R]`` int64 in ``[0, E)`` (any number of rows may share an expert; an expert may
+    get none). The ``E`` experts' weights are stacked, each as :func:`linear` or
+    :func:`quantized_linear` takes one: ``weight_format`` None: ``weight`` ``[E, N, K]`` of ``x``'s
+    dtype; else a name of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`: ``weight``
+    ``[E, N, ...]`` with ``weight[e]`` stored as that format stores an ``[N, K]`` matrix, and
+    ``scales`` ``[E, N]`` float32 for the per-channel formats (None for GGUF blocks). Only the
+    experts some row names are read (the weights of the others may hold anything, NaN included).
+    Graph-safe: no host reads, shapes from ``R``, ``N``, ``K`` only.
+    """
+    out = torch.zeros(x.shape[0], weight.shape[1], dtype=torch.float32, device=x.device)
+    for e in range(weight.shape[0]):     # every expert, each row keeping its own's product
+        w = weight[e] if weight_format is None else dequantize(
+            weight[e], None if scales is None else scales[e], weight_format, x.shape[-1])
+        out = torch.where((expert_ids == e)[:, None], x.float() @ w.float().T, out)
+    return out.to(x.dtype)
 
 
 def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:

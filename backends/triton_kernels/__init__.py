@@ -1,4 +1,4 @@
-"""Triton implementations of the contract's kernels (1.2-1.5) (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.6) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -23,6 +23,7 @@ def kernels() -> Mapping[str, Callable]:
     from .attention_prefill import paged_prefill_attention
     from .cache import write_kv
     from .linear import linear, quantized_linear
+    from .moe import moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
     from .rotary import rotary_embedding, rotary_write_kv
 
@@ -37,4 +38,6 @@ def kernels() -> Mapping[str, Callable]:
         "rotary_write_kv": rotary_write_kv,
         "linear": linear,
         "quantized_linear": quantized_linear,
+        "moe_route": moe_route,
+        "moe_linear": moe_linear,
     }
