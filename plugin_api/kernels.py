@@ -43,7 +43,8 @@ import torch.nn.functional as F
 from .errors import PluginError
 from .weight_formats import dequantize
 
-#: Every kernel of the contract: those of 1.2, then the fused ones (1.3), then the linear layers (1.5).
+#: Every kernel of the contract: those of 1.2, then the fused ones (1.3), then the linear layers (1.5),
+#: then the mixture-of-experts kernels (1.6).
 KERNEL_NAMES = (
     "write_kv", "paged_decode_attention", "paged_prefill_attention",
     "rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul",

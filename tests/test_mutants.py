@@ -24,6 +24,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "elapsed-time-in-seconds",
     "quantized-linear-int8-scale-of-next-row", "quantized-linear-q4-k-next-block",     # issue 21
     "quantized-linear-q4-0-nibbles-swapped",
+    "moe-route-ties-to-the-higher-expert", "moe-route-not-renormalized", "moe-linear-next-expert",   # issue 34
 }
 
 EXTRA = textwrap.dedent('''
