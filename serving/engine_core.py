@@ -13,13 +13,14 @@ its own the other way: when one dies, the core aborts that front end's requests 
 """
 from __future__ import annotations
 
+
 import multiprocessing
 import os
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import msgspec
 import zmq
@@ -203,12 +204,8 @@ class EngineCore:
             self._socket.send_multipart([client, ENCODER.encode(EngineFailure(message))])
 
     def stats(self) -> EngineStats:
-        counters = self.engine.stats()
-        return EngineStats(running=counters.running, waiting=counters.waiting, kv_blocks_used=counters.kv_blocks_used,
-                           kv_blocks_total=counters.kv_blocks_total, prefix_cache_blocks=counters.prefix_cache_blocks,
-                           prefix_cache_hit_rate=counters.prefix_cache_hit_rate,
-                           prefix_cache_queried_tokens=counters.prefix_cache_queried_tokens,
-                           prefix_cache_hit_tokens=counters.prefix_cache_hit_tokens, preemptions=counters.preemptions)
+        return EngineStats(**asdict(self.engine.stats()))   # the wire copy: same fields, same names
+
 
 def engine_info(engine: InferEngine) -> EngineInfo:
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
