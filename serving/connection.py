@@ -1,10 +1,17 @@
-"""Per-connection time limits that uvicorn does not have, as its h11 protocol with two timers.
+"""Per-connection limits that uvicorn does not have, as its h11 protocol with a gate and three timers.
 
 uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but nothing bounds a
 client that connects and never finishes sending its request (slowloris: the headers or the body
 trickle in, or never come) or one that stops reading a streamed answer (once the socket buffers are
 full, every write waits for it forever). Here:
 
+- **connection cap:** every accepted socket counts against ``max_connections`` (:class:`ConnectionGate`),
+  whether or not it has sent anything; past the cap a new connection takes the place of the one that
+  has waited longest without a request in progress, so a flood of idle sockets never keeps a real
+  request out, and the open files stay bounded;
+- **first-request timeout:** a new connection must send the first bytes of a request within
+  ``first_request_timeout`` seconds (short: an idle socket costs a file, nothing else), else it is
+  closed without an answer;
 - **read timeout:** a request, head and body, must have arrived ``read_timeout`` seconds after the
   connection opened or the previous response ended; otherwise the client gets a 408 and the
   connection is closed;
@@ -12,20 +19,71 @@ full, every write waits for it forever). Here:
   buffer stays above its high-water mark: the client reads nothing) drops the connection at once.
 
 A dropped connection is a disconnected client to the handler, which aborts the request: its KV
-blocks come back. ``on_drop(reason)`` is told each drop ("read_timeout" or "send_timeout").
+blocks come back. ``on_drop(reason)`` is told each drop ("read_timeout", "send_timeout",
+"first_request_timeout", "evicted_idle" or "over_cap").
 """
 from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Callable
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 
-def guarded_h11_protocol(read_timeout: float, send_timeout: float,
-                         on_drop: Callable[[str], None]) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the read and send timeouts (pass it as ``uvicorn.Config(http=...)``)."""
+class ConnectionGate:
+    """The cap on a front end's open connections, counting every accepted socket.
+
+    Connections are either *waiting* (no request in progress: nothing sent yet, or idle between
+    keep-alive requests) or *busy*. Past the cap a new connection evicts the connection that has
+    been waiting longest; when every connection is busy the new one is refused. Eviction and
+    refusal close the socket at once, without an answer and without a log line: under a flood,
+    writing answers would cost more than the flood."""
+
+    def __init__(self, cap: int, on_drop: Callable[[str], None]):
+        if cap < 1:
+            raise ValueError(f"the connection cap must be >= 1, got {cap}")
+        self.cap = cap
+        self.on_drop = on_drop
+        self._open: set = set()
+        self._waiting: OrderedDict = OrderedDict()   # oldest first
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def admit(self, conn) -> bool:
+        """Count ``conn`` in, as waiting; False: refused (every open connection is busy)."""
+        if len(self._open) >= self.cap:
+            if not self._waiting:
+                self.on_drop("over_cap")
+                return False
+            evicted, _ = self._waiting.popitem(last=False)
+            self._open.discard(evicted)
+            self.on_drop("evicted_idle")
+            evicted.evict()
+        self._open.add(conn)
+        self._waiting[conn] = None
+        return True
+
+    def waiting(self, conn) -> None:
+        if conn in self._open:
+            self._waiting[conn] = None
+            self._waiting.move_to_end(conn)
+
+    def busy(self, conn) -> None:
+        self._waiting.pop(conn, None)
+
+    def closed(self, conn) -> None:
+        self._open.discard(conn)
+        self._waiting.pop(conn, None)
+
+
+def guarded_h11_protocol(read_timeout: float, send_timeout: float, on_drop: Callable[[str], None],
+                         max_connections: int, first_request_timeout: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the connection gate and the three timeouts (pass it as
+    ``uvicorn.Config(http=...)``). One gate for all the protocol's connections."""
 
     body = json.dumps({"error": {
         "message": f"the request did not arrive within {read_timeout:g} seconds (--read-timeout)",
@@ -33,19 +91,34 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float,
     request_timeout_response = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
 
+    gate = ConnectionGate(max_connections, on_drop)
+
     class GuardedH11Protocol(H11Protocol):
         _read_timer: asyncio.TimerHandle | None = None
         _send_timer: asyncio.TimerHandle | None = None
+        _refused = False
+        _sent_anything = False
 
         def connection_made(self, transport) -> None:
+            if not gate.admit(self):
+                self._refused = True      # never handed to uvicorn: it does not count or log it
+                transport.abort()
+                return
             super().connection_made(transport)
-            self._arm_read_timer()
+            self._arm_read_timer(first_request_timeout, "first_request_timeout")
 
         def connection_lost(self, exc) -> None:
+            if self._refused:
+                return
+            gate.closed(self)
             self._cancel_timers()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
+            if not self._sent_anything:
+                self._sent_anything = True
+                self._arm_read_timer(read_timeout, "read_timeout")
+            gate.busy(self)
             super().data_received(data)
             if self._request_received():
                 self._cancel_read_timer()
@@ -53,9 +126,16 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float,
         def on_response_complete(self) -> None:
             super().on_response_complete()   # may start a pipelined request at once
             if not self.transport.is_closing():
-                self._arm_read_timer()
+                self._arm_read_timer(read_timeout, "read_timeout")
                 if self._request_received():
                     self._cancel_read_timer()
+                else:
+                    gate.waiting(self)
+
+        def evict(self) -> None:
+            """Closed by the gate to make room: at once, unanswered."""
+            self._cancel_timers()
+            self.transport.abort()
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -74,9 +154,9 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float,
             cycle = self.cycle
             return cycle is not None and not cycle.response_complete and not cycle.more_body
 
-        def _arm_read_timer(self) -> None:
+        def _arm_read_timer(self, seconds: float, reason: str) -> None:
             self._cancel_read_timer()
-            self._read_timer = self.loop.call_later(read_timeout, self._drop, "read_timeout")
+            self._read_timer = self.loop.call_later(seconds, self._drop, reason)
 
         def _cancel_read_timer(self) -> None:
             if self._read_timer is not None:
@@ -94,6 +174,9 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float,
             self._cancel_timers()
             on_drop(reason)
             cycle = self.cycle
+            if reason == "first_request_timeout":
+                self.transport.abort()       # a socket that sent nothing gets nothing back
+                return
             if reason == "read_timeout" and (cycle is None or cycle.response_complete or not cycle.response_started):
                 # no response is being written (none yet, or the previous one is done): a 408 fits
                 self.transport.write(request_timeout_response)

@@ -52,8 +52,9 @@ class ServerMetrics:
                                 registry=self.registry)
         self.rejected = Counter("anydev_requests_rejected", "Requests refused, by HTTP status", ["status"],
                                 registry=self.registry)
-        self.dropped = Counter("anydev_connections_dropped", "Connections closed by the server's read or send "
-                               "timeout (--read-timeout, --send-timeout), by reason", ["reason"],
+        self.dropped = Counter("anydev_connections_dropped", "Connections closed by the server: its timeouts "
+                               "(--first-request-timeout, --read-timeout, --send-timeout) and its cap (--max-connections), "
+                               "by reason", ["reason"],
                                registry=self.registry)
         self.ttft = Histogram("anydev_time_to_first_token_seconds", "Time from arrival to the first token",
                               buckets=_LATENCY_BUCKETS, registry=self.registry)

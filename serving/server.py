@@ -59,8 +59,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     limits.add_argument("--drain-seconds", type=float, default=10.0,
                         help="at shutdown, how long requests in flight may finish (default 10)")
     limits.add_argument("--max-connections", type=int, default=None,
-                        help="open connections a front end keeps (default: half the open-file limit, at most "
-                             f"{MAX_CONNECTIONS_CAP}); past it a new connection is answered 503 and closed")
+                        help="open connections a front end keeps, every accepted socket counted (default: half the "
+                             f"open-file limit, at most {MAX_CONNECTIONS_CAP}); past it a new connection replaces the "
+                             "one idle the longest, or is closed at once when none is idle")
+    limits.add_argument("--first-request-timeout", type=float, default=5.0,
+                        help="seconds a new connection has to start sending its first request (default 5); "
+                             "then it is closed unanswered (idle sockets)")
     limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
     limits.add_argument("--read-timeout", type=float, default=30.0,
                         help="seconds a client has to send a whole request, from connecting or from its previous "
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
-    for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive"):
+    for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive", "first_request_timeout"):
         if not getattr(args, name) > 0:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
     if args.drain_seconds < 0:
@@ -187,14 +191,18 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
     state = app.state.anydev
     protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
-                                    lambda reason: state.metrics.dropped.labels(reason).inc())
-    # h11 (not httptools, even where installed): the read/send timeouts and the 64 KiB limit on a
-    # request head are set on it. Past the drain, uvicorn's own cancelling is only a backstop:
-    # the server aborts the requests itself first, so that their handlers answer an error.
+                                    lambda reason: state.metrics.dropped.labels(reason).inc(),
+                                    max_connections=args.max_connections or default_max_connections(),
+                                    first_request_timeout=args.first_request_timeout)
+    # h11 (not httptools, even where installed): the gate, the timeouts and the 64 KiB limit on a
+    # request head are set on it. uvicorn's limit_concurrency stays off: the gate bounds the
+    # connections (and so the requests, one a connection) before uvicorn sees them. Past the drain,
+    # uvicorn's own cancelling is only a backstop: the server aborts the requests itself first, so
+    # that their handlers answer an error.
     server = _server_class()(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
         timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
-        h11_max_incomplete_event_size=64 * 1024, limit_concurrency=args.max_connections or default_max_connections()))
+        h11_max_incomplete_event_size=64 * 1024))
     server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
     server.on_started = on_started
     client.on_failure.append(server.engine_failed)

@@ -421,18 +421,38 @@ def test_neither_the_key_nor_a_wrong_one_is_ever_logged(guarded):
     assert KEY not in out and wrong not in out
 
 
-def test_connections_past_the_cap_are_answered_503_quietly_and_served_again_once_under_it():
-    srv = Server("--max-model-len", "64", "--max-connections", "3")
+def test_a_flood_of_idle_sockets_keeps_no_request_out_and_the_open_files_stay_within_the_cap():
+    """Every accepted socket counts against --max-connections; past it the longest-idle one makes room,
+    so requests sent after a flood of idle sockets are all answered, and the server's open files stay
+    within the cap; an idle socket is closed unanswered after --first-request-timeout."""
+    cap, flood = 8, 120
+    srv = Server("--max-model-len", "64", "--max-connections", str(cap), "--first-request-timeout", "2")
     idle = []
     try:
-        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]   # open, sending nothing
-        assert request(f"{srv.url}/health")[0] == 503
+        base = srv.resources()["open_files"]
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(flood)]   # sending nothing
+        body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode()
+        statuses = [request(f"{srv.url}/v1/completions", "POST", body, {"content-type": "application/json"})[0]
+                    for _ in range(10)]
+        open_files = srv.resources()["open_files"]
+        assert statuses == [200] * 10
+        assert open_files <= base + cap, (base, open_files)
+        closed_by_server = srv.wait_for_metric(
+            "anydev_connections_dropped_total{reason=evicted_idle}", lambda v: v >= flood - cap)
+        assert closed_by_server >= flood - cap
         for sock in idle:
             sock.close()
-        deadline = time.monotonic() + 30   # the server sees the closes a moment later
-        while request(f"{srv.url}/health")[0] != 200:
-            assert time.monotonic() < deadline, "still refused after the idle connections closed"
-            time.sleep(0.2)
+        late = socket.create_connection(("127.0.0.1", srv.port))
+        late.settimeout(60)
+        try:
+            answer = late.recv(1)          # the server closes it after 2 s without writing a byte
+        except ConnectionResetError:
+            answer = b""
+        finally:
+            late.close()
+        assert answer == b""
+        assert srv.wait_for_metric("anydev_connections_dropped_total{reason=first_request_timeout}",
+                                   lambda v: v >= 1) >= 1
     finally:
         for sock in idle:
             sock.close()
