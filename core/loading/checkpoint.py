@@ -115,7 +115,11 @@ def open_checkpoint(path) -> Checkpoint:
     """Open an HF model directory or a ``.gguf`` file."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise ModelLoadError(f"model path does not exist: {path}")
+        hint = ""
+        if not path.is_absolute() and len(path.parts) == 2 and not str(path).startswith("."):
+            hint = (f"; '{path}' looks like a model hub id, and anydev reads only local files: download it "
+                    f"first (e.g. `huggingface-cli download {path} --local-dir DIR`) and pass the directory")
+        raise ModelLoadError(f"model path does not exist: {path}{hint}")
     if path.is_dir():
         from .hf_loader import read_hf_directory
         config, tokenizer, store = read_hf_directory(path)

@@ -19,6 +19,7 @@ from gguf.quants import dequantize
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
 from .checkpoint_errors import ModelLoadError
+from .gguf_checks import check_tensor_layout, tensor_table_problem
 from ..config import ModelConfig, check_attention, normalize_rope_scaling, positive_number, shape_int
 from .gguf_tokenizer import gguf_tokenizer
 from .tensor_slices import sliced_shape
@@ -91,9 +92,19 @@ class _Truncated(Exception):
         self.needed = needed
 
 
+class _Damaged(Exception):
+    pass
+
+
 class _BoundedReader(GGUFReader):
     """A GGUFReader that says so when a read runs past the end of the file (where the stock one
-    fails later with an unrelated numpy error)."""
+    fails later with an unrelated numpy error), naming the tensor when it is a tensor's data."""
+
+    def _build_tensors(self, start_offs, fields):
+        problem = tensor_table_problem(start_offs, fields, len(self.data))
+        if problem is not None:
+            raise _Damaged(problem)
+        return super()._build_tensors(start_offs, fields)
 
     def _get(self, offset, dtype, count=1, override_order=None):
         end = int(offset) + np.dtype(dtype).itemsize * int(count)
@@ -105,6 +116,8 @@ class _BoundedReader(GGUFReader):
 def _open_reader(path: Path) -> GGUFReader:
     try:
         return _BoundedReader(path)
+    except _Damaged as damage:
+        raise ModelLoadError(f"{path}: {damage}; the file is damaged (or truncated)") from None
     except _Truncated as cut:
         raise ModelLoadError(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes, but its contents "
                              f"run to byte {cut.needed} at least; copy or download it again") from None
@@ -372,6 +385,7 @@ def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:
     """Parse a GGUF file. Raises ModelLoadError naming the file and the problem."""
     source = str(path)
     reader = _open_reader(path)
+    check_tensor_layout(reader, path)
     try:
         meta = read_metadata(reader)
     except (ValueError, IndexError, UnicodeDecodeError) as err:

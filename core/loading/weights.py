@@ -37,6 +37,7 @@ from ..models.pipeline import Stage
 from ..models.quantized import QuantizedWeight
 from ..models.sharding import RankShard, full_shape, local_shape, slice_of
 from .checkpoint_errors import ModelLoadError
+from .gguf_checks import block_scales
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
 
@@ -153,10 +154,10 @@ class RankWeights:
         return QuantizedWeight(data, None, fmt, shape[1])
 
     def first_non_finite(self, stream: Stream) -> str | None:
-        """The name of the first floating-point weight (or channel scale) that holds a NaN or an
-        infinity, or None: one pass over them on the device and one read of the answer. Corrupt
+        """The name of the first floating-point weight (or channel scale, or GGUF block scale) that
+        holds a NaN or an infinity, or None: one pass over them on the device and one read of the answer. Corrupt
         weights otherwise run, and give empty or meaningless text with no error."""
-        checked = [(name, getattr(t, "scales", t)) for name, t in self.tensors.items()]
+        checked = [(name, _scales_of(t)) for name, t in self.tensors.items()]
         checked = [(name, t) for name, t in checked if isinstance(t, torch.Tensor)
                    and t.dtype in (torch.float32, torch.float16, torch.bfloat16)]
         if not checked:
@@ -329,6 +330,15 @@ class RankWeights:
     def close(self) -> None:
         self.tensors = {}
         self.buffer.close()
+
+
+def _scales_of(tensor):
+    """What holds a weight's floats: the tensor itself, its channel scales, or its blocks' scales."""
+    if not isinstance(tensor, QuantizedWeight):
+        return tensor
+    if tensor.scales is not None:
+        return tensor.scales
+    return block_scales(tensor.data, tensor.weight_format)
 
 
 def _size(nbytes: int) -> str:
