@@ -113,10 +113,11 @@ class Checkpoint:
 
 def open_checkpoint(path) -> Checkpoint:
     """Open an HF model directory or a ``.gguf`` file."""
+    given = str(path)
     path = Path(path).expanduser()
     if not path.exists():
         hint = ""
-        if not path.is_absolute() and len(path.parts) == 2 and not str(path).startswith("."):
+        if given.count("/") == 1 and not given.startswith((".", "/", "~")):
             hint = (f"; '{path}' looks like a model hub id, and anydev reads only local files: download it "
                     f"first (e.g. `huggingface-cli download {path} --local-dir DIR`) and pass the directory")
         raise ModelLoadError(f"model path does not exist: {path}{hint}")
