@@ -11,6 +11,11 @@ use to drive the engine the same way::
 ``if __name__ == "__main__":`` guard. ``AsyncEngine.over(engine)`` does the same over an
 :class:`InferEngine` this process already has (the core then runs on a thread). Token ids only: text,
 stop strings and streaming are the caller's.
+
+Liveness: the core's heartbeat (serving/engine_core.py) says its step loop runs. While the core has
+work, a silence of :data:`HEALTH_SILENCE_S` makes the client unhealthy (``/health``: 503) and one of
+``stall_timeout`` seconds ends the requests in flight with :class:`EngineStalledError` (503); an idle
+core's silence counts only once work arrives, and a core heard again is healthy again.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import zmq.asyncio
 from anydev.core import SamplingParams
 from anydev.plugin_api.errors import AnydevError
 
-from .engine_core import CoreLink, EngineCoreProcess, EngineCoreThread, client_identity
+from .engine_core import HEARTBEAT_S, CoreLink, EngineCoreProcess, EngineCoreThread, client_identity
 from .messages import (ENCODER, FROM_CORE, AbortRequests, AddRequest, EngineFailure, EngineInfo, EngineOutputs,
                        EngineStats, Shutdown)
 
@@ -46,6 +51,17 @@ class FailedRequestError(AnydevError):
 
 class EngineStoppedError(AnydevError):
     """The server is shutting down or its engine failed; no request can run (HTTP 503)."""
+
+
+class EngineStalledError(EngineStoppedError):
+    """The engine core has work but has not been heard from for longer than the stall timeout
+    (stopped, deadlocked, stuck in a device call); the request is ended (HTTP 503)."""
+
+
+#: A core with work that is silent this long (seconds) makes the client unhealthy (at most the stall timeout).
+HEALTH_SILENCE_S = 5.0
+#: The default stall timeout (seconds): requests in flight end with EngineStalledError after this much silence.
+DEFAULT_STALL_TIMEOUT = 60.0
 
 
 @dataclass
@@ -104,15 +120,22 @@ class RequestStream:
 class AsyncEngine:
     """The client side of one engine core. ``observer`` (optional) is told ``first_token(seconds)``,
     ``next_token(seconds)`` and ``finished(stream)`` as requests run; ``on_failure`` callbacks run
-    once when the core fails or dies."""
+    once when the core fails or dies; ``on_stall`` callbacks run with ``(True, seconds)`` when a core
+    with work has been silent for the health limit, and ``(False, seconds)`` when it is heard again."""
 
-    def __init__(self, link: CoreLink, client_index: int = 0, observer=None, owner=None):
+    def __init__(self, link: CoreLink, client_index: int = 0, observer=None, owner=None,
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT):
         self.link, self.info = link, link.info
         self.client_index = client_index
         self.observer = observer
         self.stats = EngineStats(kv_blocks_total=link.info.num_blocks)
         self.failure: str | None = None
         self.on_failure: list = []
+        self.on_stall: list = []
+        self.stall_timeout = stall_timeout
+        self.last_heard = time.monotonic()
+        self._stalled_heard: float | None = None   # last_heard when a stall was declared (None: none)
+        self._watchdog: asyncio.Task | None = None
         self._owner = owner               # the core this client started (launch/over), stopped at close
         self._lifeline_to_core = None     # launch: the write end the core watches, held while this client lives
         self._streams: dict[str, RequestStream] = {}
@@ -160,10 +183,34 @@ class AsyncEngine:
         loop = asyncio.get_running_loop()
         loop.add_reader(self.link.lifeline_fd(), self._core_gone)
         self._receiver = loop.create_task(self._receive())
+        self.last_heard = time.monotonic()
+        self._watchdog = loop.create_task(self._watch())
 
     @property
     def healthy(self) -> bool:
+        return self._serving and not self.stalled
+
+    @property
+    def _serving(self) -> bool:
         return self._socket is not None and self.failure is None and not self._stopping
+
+    @property
+    def has_work(self) -> bool:
+        """Requests of this client in flight, or the core's last counters show some (any client's)."""
+        return bool(self._streams) or self.stats.running + self.stats.waiting > 0
+
+    def silence(self) -> float:
+        """Seconds the core has been silent while it has work (0 while idle, or while its messages
+        wait unread: then it is this process that is slow)."""
+        if not self.has_work or self._socket is None or self._socket.get(zmq.EVENTS) & zmq.POLLIN:
+            return 0.0
+        return time.monotonic() - self.last_heard
+
+    @property
+    def stalled(self) -> bool:
+        """The core has work and has been silent for the health limit (or the stall timeout, when
+        shorter); once declared, a stall lasts until the core is heard again."""
+        return self._stalled_heard is not None or self.silence() > min(HEALTH_SILENCE_S, self.stall_timeout)
 
     @property
     def num_in_flight(self) -> int:
@@ -178,6 +225,7 @@ class AsyncEngine:
             if self.failure is None:
                 await self._socket.send(ENCODER.encode(Shutdown()))
             self._receiver.cancel()
+            self._watchdog.cancel()
             self._socket.close()
             self._socket = None
         if self._owner is not None:
@@ -196,8 +244,10 @@ class AsyncEngine:
         it with finish reason "timeout" after that many seconds. ``stop_check(output, checked)``:
         where ``sampling.stop`` is given, the output length at which a stop string first appears
         (None: none yet); the request then ends there with finish reason "stop"."""
-        if not self.healthy:
+        if not self._serving:
             raise EngineStoppedError(self._why_stopped())
+        if self.silence() > self.stall_timeout:
+            raise EngineStalledError(self._stall_message(self.silence()))
         stream = RequestStream(str(next(self._ids)), list(prompt_ids), sampling, _stop_check=stop_check)
         stream._admitted = asyncio.get_running_loop().create_future()
         self._streams[stream.request_id] = stream
@@ -240,6 +290,10 @@ class AsyncEngine:
     async def _receive(self) -> None:
         while True:
             payload = await self._socket.recv()
+            self.last_heard = time.monotonic()
+            if self._stalled_heard is not None:      # heard again after a stall
+                self._report_stall(False, self.last_heard - self._stalled_heard)
+                self._stalled_heard = None
             message = FROM_CORE.decode(payload)
             if isinstance(message, EngineFailure):
                 self._fail(f"the engine core failed: {message.message}")
@@ -289,6 +343,31 @@ class AsyncEngine:
         if stream.first_token_time is None:
             stream.first_token_time = now
         stream.last_token_time = now
+
+    async def _watch(self) -> None:
+        """Judge the core's silence every heartbeat: report a stall (its end is reported as the core
+        is heard again), and end the requests in flight once the silence passes the stall timeout."""
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            if self.failure is not None:
+                return
+            silent = self.silence()
+            if self._stalled_heard is None and silent > min(HEALTH_SILENCE_S, self.stall_timeout):
+                self._stalled_heard = self.last_heard
+                self._report_stall(True, silent)
+            if silent > self.stall_timeout and self._streams:
+                error = EngineStalledError(self._stall_message(silent))
+                for stream in list(self._streams.values()):
+                    self.abort(stream)           # the core drops them once it runs again
+                    self._end(stream, error)
+
+    def _report_stall(self, stalled: bool, seconds: float) -> None:
+        for callback in self.on_stall:
+            callback(stalled, seconds)
+
+    def _stall_message(self, silent: float) -> str:
+        return (f"the engine core has not stepped for {silent:.1f} s while it has work (stopped, deadlocked or stuck "
+                f"in a device call); requests wait for it at most {self.stall_timeout:g} s (--engine-stall-timeout)")
 
     def _core_gone(self) -> None:
         """The lifeline ended: the core is gone. What it sent before going is read first."""

@@ -10,6 +10,11 @@ on a thread (:class:`EngineCoreThread`, over an engine the caller made). Either 
 *lifeline*: a pipe whose write end it holds until it ends, so that a front end sees it go (killed,
 crashed) at once as end-of-file on the read end. Each front end of a process core has a lifeline of
 its own the other way: when one dies, the core aborts that front end's requests and serves on.
+
+Each front end also hears from the core at least every :data:`HEARTBEAT_S` seconds (an
+:class:`EngineOutputs` batch, empty when there is no news), busy or idle, from the loop that steps:
+a core that is alive but does not step (stopped, deadlocked, stuck in a device call) goes silent,
+and the front end judges that silence against the work it knows of (``AsyncEngine.stalled``).
 """
 from __future__ import annotations
 
@@ -33,8 +38,10 @@ from anydev.plugin_api.errors import AnydevError
 from .messages import (ENCODER, TO_CORE, AbortRequests, AddRequest, EngineFailure, EngineInfo, EngineOutputs,
                        EngineStats, RequestOutput, Shutdown)
 
-#: How often an idle core wakes (to notice nothing; every event wakes it at once).
-_IDLE_POLL_MS = 1000
+#: Every front end hears from the core at least this often (seconds), from the step loop itself.
+HEARTBEAT_S = 0.5
+#: How often an idle core wakes (to send its heartbeat; every event wakes it at once).
+_IDLE_POLL_MS = int(HEARTBEAT_S * 1000)
 #: Counters go to a front end with no news at most this often while the engine is busy.
 _STATS_EVERY_S = 0.1
 
@@ -186,14 +193,18 @@ class EngineCore:
 
     def _flush(self, events_seen: bool) -> None:
         """Send each client its outputs; a client with none gets the counters now and then (and
-        whenever the engine goes idle), so that its gauges follow."""
-        if not events_seen and not self._pending:
+        whenever the engine goes idle), so that its gauges follow, and at least every
+        :data:`HEARTBEAT_S` (the heartbeat)."""
+        now = time.monotonic()
+        heartbeat_due = any(now - self._stats_sent.get(client, 0.0) >= HEARTBEAT_S for client in self.clients)
+        if not events_seen and not self._pending and not heartbeat_due:
             return
-        now, idle = time.monotonic(), not self.engine.has_unfinished
+        idle = not self.engine.has_unfinished
         stats = self.stats()
         for client in self.clients:
             outputs = self._pending.pop(client, None)
-            if outputs is None and not idle and now - self._stats_sent.get(client, 0.0) < _STATS_EVERY_S:
+            since = now - self._stats_sent.get(client, 0.0)
+            if outputs is None and since < HEARTBEAT_S and (not events_seen or (not idle and since < _STATS_EVERY_S)):
                 continue
             self._socket.send_multipart([client, ENCODER.encode(EngineOutputs(outputs or [], stats))])
             self._stats_sent[client] = now

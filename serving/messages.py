@@ -2,7 +2,8 @@
 
 Front end -> engine core: :class:`AddRequest`, :class:`AbortRequests`, :class:`Shutdown`.
 Engine core -> front end: :class:`EngineOutputs` (each request's new token ids and finish reason
-since the last message, and the core's counters), :class:`EngineFailure` (the core is going down).
+since the last message, and the core's counters; also the heartbeat, empty, when there is no news),
+:class:`EngineFailure` (the core is going down).
 
 Why msgspec (not pickle, JSON or plain msgpack): it encodes and decodes typed structs to MessagePack
 several times faster than pickle or ``msgpack`` + hand-made dicts, validates what it decodes against
@@ -75,7 +76,9 @@ class EngineStats(msgspec.Struct):
 
 
 class EngineOutputs(msgspec.Struct, tag=True):
-    """One batch for one front end: every output since the last batch, then the counters."""
+    """One batch for one front end: every output since the last batch, then the counters. The core
+    sends one at least every ``engine_core.HEARTBEAT_S`` seconds from its step loop, with no outputs
+    when there is no news: a front end that hears nothing for longer knows the loop is not running."""
 
     outputs: list[RequestOutput]
     stats: EngineStats

@@ -56,6 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         help="requests that may wait for admission (default 256); beyond: 429 with Retry-After")
     limits.add_argument("--request-timeout", type=float, default=600.0,
                         help="seconds a request may run (default 600); then it ends with finish reason 'timeout'")
+    limits.add_argument("--engine-stall-timeout", type=float, default=60.0,
+                        help="seconds requests wait for an engine core that has work but does not step (stopped, "
+                             "deadlocked, stuck in a device call; default 60); then 503. /health says 503 after "
+                             "5 s of that silence, and 200 again once the core steps")
     limits.add_argument("--drain-seconds", type=float, default=10.0,
                         help="at shutdown, how long requests in flight may finish (default 10)")
     limits.add_argument("--max-connections", type=int, default=None,
@@ -106,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if not 0 <= args.port <= 65535:
         raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
-    for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive", "first_request_timeout"):
+    for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive", "first_request_timeout",
+                 "engine_stall_timeout"):
         if not getattr(args, name) > 0:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
     if args.drain_seconds < 0:
@@ -187,7 +192,8 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
                           max_prompt_tokens=args.max_prompt_tokens or link.info.max_model_len,
                           max_tokens=args.max_tokens_limit, max_waiting=args.max_waiting,
                           request_timeout=args.request_timeout, metrics_need_key=args.metrics_need_key)
-    client = AsyncEngine(link, client_index=index)
+    client = AsyncEngine(link, client_index=index, stall_timeout=args.engine_stall_timeout)
+    client.on_stall.append(_report_stall)
     app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
     state = app.state.anydev
     protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
@@ -211,6 +217,15 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     server.run(sockets=[sock] if sock is not None else None)
     if client.failure is not None:
         raise EngineCoreError(f"{client.failure}; the server stopped (exit non-zero: a supervisor may restart it)")
+
+
+def _report_stall(stalled: bool, seconds: float) -> None:
+    if stalled:
+        print(f"anydev serve: the engine core has work but has not stepped for {seconds:.1f} s (stopped, deadlocked "
+              "or stuck in a device call): /health says 503; requests still waiting get 503 after "
+              "--engine-stall-timeout", file=sys.stderr, flush=True)
+    else:
+        print(f"anydev serve: the engine core steps again after {seconds:.1f} s", file=sys.stderr, flush=True)
 
 
 def _stop_when_closed(connection, server) -> None:

@@ -1,6 +1,8 @@
 """The routes that report on the server: ``/health``, ``/metrics`` (Prometheus) and ``/v1/models``."""
 from __future__ import annotations
 
+import time
+
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -13,10 +15,14 @@ from ..state import ServerState
 def add_info_routes(app: FastAPI, state: ServerState, authorized: list, denied: dict) -> None:
     """``/health`` (open), ``/metrics`` (behind the key when the limits say so) and ``/v1/models``."""
 
-    @app.get("/health", responses={503: error_doc("the engine is not running")})
+    @app.get("/health", responses={503: error_doc("the engine is not running, or it has work and does not step")})
     async def health():
-        if not state.engine.healthy:
-            raise APIError(503, "the engine is not running" + (f": {state.engine.failure}" if state.engine.failure else ""),
+        engine = state.engine
+        if engine.failure is None and engine.stalled:
+            silent = time.monotonic() - engine.last_heard
+            raise APIError(503, f"the engine core has work but has not stepped for {silent:.1f} s", type="server_error")
+        if not engine.healthy:
+            raise APIError(503, "the engine is not running" + (f": {engine.failure}" if engine.failure else ""),
                            type="server_error")
         return {"status": "ok"}
 
