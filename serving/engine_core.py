@@ -313,9 +313,11 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
         core = EngineCore(engine, address, set(lifelines), lifelines)
         try:
             core.run()
+        except AnydevError:
+            sys.exit(1)     # a named failure (a rank died, ...): the front ends were sent it and say it in one line
         except Exception as exc:
             print(f"anydev engine core: failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            raise
+            raise           # a bug: its traceback is what finds it
         print(f"anydev engine core: {final_counters(core.stats())}", flush=True)
 
 

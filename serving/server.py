@@ -365,7 +365,8 @@ def _server_class():
         def engine_failed(self, reason: str) -> None:
             """The engine core failed or died: its requests have ended with an error; stop serving
             (after a moment, so that those errors reach their clients)."""
-            print(f"anydev serve: {reason}; stopping", file=sys.stderr, flush=True)
+            print("anydev serve: the engine core is gone; answering the requests in flight with an error, then "
+                  "stopping", file=sys.stderr, flush=True)   # the reason: once, in the command's error line
             asyncio.get_running_loop().call_later(0.5, setattr, self, "should_exit", True)
 
         async def shutdown(self, sockets=None):
