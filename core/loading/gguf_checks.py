@@ -5,6 +5,7 @@ then fails every request far from its cause. Each check raises one ModelLoadErro
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,10 +20,24 @@ from .checkpoint_errors import ModelLoadError
 BLOCK_SCALE_OFFSETS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q4_k": (0, 2), "q6_k": (208,)}
 
 
-def tensor_table_problem(start_offs: int, fields, size: int) -> str | None:
+#: Largest gap between one tensor's data and the next that alignment padding explains.
+_PADDING_AT_MOST = 4096
+
+
+@dataclass(frozen=True)
+class TableProblem:
+    """What is wrong with a tensor table; ``cut_at`` is set when it reads as a cut copy (the tensors'
+    data lies end to end and only the file's tail is missing): the byte the contents run to."""
+    message: str
+    tensor: str
+    cut_at: int | None = None
+
+
+def tensor_table_problem(start_offs: int, fields, size: int) -> TableProblem | None:
     """What is wrong with the file's tensor table (the reader's fields, before it maps them), or None:
     a type it does not know, rows that are not whole blocks of the type, data past the file's
     ``size`` bytes."""
+    spans = []
     for field in fields:
         _, raw_name, _, dims, raw_type, offset = field.parts
         name = bytes(raw_name).decode(errors="replace")
@@ -30,17 +45,24 @@ def tensor_table_problem(start_offs: int, fields, size: int) -> str | None:
             kind = GGMLQuantizationType(int(raw_type[0]))
             block, type_bytes = GGML_QUANT_SIZES[kind]
         except (ValueError, KeyError):
-            return f"tensor {name}: unknown tensor type {int(raw_type[0])}"
+            return TableProblem(f"tensor {name}: unknown tensor type {int(raw_type[0])}", name)
         shape = [int(d) for d in dims.tolist()]
         if shape and shape[0] % block:
-            return f"tensor {name}: its rows of {shape[0]} values are not whole blocks of {block} ({kind.name})"
+            return TableProblem(f"tensor {name}: its rows of {shape[0]} values are not whole blocks of {block} "
+                                f"({kind.name})", name)
         count = 1
         for d in shape:
             count *= d
-        end = start_offs + int(offset[0]) + count // block * type_bytes
-        if end > size:
-            return f"tensor {name}: its data runs to byte {end}, past the end of the file ({size} bytes)"
-    return None
+        start = start_offs + int(offset[0])
+        spans.append((start, start + count // block * type_bytes, name))
+    past = [span for span in spans if span[1] > size]
+    if not past:
+        return None
+    spans.sort()
+    end_to_end = all(later[0] - earlier[1] in range(_PADDING_AT_MOST + 1) for earlier, later in zip(spans, spans[1:]))
+    _, end, name = max(past, key=lambda span: span[1]) if end_to_end else past[0]
+    return TableProblem(f"tensor {name}: its data runs to byte {end}, past the end of the file ({size} bytes)",
+                        name, cut_at=end if end_to_end else None)
 
 
 def check_tensor_layout(reader: GGUFReader, path: Path) -> None:

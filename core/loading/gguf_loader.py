@@ -88,8 +88,8 @@ def read_metadata(reader: GGUFReader) -> dict:
 
 
 class _Truncated(Exception):
-    def __init__(self, needed: int):
-        self.needed = needed
+    def __init__(self, needed: int, what: str = "its contents"):
+        self.needed, self.what = needed, what
 
 
 class _Damaged(Exception):
@@ -103,7 +103,9 @@ class _BoundedReader(GGUFReader):
     def _build_tensors(self, start_offs, fields):
         problem = tensor_table_problem(start_offs, fields, len(self.data))
         if problem is not None:
-            raise _Damaged(problem)
+            if problem.cut_at is not None:
+                raise _Truncated(problem.cut_at, f"tensor {problem.tensor}'s data")
+            raise _Damaged(problem.message)
         return super()._build_tensors(start_offs, fields)
 
     def _get(self, offset, dtype, count=1, override_order=None):
@@ -119,8 +121,8 @@ def _open_reader(path: Path) -> GGUFReader:
     except _Damaged as damage:
         raise ModelLoadError(f"{path}: {damage}; the file is damaged (or truncated)") from None
     except _Truncated as cut:
-        raise ModelLoadError(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes, but its contents "
-                             f"run to byte {cut.needed} at least; copy or download it again") from None
+        raise ModelLoadError(f"{path}: truncated GGUF file: it has {path.stat().st_size} bytes, but {cut.what} "
+                             f"runs to byte {cut.needed} at least; copy or download it again") from None
     except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError, OSError) as err:
         raise ModelLoadError(f"{path}: corrupt GGUF header ({err})") from err
 

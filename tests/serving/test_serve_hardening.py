@@ -262,15 +262,17 @@ def test_a_client_that_stops_reading_is_dropped_and_blocks_no_one(reference):
 
 
 def test_slow_and_idle_clients_time_out(guarded):
-    """--read-timeout: a client that connects and sends nothing, one that sends half its headers,
-    one that sends its headers and part of its body, one that sends half of its second request each
-    get a 408 naming the limit and a closed connection; --timeout-keep-alive closes an idle
-    kept-alive connection; the server serves on."""
+    """--read-timeout: a client that sends half its headers, one that sends its headers and part of
+    its body, one that sends half of its second request each get a 408 naming the limit and a closed
+    connection; one that connects and sends nothing is closed unanswered (--first-request-timeout);
+    --timeout-keep-alive closes an idle kept-alive connection; the server serves on."""
     before = guarded.metrics().get("anydev_connections_dropped_total{reason=read_timeout}", 0)
+    silent_before = guarded.metrics().get("anydev_connections_dropped_total{reason=first_request_timeout}", 0)
     start = guarded.resources()
     partial_body = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
                     + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"model\": ")
-    sends = [b"", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty", partial_body]
+    silent = socket.create_connection(("127.0.0.1", guarded.port), timeout=60)
+    sends = [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Ty", partial_body]
     sockets = []
     for data in sends:
         s = socket.create_connection(("127.0.0.1", guarded.port), timeout=60)
@@ -291,6 +293,8 @@ def test_slow_and_idle_clients_time_out(guarded):
             answer += chunk
         s.close()
         assert answer.startswith(b"HTTP/1.1 408") and b"--read-timeout" in answer, answer
+    assert silent.recv(4096) == b""                          # closed without a byte written
+    silent.close()
     idle = socket.create_connection(("127.0.0.1", guarded.port), timeout=60)
     idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
     first = idle.recv(4096)
@@ -303,6 +307,7 @@ def test_slow_and_idle_clients_time_out(guarded):
     FIGURES.record("slow and idle clients", slow_clients=len(sends), answered_408=int(dropped),
                    idle_keep_alive_closed=1, start=start, **end)
     assert dropped == len(sends)
+    assert guarded.metrics()["anydev_connections_dropped_total{reason=first_request_timeout}"] - silent_before == 1
     assert_clean(end)
 
 
