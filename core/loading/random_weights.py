@@ -13,7 +13,7 @@ import zlib
 import torch
 
 from ..config import expected_tensor_names
-from ..models.sharding import full_shape
+from ..models.registry import family_of
 from .gguf_writing import gguf_model_writer, write_gguf
 
 #: The ~1B Llama shape of the decode benchmark.
@@ -58,7 +58,8 @@ class RandomStore:
     """A TensorStore (see :mod:`anydev.core.loading.checkpoint`) of seeded random weights, made on demand."""
 
     def __init__(self, config, seed: int = 0):
-        self.shapes = {name: full_shape(name, config) for name in expected_tensor_names(config)}
+        shape_of = family_of(config).full_shape
+        self.shapes = {name: shape_of(name, config) for name in expected_tensor_names(config)}
         largest = max(math.prod(s) for s in self.shapes.values())
         generator = torch.Generator().manual_seed(seed)
         self._pool = torch.randn(2 * largest, generator=generator)
