@@ -33,7 +33,10 @@ _GLOBAL_NAMES = GGUF_GLOBAL_NAMES
 _STORED_DTYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
                   GGMLQuantizationType.BF16: torch.bfloat16}
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-ROPE_FREQS = "rope_freqs.weight"   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
+ROPE_FREQS = "rope_freqs.weight"
+#: A family's GGUF name for stacked experts maps to ``model.layers.<i>.mlp.experts.<proj>.weight``; expert
+#: ``e`` of it is read as ``model.layers.<i>.mlp.experts.<e>.<proj>.weight`` (HF's per-expert names).
+EXPERTS = ".mlp.experts."   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
 
 
 def hf_name(gguf_name: str, layer_names=LLAMA_GGUF_LAYER_NAMES) -> str | None:
@@ -128,7 +131,17 @@ class GGUFStore:
                  layer_names=LLAMA_GGUF_LAYER_NAMES):
         self._reader = reader
         self._path = path
-        self._tensors = {hf_name(t.name, layer_names): t for t in reader.tensors if hf_name(t.name, layer_names)}
+        self._tensors, self._experts = {}, {}
+        for tensor in reader.tensors:
+            name = hf_name(tensor.name, layer_names)
+            if name is None:
+                continue
+            if len(tensor.shape) == 3 and EXPERTS in name:   # llama.cpp stacks a layer's experts in one tensor
+                for e in range(int(tensor.shape[2])):
+                    self._tensors[name.replace(EXPERTS, f"{EXPERTS}{e}.")] = tensor
+                    self._experts[name.replace(EXPERTS, f"{EXPERTS}{e}.")] = e
+            else:
+                self._tensors[name] = tensor
         # HF name → head count to un-permute its rows with (q/k of the llama architecture).
         self._permuted_heads = permuted_heads
 
@@ -144,13 +157,14 @@ class GGUFStore:
     def tensor_slice(self, name: str, cut, blocks: bool = False) -> GGUFSlice:
         if self._reader is None:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
-        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks)
+        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks,
+                         self._experts.get(name))
 
     def block_format(self, name: str) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) of 2-D tensor ``name``, or None."""
         tensor = self._tensors[name]
         fmt = tensor.tensor_type.name.lower()
-        return fmt if fmt in BLOCK_FORMATS and len(tensor.shape) == 2 else None
+        return fmt if fmt in BLOCK_FORMATS and (len(tensor.shape) == 2 or name in self._experts) else None
 
     def stored_format(self, name: str, cut) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) tensor ``name`` is stored in, when its part
@@ -177,17 +191,25 @@ class GGUFSlice:
     ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads. ``blocks``: rows of
     stored bytes instead (dtype uint8, ``row_bytes`` bytes a row): the cut's blocks, or, where the cut
     splits blocks along a row, the blocks that cover it; then ``covered`` is ``(offset, values)``: a
-    decoded row has ``values`` values, and the cut's are ``shape[1]`` of them from ``offset``."""
+    decoded row has ``values`` values, and the cut's are ``shape[1]`` of them from ``offset``.
+    ``expert``: the tensor stacks experts ``[E, rows, cols]``; this is expert ``expert``'s ``[rows, cols]``."""
 
-    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False):
+    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False,
+                 expert: int | None = None):
         self.full_shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
+        if expert is not None:
+            experts, *self.full_shape = self.full_shape
+            self.full_shape = tuple(self.full_shape)
         self.shape = sliced_shape(self.full_shape, cut)
         self._tensor, self._path = tensor, path
         kind = tensor.tensor_type
         self.dtype = _STORED_DTYPES.get(kind, torch.float32)
         block, block_bytes = GGML_QUANT_SIZES[kind]
         rows = self.full_shape[0] if len(self.full_shape) > 1 else 1      # a 1-D tensor is one row
-        self._raw = tensor.data.view(np.uint8).reshape(rows, -1)
+        if expert is None:
+            self._raw = tensor.data.view(np.uint8).reshape(rows, -1)
+        else:
+            self._raw = tensor.data.view(np.uint8).reshape(experts * rows, -1)[expert * rows:(expert + 1) * rows]
         self._first_row, self._columns, self._narrow, self._cut = 0, slice(None), None, cut
         if cut is not None and len(self.full_shape) > 1:
             dim, start, length = cut

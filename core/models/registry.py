@@ -24,6 +24,8 @@ BUILTIN_FAMILIES = (
     "anydev.core.models.families.llama",
     "anydev.core.models.families.mistral",
     "anydev.core.models.families.qwen2",
+    "anydev.core.models.families.qwen3",
+    "anydev.core.models.families.qwen3_moe",
 )
 ENTRY_POINT_GROUP = "anydev.models"
 
