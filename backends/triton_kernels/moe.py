@@ -36,7 +36,10 @@ def _route_kernel(logits_ptr, weights_ptr, ids_ptr, E, TOP_K: tl.constexpr, RENO
         index = tl.min(tl.where(left == best, e, BLOCK_E), axis=0)
         total += best
         left = tl.where(e == index, -1.0, left)
-    scale = 1.0 / total if RENORMALIZE else 1.0
+    if RENORMALIZE:
+        scale = 1.0 / total
+    else:
+        scale = total * 0.0 + 1.0
     left = p
     for j in tl.static_range(TOP_K):
         best = tl.max(left, axis=0)
@@ -129,7 +132,8 @@ def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | Non
     elif fmt in ("q8_0", "q4_0", "q4_1"):
         block_n, block_k = 32, 128
     else:
-        block_n, block_k = 16, 512 if K >= 512 else next_power_of_2(K)
+        block_n = 16
+        block_k = next((b for b in (512, 256, 128) if K % b == 0), min(512, next_power_of_2(K)))
     grid = (triton.cdiv(N, block_n), R)
     _moe_linear_kernel[grid](
         x, weight, scales if scales is not None else weight, expert_ids, out, N, K, x.stride(0),
