@@ -532,3 +532,23 @@ def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(bac
     with_reference = greedy_tokens(engine_config(backend, 1, kernels="reference"))
     assert all(with_reference), "the reference run generated nothing"
     assert with_native == with_reference, f"native kernels {with_native} vs references {with_reference}"
+
+
+def test_engine_greedy_tokens_of_a_moe_model_with_the_backends_kernels_equal_the_references(backend, kernels):
+    """A tiny random Qwen3-MoE (float32, one rank, one layer; 8 experts, top 2): greedy tokens with the backend's
+    kernels equal those with the references (the MoE kernels inside the model, decode graphs included)."""
+    from anydev.conformance.engine_support import engine_config
+    from anydev.core import InferEngine, SamplingParams
+    from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
+
+    if not {"moe_route", "moe_linear"} & kernels.native:
+        pytest.skip(f"'{backend.name}' offers no native MoE kernel: the engine runs the references either way")
+    checkpoint = random_checkpoint(model_config("qwen3_moe", max_position_embeddings=256,
+                                                **dict(LLAMA_TINY, **TINY_EXTRA["qwen3_moe"], num_hidden_layers=1)))
+    prompts = [list(range(3, 3 + n)) for n in (1, 9)]
+    tokens = {}
+    for mode in ("native", "reference"):
+        with InferEngine(checkpoint, engine_config(backend, 1, kernels=mode, max_model_len=128)) as engine:
+            tokens[mode] = [o.token_ids for o in engine.generate_ids(prompts, SamplingParams(max_new_tokens=8,
+                                                                                           ignore_eos=True))]
+    assert tokens["native"] == tokens["reference"], f"native kernels {tokens['native']} vs references {tokens['reference']}"

@@ -68,3 +68,21 @@ def test_moe_config_from_hf_and_gguf(models, source):
     assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (4, 2, 32)
     assert config.norm_topk_prob is True and config.moe_layers == (0, 1) and config.head_dim == 32
     assert "model.layers.1.mlp.experts.3.down_proj.weight" in names and "model.layers.0.self_attn.q_norm.weight" in names
+
+
+def test_gguf_stacked_experts_read_as_hf_per_expert_tensors(tmp_path):
+    """llama.cpp's ffn_*_exps [E, rows, cols] come back as each expert's HF tensor, whole and as a
+    rank's part (the experts' split under TP), equal to the weights as stored (dequantized)."""
+    written = write_gguf_checkpoint(tmp_path / "moe.gguf", "Q8_0", arch="qwen3_moe")
+    gate_up = written.state_dict["model.layers.1.mlp.experts.gate_up_proj"]      # [E, 2 x 32, 64]
+    down = written.state_dict["model.layers.1.mlp.experts.down_proj"]            # [E, 64, 32]
+    with open_checkpoint(written.path) as checkpoint:
+        for e in range(4):
+            p = f"model.layers.1.mlp.experts.{e}."
+            assert torch.equal(checkpoint.load(p + "gate_proj.weight"), gate_up[e, :32])
+            assert torch.equal(checkpoint.load(p + "up_proj.weight"), gate_up[e, 32:])
+            assert torch.equal(checkpoint.load(p + "down_proj.weight"), down[e])
+            part = checkpoint.tensor_slice(p + "up_proj.weight", (0, 16, 16))      # rank 1 of 2
+            rows = torch.empty(part.shape, dtype=part.dtype)
+            part.read_rows(0, 16, rows.view(-1).view(torch.uint8).numpy())
+            assert torch.equal(rows, gate_up[e, 48:])
