@@ -459,9 +459,10 @@ def test_moe_route_breaks_ties_to_the_lower_expert(kernels, torch_device, renorm
 
 
 def moe_linear_shapes(torch_device) -> list[tuple[int, int, int, int]]:
-    """(R, E, N, K): decode's top-k rows, a batch of rows; K a multiple of 256."""
+    """(R, E, N, K): decode's top-k rows, a batch of rows (more than 16: where an implementation may
+    group the rows by expert); K a multiple of 256."""
     if interpreted(torch_device):
-        return [(5, 4, 24, 256)]
+        return [(5, 4, 24, 256), (21, 4, 24, 256)]
     return [(8, 128, 1536, 2048), (8, 128, 2048, 768), (256, 16, 384, 1024)]
 
 

@@ -4,10 +4,13 @@
 rounds of "largest probability, lowest index among equals", twice (the first sums the chosen
 weights for the renormalisation, the second stores them).
 
-``moe_linear``: one GEMV per row and block of ``BLOCK_N`` outputs, reading the weight of the row's
-own expert (the expert's rows start ``expert * N`` rows into the stacked weight) with the linear
-family's tiles, so every weight format the linear layers read works here too. At decode each
-token's ``top_k`` rows read ``top_k`` experts: the bytes read are the active experts' weights.
+``moe_linear``, up to :data:`GEMV_MAX_ROWS` rows: one GEMV per row and block of ``BLOCK_N``
+outputs, reading the weight of the row's own expert (the expert's rows start ``expert * N`` rows into
+the stacked weight) with the linear family's tiles, so every weight format the linear layers read
+works here too. At decode each token's ``top_k`` rows read ``top_k`` experts: the bytes read are the
+active experts' weights. More rows (a batch, a prompt): the rows sorted by expert (a stable sort on
+the device: graph-safe), and one program per ``BLOCK_M`` sorted rows and ``BLOCK_N`` outputs that runs
+``tl.dot`` once per expert its rows use, each expert's weight tile read once for all its rows there.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ import torch
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
-from ._common import check_last_dim_contiguous, next_power_of_2, tl, triton
-from ._gguf_tiles import block32_gemv, q4_k_gemv_block, q6_k_gemv_block
+from ._common import check_last_dim_contiguous, dot, dot_precision, next_power_of_2, tl, triton, upcast_dots
+from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
 
 
@@ -107,6 +110,53 @@ def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, N, K, stride_
     tl.store(out_ptr + r * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
 
 
+@triton.jit
+def _moe_linear_dot_kernel(x_ptr, w_ptr, scales_ptr, sorted_ids_ptr, order_ptr, out_ptr, R, N, K, stride_x,
+                           ROW_BYTES, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+                           UPCAST: tl.constexpr):
+    pid_n, pid_m = tl.program_id(0), tl.program_id(1)
+    n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    slot = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                 # positions in the sorted rows
+    valid = slot < R
+    rows = tl.load(order_ptr + slot, mask=valid, other=0).to(tl.int64)
+    experts = tl.load(sorted_ids_ptr + slot, mask=valid, other=-1).to(tl.int64)
+    first = tl.load(sorted_ids_ptr + pid_m * BLOCK_M).to(tl.int64)
+    last = tl.max(experts, axis=0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for expert in range(first, last + 1):
+        mine = valid & (experts == expert)
+        if tl.sum(mine.to(tl.int32), axis=0) > 0:                  # an expert these rows skip is not read
+            if FORMAT <= 2:
+                w_expert = w_ptr + expert * N * K
+            else:
+                w_expert = w_ptr + expert * N * ROW_BYTES
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+                if FORMAT == 6 or FORMAT == 7:
+                    w = k_quant_tile(w_expert, n, k0 // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
+                elif FORMAT >= 3:
+                    w = tl.trans(tl.reshape(block32_values(w_expert, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                                           BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
+                elif FORMAT == 1:
+                    w = int8_float(stored_values(w_expert, n[None, :], k[:, None], N, K))
+                else:
+                    w = weight_tile(w_expert, n[None, :], k[:, None], N, K, FORMAT)
+                xk = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=mine[:, None] & (k[None, :] < K),
+                             other=0.0)
+                part = part + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+            if CHANNEL_SCALES:
+                part = part * tl.load(scales_ptr + expert * N + n, mask=n < N, other=0.0)[None, :]
+            acc += part                                            # rows of other experts added zeros
+    tl.store(out_ptr + rows[:, None] * N + n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=valid[:, None] & (n[None, :] < N))
+
+
+#: Rows up to which moe_linear runs one GEMV per row; above, the grouped tl.dot kernel.
+GEMV_MAX_ROWS = 16
+
+
 def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str | None,
                expert_ids: torch.Tensor) -> torch.Tensor:
     check_last_dim_contiguous("x", x)
@@ -127,6 +177,17 @@ def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | Non
     out = torch.empty((R, N), dtype=x.dtype, device=x.device)
     if R == 0 or N == 0:
         return out
+    ROW_BYTES = row_bytes(fmt, K) if weight_format is not None else K
+    if R > GEMV_MAX_ROWS:
+        sorted_ids, order = torch.sort(expert_ids, stable=True)
+        block_m = 16 if R <= 256 else 32 if R <= 2048 else 64
+        block_n, block_k = (32, 256) if fmt in ("q4_k", "q6_k") else (64, 64)
+        grid = (triton.cdiv(N, block_n), triton.cdiv(R, block_m))
+        _moe_linear_dot_kernel[grid](
+            x, weight, scales if scales is not None else weight, sorted_ids, order, out, R, N, K, x.stride(0),
+            ROW_BYTES, FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_K=block_k, PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=4)
+        return out
     if fmt in ("q4_k", "q6_k"):
         block_n, block_k = 32, 256
     elif fmt in ("q8_0", "q4_0", "q4_1"):
@@ -136,8 +197,7 @@ def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | Non
         block_k = next((b for b in (512, 256, 128) if K % b == 0), min(512, next_power_of_2(K)))
     grid = (triton.cdiv(N, block_n), R)
     _moe_linear_kernel[grid](
-        x, weight, scales if scales is not None else weight, expert_ids, out, N, K, x.stride(0),
-        row_bytes(fmt, K) if weight_format is not None else K,
+        x, weight, scales if scales is not None else weight, expert_ids, out, N, K, x.stride(0), ROW_BYTES,
         FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=8 if fmt == "dense" else 4,
     )

@@ -1,4 +1,4 @@
-"""The MoE kernels (moe_route, moe_linear in every weight format) compile for an H100/H200 (sm_90) on
+"""The MoE kernels (moe_route, moe_linear's GEMV and grouped tl.dot kernels in every weight format) compile for an H100/H200 (sm_90) on
 this CPU, with Triton's compiler and the ptxas its wheel ships, no GPU: the interpreter that CI runs
 them under never compiles them (see test_triton_sm90_compile.py for what only compilation sees)."""
 from __future__ import annotations
@@ -38,6 +38,12 @@ CHILD = textwrap.dedent("""
                                          "out_ptr": "*bf16", "N": "i32", "K": "i32", "stride_x": "i32",
                                          "ROW_BYTES": "i32"},
                 dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_N=block_n, BLOCK_K=block_k))
+        dot_n, dot_k = (32, 256) if fmt in ("q4_k", "q6_k") else (64, 64)
+        compile(moe._moe_linear_dot_kernel,
+                {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "sorted_ids_ptr": "*i64", "order_ptr": "*i64",
+                 "out_ptr": "*bf16", "R": "i32", "N": "i32", "K": "i32", "stride_x": "i32", "ROW_BYTES": "i32"},
+                dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=16, BLOCK_N=dot_n,
+                     BLOCK_K=dot_k, PRECISION=None, UPCAST=False))
     print("ok")
 """)
 
