@@ -16,6 +16,7 @@ from typing import Mapping
 from ..model_config import (ModelConfig, ModelLoadError, check_attention, check_token_ids, first_set,
                             normalize_rope_scaling, positive_number, required, shape_int, union_ids)
 from . import sharding
+from .fusion import FUSIONS
 from .llama import LlamaRank
 
 #: GGUF tensor names of every family's global tensors -> HF names.
@@ -170,7 +171,6 @@ class ModelFamily:
     def fusions(self, config: ModelConfig, i: int) -> dict[str, tuple[str, ...]]:
         """Layer ``i``'s fused views: fused name -> the parts (names after ``model.layers.<i>.``) it
         spans, in buffer order; the rank gets a view over the parts where they sit back to back."""
-        from .fusion import FUSIONS
         return dict(FUSIONS)
 
     # ---- GGUF --------------------------------------------------------------------------------

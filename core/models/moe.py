@@ -61,7 +61,8 @@ def sparse_moe(kernels, x: torch.Tensor, router: torch.Tensor, gate_up: ExpertWe
     logits = kernels.linear(x, router)                                   # [T, E], replicated router
     weights, expert_ids = kernels.moe_route(logits, top_k, renormalize)   # [T, top_k]
     ids = expert_ids.reshape(-1)
-    rows = x.repeat_interleave(top_k, dim=0)                             # token t's copies are rows t*k ..
+    # token t's copies are rows t*k ..; expand + reshape: a copy whose size needs no host read
+    rows = x[:, None, :].expand(T, top_k, x.shape[1]).reshape(T * top_k, x.shape[1])
     hidden = kernels.silu_and_mul(kernels.moe_linear(rows, gate_up.data, gate_up.scales, gate_up.weight_format, ids))
     out = kernels.moe_linear(hidden, down.data, down.scales, down.weight_format, ids)   # [T * top_k, hidden]
     return (out.view(T, top_k, -1) * weights.to(x.dtype)[:, :, None]).sum(dim=1)
