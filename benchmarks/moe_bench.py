@@ -1,4 +1,4 @@
-"""The MoE kernels (contract 1.6) of a backend beside their torch references, at the Qwen3-30B-A3B
+"""The MoE kernels (contract 1.7) of a backend beside their torch references, at the Qwen3-30B-A3B
 expert shape, in one run on one device; prints times, ratios and the rate at which moe_linear reads
 the active experts' weights.
 
