@@ -9,7 +9,13 @@ Cases: each batch size (--batch-sizes, default 1 and 32) at each context (--cont
 prompt (default 8192) at batch 1, timed to its first token. The model is Llama-shaped (default: hidden
 2048, 16 layers, 32 heads, 8 KV heads, MLP 8192, vocab 32000, bf16 on GPUs) with random weights made
 in process; every engine generates exactly --new-tokens (no EOS). ``--shape 8b``: the Llama-3-8B shape
-(hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14336, vocab 128256). ``--quantizations none,int8,fp8``
+(hidden 4096, 32 layers, 32 heads, 8 KV heads, MLP 14336, vocab 128256); ``qwen3-8b``: Qwen3-8B's (hidden
+4096, 36 layers, 32 heads of 128, 8 KV heads, MLP 12288, vocab 151936, per-head q/k norms);
+``qwen3-30b-a3b``: Qwen3-30B-A3B's MoE (hidden 2048, 48 layers, 32 heads of 128, 4 KV heads, 128 experts
+of width 768, 8 active, vocab 151936; ``--layers`` to run fewer). Each decode row of an unquantized
+engine also says the weight bytes a step reads (every weight but the embedding table; of a MoE layer,
+the experts its tokens are expected to pick, uniform routing assumed: ``E (1 - (1 - k/E)^batch)``) and
+the rate that is, in GB/s, and for a MoE the active experts' bytes alone over the step time. ``--quantizations none,int8,fp8``
 runs each anydev mode once per quantization of the projections (quantized while loading, on the device)
 and prints each quantized engine's decode speed over the same mode's unquantized one. ``--repeats N``
 builds every anydev engine N times, their order reversed on every other round (an engine built later
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -46,12 +53,17 @@ import torch
 from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.exits import exit_process, run_command
-from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import (LLAMA_1B, LLAMA_TINY, QWEN3_8B, QWEN3_30B_A3B, TINY_EXTRA,
+                                               model_config, random_checkpoint)
+from anydev.core.models.registry import family_of
 
 #: The Llama-3-8B shape (the decode targets' model).
 LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=8)
 
+#: --shape: (family, shape).
+SHAPES = {"1b": ("llama", LLAMA_1B), "8b": ("llama", LLAMA_8B), "qwen3-8b": ("qwen3", QWEN3_8B),
+          "qwen3-30b-a3b": ("qwen3_moe", QWEN3_30B_A3B)}
 ENGINES = ("graphs", "graphs-sync", "eager")
 HF_MODES = ("eager", "compiled")
 
@@ -70,7 +82,7 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--prefill-len", type=int, default=8192, help="the prefill case's prompt (0: no prefill case)")
     p.add_argument("--layers", type=int, default=None, help="default: 16 (2 with --tiny)")
-    p.add_argument("--shape", default="1b", choices=("1b", "8b"), help="the Llama shape (default 1b)")
+    p.add_argument("--shape", default="1b", choices=tuple(SHAPES), help="the model's shape (default 1b, llama)")
     p.add_argument("--quantizations", default="none", help="comma list of none, int8, fp8 (anydev engines)")
     p.add_argument("--tiny", action="store_true", help="hidden 64, 2 layers, vocab 256: host overhead, cpu smoke")
     p.add_argument("--modes", default="graphs,graphs-sync,eager", help="anydev modes: graphs, graphs-sync, eager")
@@ -99,11 +111,13 @@ def run(args) -> int:
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     modes, hf_modes = _list(args.modes, ENGINES, "--modes"), _list(args.hf, HF_MODES, "--hf")
-    shape = LLAMA_8B if args.shape == "8b" else LLAMA_1B
+    arch, shape = SHAPES[args.shape]
+    if hf_modes and arch != "llama":
+        raise EngineConfigError(f"--hf runs transformers on the llama shapes only; pass --hf none with --shape {args.shape}")
     args.layers = args.layers or (2 if args.tiny else shape["num_hidden_layers"])
     longest = max(contexts + [args.prefill_len]) + args.new_tokens + 16
-    model = llama_config(max_position_embeddings=longest,
-                         **dict(shape, **dict(LLAMA_TINY if args.tiny else {}, num_hidden_layers=args.layers)))
+    tiny = dict(LLAMA_TINY, **TINY_EXTRA.get(arch, {})) if args.tiny else {}
+    model = model_config(arch, max_position_embeddings=longest, **{**shape, **tiny, "num_hidden_layers": args.layers})
     checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = {n: torch.randint(2, model.vocab_size, (max(batch_sizes), n), generator=generator).tolist()
@@ -141,8 +155,12 @@ def run(args) -> int:
                                           capture_seconds=getattr(engine, "capture_seconds", 0.0))
             for kind, batch, context in cases:
                 row = anydev_case(engine, name, kind, prompts[context][:batch], args, count_kernels=repeat == 0)
+                if kind == "decode" and quantization == "none":
+                    row.update(weight_reads(model, batch, dtype.itemsize, row["decode_step_ms"]))
                 rounds.setdefault((name, kind, batch, context), []).append(row)
                 print(_row(row), flush=True)
+                if "weights_gbps" in row:
+                    print(_reads(row), flush=True)
     rows += [_median_row(runs) for runs in rounds.values()]
     failed = {}
     for hf_mode in hf_modes:
@@ -155,6 +173,8 @@ def run(args) -> int:
     print(_header())
     for row in sorted(rows, key=lambda r: (r["case"] == "prefill", r["context"], r["batch"], r["engine"])):
         print(_row(row))
+        if "weights_gbps" in row:
+            print(_reads(row))
     ratios = _ratios(rows)
     for line in ratios:
         print(line)
@@ -163,7 +183,8 @@ def run(args) -> int:
                       device=args.device, device_name=_device_name(torch_device), tp=args.tp,
                       order=[[_engine_name(*engine) for engine in engines_of_round] for engines_of_round in order],
                       dtype=str(dtype).removeprefix("torch."), new_tokens=args.new_tokens, layers=args.layers,
-                      shape={k: getattr(model, k) for k in LLAMA_1B}, engines=info, rows=rows, ratios=ratios,
+                      architecture=arch, shape={k: getattr(model, k) for k in {**LLAMA_1B, **shape, **tiny}},
+                      engines=info, rows=rows, ratios=ratios,
                       failed=failed)
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
@@ -180,12 +201,47 @@ def _engine_name(mode: str, executor: str, quantization: str) -> str:
         + ("" if quantization == "none" else f" {quantization}")
 
 
+def weight_reads(config, batch: int, itemsize: int, step_ms: float) -> dict:
+    """The weight bytes one decode step of ``batch`` rows reads (all but the embedding table; of each MoE
+    layer the experts expected under uniform routing) and their rate over ``step_ms``; for a MoE, the
+    active experts' bytes and rate alone."""
+    family = family_of(config)
+    experts, top_k = getattr(config, "num_experts", 0), getattr(config, "num_experts_per_tok", 0)
+    active = experts * (1 - (1 - top_k / experts) ** batch) if experts else 0.0
+    dense = expert = 0
+    for name in family.tensor_names(config):
+        numel = math.prod(family.full_shape(name, config)) * itemsize
+        if ".mlp.experts." in name:
+            expert += numel
+        elif name != "model.embed_tokens.weight":
+            dense += numel
+    expert_bytes = expert * active / experts if experts else 0.0
+    seconds = step_ms / 1000 if step_ms else float("nan")
+    reads = dict(weights_gb_per_step=(dense + expert_bytes) / 1e9, weights_gbps=(dense + expert_bytes) / 1e9 / seconds)
+    if experts:
+        reads.update(active_experts=active, experts_gb_per_step=expert_bytes / 1e9,
+                     experts_gbps=expert_bytes / 1e9 / seconds)
+    return reads
+
+
+def _reads(row: dict) -> str:
+    line = f"{'':>22}  reads {row['weights_gb_per_step']:.3f} GB of weights a step: {row['weights_gbps']:.1f} GB/s"
+    if "experts_gbps" in row:
+        line += (f"; active experts {row['active_experts']:.1f} a layer, {row['experts_gb_per_step']:.3f} GB a step: "
+                 f"{row['experts_gbps']:.1f} GB/s")
+    return line
+
+
 def _median_row(runs: list[dict]) -> dict:
     """One case's row over the rounds: each timing the median of the rounds' (the first round's kernel count)."""
     row = dict(runs[0], repeats=len(runs))
     for key in ("prefill_tokens_per_s", "decode_tokens_per_s", "decode_step_ms", "build_ms"):
         values = [run[key] for run in runs]
         row[key] = statistics.median(values) if None not in values else None
+    if "weights_gb_per_step" in row and row["decode_step_ms"]:     # the rates at the median step time
+        for rate, size in (("weights_gbps", "weights_gb_per_step"), ("experts_gbps", "experts_gb_per_step")):
+            if rate in row:
+                row[rate] = row[size] / (row["decode_step_ms"] / 1000)
     return row
 
 

@@ -1,4 +1,4 @@
-"""Kernels (contract 1.2, 1.3, 1.5, 1.6): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3, 1.5, 1.6, 1.7): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references.
 
@@ -27,6 +27,12 @@ float16 scale fields hold small random values, so every bit of a block matters.
 A kernel offered for some inputs only (``KernelOffer``, contract 1.6: e.g. ``quantized_linear`` for
 q4_k alone) is checked on the dtypes and weight formats it declares; each other one is skipped as
 "not offered" (the engine runs the reference there), never counted as a pass.
+
+Mixture of experts (1.7): ``moe_route`` picks exactly the reference's experts (ties, exact and from
+rounding in 16-bit logits, to the lower expert) with weights within the float32 tolerance, with and
+without renormalisation; ``moe_linear`` in float and every weight format over rows that share an
+expert, all rows on one expert and experts that get no row, whose weights hold NaN (a kernel that
+reads an expert no row names fails).
 
 Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
 entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.
@@ -417,6 +423,96 @@ def test_quantized_linear_equals_the_reference(kernels, torch_device, dtype, wei
         assert_close(got, want, dtype, f"quantized_linear {weight_format} (T {T}, N {N}, K {K})")
 
 
+# ---- mixture of experts (contract 1.7) -----------------------------------------------------------
+
+def route_cases(torch_device) -> list[tuple[int, int, int]]:
+    """(T, E, top_k): decode's one token, a batch, Qwen3-30B-A3B's 128 experts top 8."""
+    if interpreted(torch_device):
+        return [(1, 8, 2), (3, 128, 8)]
+    return [(1, 8, 2), (32, 60, 4), (257, 128, 8)]
+
+
+@pytest.mark.parametrize("renormalize", [False, True], ids=["plain", "renormalized"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_moe_route_equals_the_reference(kernels, torch_device, dtype, renormalize):
+    kernel = native(kernels, "moe_route", dtype)
+    for seed, (T, E, k) in enumerate(route_cases(torch_device)):
+        logits = (2 * torch.randn(T, E, generator=torch.Generator().manual_seed(seed))).to(dtype).to(torch_device)
+        weights, ids = kernel(logits, k, renormalize)
+        want_weights, want_ids = reference.moe_route(logits, k, renormalize)
+        what = f"moe_route (T {T}, E {E}, top {k}, renormalize {renormalize})"
+        assert ids.dtype == torch.int64 and weights.dtype == torch.float32, f"{what}: {ids.dtype}, {weights.dtype}"
+        assert torch.equal(ids.cpu(), want_ids.cpu()), f"{what}: experts {ids.cpu().tolist()} vs {want_ids.cpu().tolist()}"
+        assert_close(weights, want_weights, torch.float32, what)
+
+
+@pytest.mark.parametrize("renormalize", [False, True], ids=["plain", "renormalized"])
+def test_moe_route_breaks_ties_to_the_lower_expert(kernels, torch_device, renormalize):
+    """Equal logits: the lower expert index first, as the reference orders them."""
+    kernel = native(kernels, "moe_route", torch.float32)
+    logits = torch.tensor([[0.0] * 8,                                     # all equal
+                           [1.0, 3.0, 3.0, 0.0, 3.0, 2.0, 2.0, -1.0],     # a tie across the top-k boundary
+                           [5.0, -2.0, -2.0, -2.0, -2.0, -2.0, -2.0, 5.0]], device=torch_device)
+    weights, ids = kernel(logits, 3, renormalize)
+    assert ids.cpu().tolist() == [[0, 1, 2], [1, 2, 4], [0, 7, 1]], f"ties chose {ids.cpu().tolist()}"
+    assert_close(weights, reference.moe_route(logits, 3, renormalize)[0], torch.float32, "moe_route ties")
+
+
+def moe_linear_shapes(torch_device) -> list[tuple[int, int, int, int]]:
+    """(R, E, N, K): decode's top-k rows, a batch of rows (more than 16: where an implementation may
+    group the rows by expert); K a multiple of 256."""
+    if interpreted(torch_device):
+        return [(5, 4, 24, 256), (21, 4, 24, 256)]
+    return [(8, 128, 1536, 2048), (8, 128, 2048, 768), (256, 16, 384, 1024)]
+
+
+def expert_ids_of(R: int, E: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """Rows that share experts with experts no row names (every other one left out), and all rows on
+    the last expert."""
+    some = torch.arange(0, E, 2)[torch.randint(0, len(range(0, E, 2)), (R,), generator=gen)]
+    return [some, torch.full((R,), E - 1)]
+
+
+def stacked_weights(weight_format, E: int, N: int, K: int, dtype, gen: torch.Generator, unused: torch.Tensor):
+    """(weight, scales) of ``E`` experts in ``weight_format`` (None: floats), the experts ``unused``
+    poisoned with NaN (their float values, scales or float16 block fields)."""
+    if weight_format is None:
+        weight = (torch.randn(E, N, K, generator=gen) / K ** 0.5).to(dtype)
+        weight[unused] = math.nan
+        return weight, None
+    parts = [random_weight(weight_format, N, K, gen) for _ in range(E)]
+    weight = torch.stack([p[0] for p in parts])
+    scales = None if parts[0][1] is None else torch.stack([p[1] for p in parts])
+    if scales is not None:
+        scales[unused] = math.nan
+    else:
+        blocks = weight.view(E, N, -1, weight_formats.BLOCK_FORMATS[weight_format].bytes)
+        for at, _ in _F16_FIELDS[weight_format]:
+            blocks[unused, :, :, at:at + 2] = torch.tensor([0x00, 0x7E], dtype=torch.uint8)   # float16 NaN
+    return weight, scales
+
+
+@pytest.mark.parametrize("weight_format", (None, *weight_formats.WEIGHT_FORMATS), ids=lambda f: f or "float")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_moe_linear_equals_the_reference(kernels, torch_device, dtype, weight_format):
+    kernel = native(kernels, "moe_linear", dtype, weight_format)
+    for seed, (R, E, N, K) in enumerate(moe_linear_shapes(torch_device)):
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(R, K + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]      # strided rows
+        for ids in expert_ids_of(R, E, gen):
+            unused = torch.tensor(sorted(set(range(E)) - set(ids.tolist())), dtype=torch.int64)
+            weight, scales = stacked_weights(weight_format, E, N, K, dtype, gen, unused)
+            weight, ids = weight.to(torch_device), ids.to(torch_device)
+            scales = None if scales is None else scales.to(torch_device)
+            got = kernel(x, weight, scales, weight_format, ids)
+            what = f"moe_linear {weight_format or 'float'} (R {R}, E {E}, N {N}, K {K}, experts {sorted(set(ids.tolist()))})"
+            assert got.dtype == dtype and got.is_contiguous(), f"{what}: output {got.dtype}, contiguous {got.is_contiguous()}"
+            x32 = x.float()
+            want = reference.moe_linear(x32, weight.float() if weight_format is None else weight, scales,
+                                        weight_format, ids)
+            assert_close(got, want, dtype, what)
+
+
 # ---- the engine ----------------------------------------------------------------------------------
 
 def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(backend, kernels):
@@ -437,3 +533,23 @@ def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(bac
     with_reference = greedy_tokens(engine_config(backend, 1, kernels="reference"))
     assert all(with_reference), "the reference run generated nothing"
     assert with_native == with_reference, f"native kernels {with_native} vs references {with_reference}"
+
+
+def test_engine_greedy_tokens_of_a_moe_model_with_the_backends_kernels_equal_the_references(backend, kernels):
+    """A tiny random Qwen3-MoE (float32, one rank, one layer; 8 experts, top 2): greedy tokens with the backend's
+    kernels equal those with the references (the MoE kernels inside the model, decode graphs included)."""
+    from anydev.conformance.engine_support import engine_config
+    from anydev.core import InferEngine, SamplingParams
+    from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
+
+    if not {"moe_route", "moe_linear"} & kernels.native:
+        pytest.skip(f"'{backend.name}' offers no native MoE kernel: the engine runs the references either way")
+    checkpoint = random_checkpoint(model_config("qwen3_moe", max_position_embeddings=256,
+                                                **dict(LLAMA_TINY, **TINY_EXTRA["qwen3_moe"], num_hidden_layers=1)))
+    prompts = [list(range(3, 3 + n)) for n in (1, 9)]
+    tokens = {}
+    for mode in ("native", "reference"):
+        with InferEngine(checkpoint, engine_config(backend, 1, kernels=mode, max_model_len=128)) as engine:
+            tokens[mode] = [o.token_ids for o in engine.generate_ids(prompts, SamplingParams(max_new_tokens=8,
+                                                                                           ignore_eos=True))]
+    assert tokens["native"] == tokens["reference"], f"native kernels {tokens['native']} vs references {tokens['reference']}"

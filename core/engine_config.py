@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import SUPPORTED_ARCHITECTURES
+from .models.registry import UnknownModelFamilyError, family_of
 from .errors import EngineConfigError
 from .rank.kernel_choice import KERNEL_MODES
 from .executors.registry import validate_executor
@@ -84,10 +84,10 @@ def validate_config(config: EngineConfig, model) -> None:
     """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
     config ``model`` (checked before any weights load), the executor's and the worker class's
     own checks included."""
-    if model.architecture not in SUPPORTED_ARCHITECTURES:
-        raise EngineConfigError(
-            f"architecture {model.architecture!r} is not supported; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
+    try:
+        family_of(model)
+    except UnknownModelFamilyError as exc:
+        raise EngineConfigError(str(exc)) from None
     RankLayout(config.tp, config.pp).check_model(model)
     for name in ("block_size", "max_num_seqs"):
         value = getattr(config, name)

@@ -29,9 +29,13 @@ Conventions shared by all kernels:
   stored as :mod:`anydev.plugin_api.weight_formats` says). An implementation may pick its method
   by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
 * **Offers for some inputs** (contract 1.6): a backend may offer a kernel for some activation dtypes
-  and, for ``quantized_linear``, some weight formats only
+  and, for ``quantized_linear`` and ``moe_linear``, some weight formats only
   (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, e.g. Q4_K alone); the :class:`KernelSet`
   runs the reference on the rest, on the same device, and the suite checks only what is declared.
+* **Mixture of experts** (contract 1.7): ``moe_route`` (a router's top-k experts and their weights)
+  and ``moe_linear`` (a grouped linear layer: each row through the weight of its own expert, float or
+  in any weight format). A MoE block is ``moe_route``, ``moe_linear`` (gate/up), ``silu_and_mul``,
+  ``moe_linear`` (down) and the weighted sum of each token's expert rows.
 """
 from __future__ import annotations
 
@@ -228,6 +232,52 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor
     return (x.float() @ w.T).to(x.dtype)
 
 
+# ---- mixture of experts (contract 1.7) -----------------------------------------------------------
+
+def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """A router's choice for ``T`` tokens over ``E`` experts: ``(weights [T, top_k] float32,
+    expert_ids [T, top_k] int64)``.
+
+    ``router_logits`` ``[T, E]`` (any float dtype, contiguous); ``1 <= top_k <= E``. The probabilities
+    are ``softmax(router_logits)`` in float32 over the experts; row ``t`` picks the ``top_k`` largest,
+    largest first, and among equal probabilities the lower expert index first (so a tie is decided
+    the same way on every backend); its weights are those probabilities, divided by their sum when
+    ``renormalize`` (HF's ``norm_topk_prob``). Graph-safe: no host reads, shapes from ``T``, ``E``,
+    ``top_k`` only.
+    """
+    probs = torch.softmax(router_logits.float(), dim=-1)
+    # A stable descending sort keeps equal probabilities in expert order (torch.topk does not promise it).
+    ordered, order = torch.sort(probs, dim=-1, descending=True, stable=True)
+    weights, expert_ids = ordered[:, :top_k], order[:, :top_k]
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights.contiguous(), expert_ids.contiguous()
+
+
+def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str | None,
+               expert_ids: torch.Tensor) -> torch.Tensor:
+    """A grouped linear layer: row ``r`` of ``x`` times the weight of expert ``expert_ids[r]``;
+    returns ``out [R, N]`` contiguous in ``x``'s dtype, ``out[r] = x[r] @ W[expert_ids[r]].T``
+    accumulated in float32.
+
+    ``x`` ``[R, K]`` float32, float16 or bfloat16 (rows may be strided, unit last stride);
+    ``expert_ids`` ``[R]`` int64 in ``[0, E)`` (any number of rows may share an expert; an expert may
+    get none). The ``E`` experts' weights are stacked, each as :func:`linear` or
+    :func:`quantized_linear` takes one: ``weight_format`` None: ``weight`` ``[E, N, K]`` of ``x``'s
+    dtype; else a name of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`: ``weight``
+    ``[E, N, ...]`` with ``weight[e]`` stored as that format stores an ``[N, K]`` matrix, and
+    ``scales`` ``[E, N]`` float32 for the per-channel formats (None for GGUF blocks). Only the
+    experts some row names are read (the weights of the others may hold anything, NaN included).
+    Graph-safe: no host reads, shapes from ``R``, ``N``, ``K`` only.
+    """
+    out = torch.zeros(x.shape[0], weight.shape[1], dtype=torch.float32, device=x.device)
+    for e in range(weight.shape[0]):     # every expert, each row keeping its own's product
+        w = weight[e] if weight_format is None else dequantize(
+            weight[e], None if scales is None else scales[e], weight_format, x.shape[-1])
+        out = torch.where((expert_ids == e)[:, None], x.float() @ w.float().T, out)
+    return out.to(x.dtype)
+
+
 def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
     """The ``[max_positions, D]`` float32 table :func:`rotary_embedding` reads: row ``p`` is
     ``cat(cos(p * inv_freq), sin(p * inv_freq))``. ``inv_freq`` ``[D/2]`` float32 from
@@ -255,8 +305,12 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
     KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
+    KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
+    KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
+               weight_formats=WEIGHT_FORMATS),
 )}
-#: Every kernel's name, in the registry's order: those of 1.2, the fused one (1.3), the linear layers (1.5).
+#: Every kernel's name, in the registry's order: those of 1.2, the fused one (1.3), the linear layers
+#: (1.5), the mixture-of-experts kernels (1.7).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -359,7 +413,9 @@ def _by_input(spec: KernelSpec, offer: KernelOffer, fallback: Callable) -> Calla
         x = args[dtype_at] if len(args) > dtype_at else kwargs[spec.dtype_arg]
         takes = x.dtype in dtypes
         if takes and format_at is not None:
-            takes = (args[format_at] if len(args) > format_at else kwargs[spec.format_arg]) in formats
+            # None is a float weight (moe_linear), which every offer takes for the dtypes it declares.
+            weight_format = args[format_at] if len(args) > format_at else kwargs[spec.format_arg]
+            takes = weight_format is None or weight_format in formats
         return (native if takes else fallback)(*args, **kwargs)
 
     kernel.__name__ = kernel.__qualname__ = spec.name

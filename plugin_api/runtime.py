@@ -45,6 +45,7 @@ overrides one. The versions:
   (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, read through ``KernelSet.supports``);
   name and contract version declared once, on the plugin (a runtime that still declares them, as
   up to 1.5, must agree with its plugin).
+* 1.7: the mixture-of-experts kernels ``moe_route`` and ``moe_linear``.
 """
 from __future__ import annotations
 

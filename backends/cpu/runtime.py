@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import threading
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import torch
 from ... import __version__
 from ...plugin_api.errors import ClosedError, CollectiveAbortedError, InvalidArgumentError
 from ...plugin_api.host_torch_streams import HostTorchStreams
+from ...plugin_api.kernel_offers import KernelOffer
 from ...plugin_api.objects.memory import host_array
 from ...plugin_api.runtime import DeviceRuntime
 from ...plugin_api.types import CopyKind, MemoryInfo, RuntimeInfo
@@ -356,7 +358,7 @@ class CpuRuntime(DeviceRuntime):
     def kernels_note(self) -> str:
         return "Triton interpreter" if self.config.triton_kernels else ""
 
-    def kernels(self) -> Mapping[str, Callable]:
+    def kernels(self) -> Mapping[str, Callable | KernelOffer]:
         """None by default (the torch references are the cpu backend's kernels); with
         ``ANYDEV_CPU_TRITON=1`` the shared Triton kernels, run by Triton's interpreter, one at a
         time: the interpreter keeps the launch's state in module globals."""
@@ -460,8 +462,11 @@ class CpuGraphRuntime(CpuRuntime):
 _INTERPRETER_LOCK = threading.Lock()
 
 
-def _serialised(kernel: Callable) -> Callable:
-    """``kernel`` called under one process-wide lock (Triton's interpreter is not thread-safe)."""
+def _serialised(kernel: Callable | KernelOffer) -> Callable | KernelOffer:
+    """``kernel`` called under one process-wide lock (Triton's interpreter is not thread-safe); an
+    offer keeps its declaration, its kernel serialised."""
+    if isinstance(kernel, KernelOffer):
+        return dataclasses.replace(kernel, kernel=_serialised(kernel.kernel))
 
     def serialised(*args, **kwargs):
         with _INTERPRETER_LOCK:

@@ -1,4 +1,4 @@
-"""Triton implementations of the contract's kernels (1.2-1.5) (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.7) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Callable, Mapping
 
+from anydev.plugin_api.kernel_offers import ACTIVATION_DTYPES, KernelOffer
+from anydev.plugin_api.weight_formats import WEIGHT_FORMATS
+
 
 def triton_importable() -> bool:
     """True when ``import triton`` works (without importing it twice)."""
@@ -16,13 +19,17 @@ def triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def kernels() -> Mapping[str, Callable]:
-    """Every kernel of the contract (:data:`~anydev.plugin_api.kernels.KERNEL_NAMES`), by name. Imports Triton (raises ImportError without it)."""
+def kernels() -> Mapping[str, Callable | KernelOffer]:
+    """Every kernel of the contract (:data:`~anydev.plugin_api.kernels.KERNEL_NAMES`), by name; the
+    mixture-of-experts kernels (1.7) as :class:`KernelOffer` entries naming what they take (every
+    activation dtype; every weight format and the float weight). Imports Triton (raises ImportError
+    without it)."""
     from .activation import silu_and_mul
     from .attention_decode import paged_decode_attention
     from .attention_prefill import paged_prefill_attention
     from .cache import write_kv
     from .linear import linear, quantized_linear
+    from .moe import moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
     from .rotary import rotary_embedding, rotary_write_kv
 
@@ -37,4 +44,6 @@ def kernels() -> Mapping[str, Callable]:
         "rotary_write_kv": rotary_write_kv,
         "linear": linear,
         "quantized_linear": quantized_linear,
+        "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),
+        "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),
     }

@@ -312,3 +312,41 @@ class RmsNormBfloat16OfferWithoutEps(_OneOffer):
     _dtypes = ("bfloat16",)
     rms_norm = RmsNormWithoutEps.rms_norm
     _kernel = rms_norm
+
+
+# ---- mixture of experts (contract 1.7) -----------------------------------------------------------
+
+@mutant("moe-route-ties-to-the-higher-expert", checks=CHECKS)
+class MoeRouteTiesToTheHigherExpert(_OneKernel):
+    """moe_route breaks ties between equal probabilities towards the higher expert index (a wrong
+    expert chosen whenever two experts tie)."""
+
+    @staticmethod
+    def moe_route(router_logits, top_k, renormalize):
+        weights, ids = reference.moe_route(router_logits.flip(-1), top_k, renormalize)
+        return weights, router_logits.shape[-1] - 1 - ids
+
+    _kernel = moe_route
+
+
+@mutant("moe-route-not-renormalized", checks=CHECKS)
+class MoeRouteNotRenormalized(_OneKernel):
+    """moe_route returns the top-k probabilities as they are even when asked to renormalise them."""
+
+    @staticmethod
+    def moe_route(router_logits, top_k, renormalize):
+        return reference.moe_route(router_logits, top_k, False)
+
+    _kernel = moe_route
+
+
+@mutant("moe-linear-next-expert", checks=CHECKS)
+class MoeLinearNextExpert(_OneKernel):
+    """moe_linear multiplies each row by the weight of expert ``expert_ids[r] + 1`` (the last wraps
+    to the first): a wrong expert's weights."""
+
+    @staticmethod
+    def moe_linear(x, weight, scales, weight_format, expert_ids):
+        return reference.moe_linear(x, weight, scales, weight_format, (expert_ids + 1) % weight.shape[0])
+
+    _kernel = moe_linear

@@ -14,13 +14,13 @@ import torch
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
 from .checkpoint_errors import ModelLoadError
-from ..config import SUPPORTED_ARCHITECTURES, ModelConfig, expected_tensor_names
+from ..config import ModelConfig, expected_tensor_names
 from .tensor_slices import HostTensorSlice, TensorSlice
 from .tensor_store import InMemoryStore, TensorStore
 from .tokenizer import ChatTemplateError, Tokenizer
 
 __all__ = [
-    "Checkpoint", "ChatTemplateError", "InMemoryStore", "ModelConfig", "ModelLoadError", "SUPPORTED_ARCHITECTURES",
+    "Checkpoint", "ChatTemplateError", "InMemoryStore", "ModelConfig", "ModelLoadError",
     "TensorStore", "Tokenizer", "demo_checkpoint", "open_checkpoint",
 ]
 

@@ -21,48 +21,45 @@ from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 from .checkpoint_errors import ModelLoadError
 from .gguf_checks import check_tensor_layout, tensor_table_problem
 from ..config import ModelConfig, check_attention, normalize_rope_scaling, positive_number, shape_int
+from ..models.family import GGUF_GLOBAL_NAMES, LLAMA_GGUF_LAYER_NAMES
+from ..models.registry import model_registry
 from .gguf_tokenizer import gguf_tokenizer
 from .tensor_slices import sliced_shape
 from .tokenizer import Tokenizer
 
-# GGUF architectures we read, and the ModelConfig architecture each becomes (mistral GGUFs say "llama").
-GGUF_ARCHITECTURES = {"llama": "llama", "qwen2": "qwen2"}
-_GLOBAL_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-}
+# The GGUF architectures read, and the family each becomes, are the model registry's
+# (ModelFamily.gguf_architectures; mistral GGUFs say "llama"); so are the per-layer names.
+_GLOBAL_NAMES = GGUF_GLOBAL_NAMES
 _STORED_DTYPES = {GGMLQuantizationType.F32: torch.float32, GGMLQuantizationType.F16: torch.float16,
                   GGMLQuantizationType.BF16: torch.bfloat16}
-_GGUF_PARTS = {hf: g for g, hf in _LAYER_NAMES.items()}
 _LAYER_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
-ROPE_FREQS = "rope_freqs.weight"   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
+ROPE_FREQS = "rope_freqs.weight"
+#: A family's GGUF name for stacked experts maps to ``model.layers.<i>.mlp.experts.<proj>.weight``; expert
+#: ``e`` of it is read as ``model.layers.<i>.mlp.experts.<e>.<proj>.weight`` (HF's per-expert names).
+EXPERTS = ".mlp.experts."   # llama3 rope scaling, stored by llama.cpp as per-frequency factors
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The HF name of a GGUF tensor name, or None when it has none."""
+def hf_name(gguf_name: str, layer_names=LLAMA_GGUF_LAYER_NAMES) -> str | None:
+    """The HF name of a GGUF tensor name, or None when it has none (``layer_names``: a family's
+    :attr:`~anydev.core.models.family.ModelFamily.gguf_layer_names`)."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     match = _LAYER_TENSOR.fullmatch(gguf_name)
-    if match and match.group(2) in _LAYER_NAMES:
+    if match and match.group(2) in layer_names:
         layer, part, kind = match.groups()
-        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+        return f"model.layers.{layer}.{layer_names[part]}.{kind}"
     return None
 
 
-def gguf_name(hf: str) -> str:
+def gguf_name(hf: str, layer_names=LLAMA_GGUF_LAYER_NAMES) -> str:
     """The GGUF name of an HF tensor name (the inverse of :func:`hf_name`)."""
     for gguf_global, hf_global in _GLOBAL_NAMES.items():
         if hf == hf_global:
             return gguf_global
     _, _, layer, rest = hf.split(".", 3)
     part, kind = rest.rsplit(".", 1)
-    return f"blk.{layer}.{_GGUF_PARTS[part]}.{kind}"
+    parts = {hf_part: g for g, hf_part in layer_names.items()}
+    return f"blk.{layer}.{parts[part]}.{kind}"
 
 
 def unpermute_rows(rows: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -130,10 +127,21 @@ def _open_reader(path: Path) -> GGUFReader:
 class GGUFStore:
     """The tensors of an open GGUF file under HF names, decoded on ``load`` (thread-safe: reads only)."""
 
-    def __init__(self, reader: GGUFReader, path: Path, permuted_heads: dict[str, int]):
+    def __init__(self, reader: GGUFReader, path: Path, permuted_heads: dict[str, int],
+                 layer_names=LLAMA_GGUF_LAYER_NAMES):
         self._reader = reader
         self._path = path
-        self._tensors = {hf_name(t.name): t for t in reader.tensors if hf_name(t.name)}
+        self._tensors, self._experts = {}, {}
+        for tensor in reader.tensors:
+            name = hf_name(tensor.name, layer_names)
+            if name is None:
+                continue
+            if len(tensor.shape) == 3 and EXPERTS in name:   # llama.cpp stacks a layer's experts in one tensor
+                for e in range(int(tensor.shape[2])):
+                    self._tensors[name.replace(EXPERTS, f"{EXPERTS}{e}.")] = tensor
+                    self._experts[name.replace(EXPERTS, f"{EXPERTS}{e}.")] = e
+            else:
+                self._tensors[name] = tensor
         # HF name → head count to un-permute its rows with (q/k of the llama architecture).
         self._permuted_heads = permuted_heads
 
@@ -149,13 +157,14 @@ class GGUFStore:
     def tensor_slice(self, name: str, cut, blocks: bool = False) -> GGUFSlice:
         if self._reader is None:
             raise ModelLoadError(f"{self._path}: the checkpoint is closed")
-        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks)
+        return GGUFSlice(self._tensors[name], cut, self._permuted_heads.get(name), self._path, blocks,
+                         self._experts.get(name))
 
     def block_format(self, name: str) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) of 2-D tensor ``name``, or None."""
         tensor = self._tensors[name]
         fmt = tensor.tensor_type.name.lower()
-        return fmt if fmt in BLOCK_FORMATS and len(tensor.shape) == 2 else None
+        return fmt if fmt in BLOCK_FORMATS and (len(tensor.shape) == 2 or name in self._experts) else None
 
     def stored_format(self, name: str, cut) -> str | None:
         """The block format (a name of ``BLOCK_FORMATS``) tensor ``name`` is stored in, when its part
@@ -182,17 +191,25 @@ class GGUFSlice:
     ``permuted_heads``: undo llama.cpp's q/k row permutation over that many heads. ``blocks``: rows of
     stored bytes instead (dtype uint8, ``row_bytes`` bytes a row): the cut's blocks, or, where the cut
     splits blocks along a row, the blocks that cover it; then ``covered`` is ``(offset, values)``: a
-    decoded row has ``values`` values, and the cut's are ``shape[1]`` of them from ``offset``."""
+    decoded row has ``values`` values, and the cut's are ``shape[1]`` of them from ``offset``.
+    ``expert``: the tensor stacks experts ``[E, rows, cols]``; this is expert ``expert``'s ``[rows, cols]``."""
 
-    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False):
+    def __init__(self, tensor, cut, permuted_heads: int | None, path: Path, blocks: bool = False,
+                 expert: int | None = None):
         self.full_shape = tuple(int(n) for n in reversed(tensor.shape))   # GGUF lists dims innermost-first
+        if expert is not None:
+            experts, *self.full_shape = self.full_shape
+            self.full_shape = tuple(self.full_shape)
         self.shape = sliced_shape(self.full_shape, cut)
         self._tensor, self._path = tensor, path
         kind = tensor.tensor_type
         self.dtype = _STORED_DTYPES.get(kind, torch.float32)
         block, block_bytes = GGML_QUANT_SIZES[kind]
         rows = self.full_shape[0] if len(self.full_shape) > 1 else 1      # a 1-D tensor is one row
-        self._raw = tensor.data.view(np.uint8).reshape(rows, -1)
+        if expert is None:
+            self._raw = tensor.data.view(np.uint8).reshape(rows, -1)
+        else:
+            self._raw = tensor.data.view(np.uint8).reshape(experts * rows, -1)[expert * rows:(expert + 1) * rows]
         self._first_row, self._columns, self._narrow, self._cut = 0, slice(None), None, cut
         if cut is not None and len(self.full_shape) > 1:
             dim, start, length = cut
@@ -336,7 +353,12 @@ def _rope_scaling(meta: dict, arch: str, reader: GGUFReader, theta: float, head_
 
 
 def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, source: str) -> ModelConfig:
+    """The ModelConfig of a GGUF file: the keys every family shares here, the rest by its family."""
     gguf_arch = meta["general.architecture"]   # checked by read_gguf_file
+    family = model_registry().for_gguf(gguf_arch)
+    if family is None:
+        raise ModelLoadError(f"{source}: unsupported GGUF architecture '{gguf_arch}'; "
+                             f"supported: {', '.join(model_registry().gguf_architectures())}")
 
     def key(name: str, default=None):
         value = meta.get(f"{gguf_arch}.{name}", default)
@@ -359,8 +381,8 @@ def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, sour
     embedding = next((t for t in reader.tensors if t.name == "token_embd.weight"), None)
     if embedding is None:
         raise ModelLoadError(f"{source}: GGUF file has no token_embd.weight tensor")
-    model = ModelConfig(
-        architecture=GGUF_ARCHITECTURES[gguf_arch],
+    model = family.config_class(
+        architecture=family.name,
         vocab_size=int(embedding.shape[1]),
         hidden_size=hidden,
         intermediate_size=size("feed_forward_length"),
@@ -379,6 +401,7 @@ def gguf_model_config(meta: dict, reader: GGUFReader, tokenizer: Tokenizer, sour
         bos_token_id=tokenizer.bos_token_id,
         eos_token_ids=list(tokenizer.eos_token_ids),
     )
+    model = family.config_from_gguf(model, meta, {t.name for t in reader.tensors}, source)
     check_attention(model, source, f"{gguf_arch}.attention.head_count", f"{gguf_arch}.attention.head_count_kv")
     return model
 
@@ -395,19 +418,16 @@ def read_gguf_file(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFStore]:
     if meta.get("split.count", 1) > 1:
         raise ModelLoadError(f"{source}: split GGUF files are not supported; merge the parts first "
                              f"(llama-gguf-split --merge)")
-    if meta.get("general.architecture") not in GGUF_ARCHITECTURES:
+    family = model_registry().for_gguf(meta.get("general.architecture"))
+    if family is None:
         raise ModelLoadError(f"{source}: unsupported GGUF architecture '{meta.get('general.architecture')}'; "
-                             f"supported: {', '.join(GGUF_ARCHITECTURES)}")
+                             f"supported: {', '.join(model_registry().gguf_architectures())}")
     tokenizer = gguf_tokenizer(meta, source)
     config = gguf_model_config(meta, reader, tokenizer, source)
-    unexpected = [t.name for t in reader.tensors if hf_name(t.name) is None and t.name != ROPE_FREQS]
+    names = family.gguf_layer_names
+    unexpected = [t.name for t in reader.tensors if hf_name(t.name, names) is None and t.name != ROPE_FREQS]
     if unexpected:
         raise ModelLoadError(f"{source}: unexpected tensors for a {config.architecture} model: "
                              + ", ".join(unexpected[:3]))
-    permuted = {}
-    if meta["general.architecture"] == "llama":   # llama.cpp permutes q/k only for llama's rope layout
-        for i in range(config.num_hidden_layers):
-            for proj, n_head in (("q_proj", config.num_attention_heads), ("k_proj", config.num_key_value_heads)):
-                for kind in ("weight", "bias"):
-                    permuted[f"model.layers.{i}.self_attn.{proj}.{kind}"] = n_head
-    return config, tokenizer, GGUFStore(reader, path, permuted)
+    permuted = family.gguf_permuted_heads(meta["general.architecture"], config)
+    return config, tokenizer, GGUFStore(reader, path, permuted, names)

@@ -8,7 +8,8 @@ def gguf_model_writer(path, arch: str, config, *, rope_theta: float, head_dim: i
     """A ``gguf.GGUFWriter`` at ``path`` for ``arch``, its shape keys set from ``config`` (an anydev
     ModelConfig or a transformers config: ``max_position_embeddings``, ``hidden_size``,
     ``num_hidden_layers``, ``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
-    ``rms_norm_eps``); the rotary base and head size are given, as the two configs keep them apart."""
+    ``rms_norm_eps``; a MoE one's ``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``);
+    the rotary base and head size are given, as the two configs keep them apart."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), arch)
@@ -20,7 +21,14 @@ def gguf_model_writer(path, arch: str, config, *, rope_theta: float, head_dim: i
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_rope_freq_base(rope_theta)
     writer.add_rope_dimension_count(head_dim)
+    if head_dim != config.hidden_size // config.num_attention_heads:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    if getattr(config, "num_experts", 0):      # a MoE family (qwen3moe's keys)
+        writer.add_expert_count(config.num_experts)
+        writer.add_expert_used_count(config.num_experts_per_tok)
+        writer.add_expert_feed_forward_length(config.moe_intermediate_size)
     return writer
 
 

@@ -1,4 +1,4 @@
-"""Llama-shaped checkpoints with random weights made in process (benchmarks; nothing on disk).
+"""Checkpoints of the registry's families (llama, qwen3, qwen3_moe) with random weights made in process (benchmarks; nothing on disk).
 
 Weights are slices of one seeded normal pool, scaled per tensor (std 1/sqrt(fan_in) for projections,
 1 for embeddings, 1 +- 0.1 for norms), so a 1B-parameter model is ready in about a second. Tensors
@@ -13,7 +13,7 @@ import zlib
 import torch
 
 from ..config import expected_tensor_names
-from ..models.sharding import full_shape
+from ..models.registry import family_of
 from .gguf_writing import gguf_model_writer, write_gguf
 
 #: The ~1B Llama shape of the decode benchmark.
@@ -22,6 +22,33 @@ LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_
 #: A llama shape too small to keep any device busy (its step time is host work), 2 layers.
 LLAMA_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
+
+
+#: The Qwen3-8B shape (dense; q/k norms, heads of 128).
+QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+#: The Qwen3-30B-A3B shape: 48 layers, 128 experts of width 768, 8 active per token.
+QWEN3_30B_A3B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=48,
+                     num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                     num_experts_per_tok=8, moe_intermediate_size=768)
+#: Tiny shapes of those families (cpu smoke runs): LLAMA_TINY's, with their own fields.
+TINY_EXTRA = {"qwen3": dict(head_dim=32), "qwen3_moe": dict(head_dim=32, num_experts=8, num_experts_per_tok=2,
+                                                          moe_intermediate_size=32)}
+
+
+def model_config(architecture: str = "llama", max_position_embeddings: int = 4096, **shape):
+    """A ModelConfig of ``architecture`` (llama: :func:`llama_config`; qwen3, qwen3_moe: the shape's
+    fields, ``head_dim`` among them; a qwen3_moe's every layer sparse, its top-k renormalised)."""
+    if architecture == "llama":
+        return llama_config(max_position_embeddings, **shape)
+    family = family_of(architecture)
+    extra = {}
+    if "num_experts" in shape:
+        extra = dict(norm_topk_prob=True, moe_layers=tuple(range(shape["num_hidden_layers"])))
+    return family.config_class(
+        architecture=architecture, rms_norm_eps=1e-6, rope_theta=1000000.0, rope_scaling=None,
+        max_position_embeddings=max_position_embeddings, tie_word_embeddings=False, attention_bias=False,
+        torch_dtype="bfloat16", bos_token_id=0, eos_token_ids=[], **shape, **extra)
 
 
 def llama_config(max_position_embeddings: int = 4096, **shape):
@@ -38,7 +65,14 @@ def llama_config(max_position_embeddings: int = 4096, **shape):
 
 
 def add_shape_arguments(parser) -> None:
-    """``--layers --hidden --heads --kv-heads --intermediate --vocab`` (defaults: :data:`LLAMA_1B`)."""
+    """``--layers --hidden --heads --kv-heads --intermediate --vocab`` (defaults: :data:`LLAMA_1B`), and
+    ``--arch`` (llama, qwen3, qwen3_moe) with ``--head-dim``, ``--experts``, ``--experts-per-token``,
+    ``--moe-intermediate`` for qwen3/qwen3_moe."""
+    parser.add_argument("--arch", default="llama", choices=("llama", "qwen3", "qwen3_moe"))
+    parser.add_argument("--head-dim", type=int, default=None, help="default: hidden / heads")
+    parser.add_argument("--experts", type=int, default=128, help="qwen3_moe: experts a layer (default 128)")
+    parser.add_argument("--experts-per-token", type=int, default=8, help="qwen3_moe: top k (default 8)")
+    parser.add_argument("--moe-intermediate", type=int, default=768, help="qwen3_moe: expert width (default 768)")
     parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
     parser.add_argument("--hidden", type=int, default=LLAMA_1B["hidden_size"])
     parser.add_argument("--heads", type=int, default=LLAMA_1B["num_attention_heads"])
@@ -48,17 +82,25 @@ def add_shape_arguments(parser) -> None:
 
 
 def config_from_arguments(args):
-    """The llama ModelConfig that :func:`add_shape_arguments`' options describe."""
-    return llama_config(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
-                        num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
-                        vocab_size=args.vocab)
+    """The ModelConfig that :func:`add_shape_arguments`' options describe."""
+    shape = dict(num_hidden_layers=args.layers, hidden_size=args.hidden, num_attention_heads=args.heads,
+                 num_key_value_heads=args.kv_heads, intermediate_size=args.intermediate or 4 * args.hidden,
+                 vocab_size=args.vocab)
+    if args.arch == "llama":
+        return llama_config(**shape)
+    shape["head_dim"] = args.head_dim or args.hidden // args.heads
+    if args.arch == "qwen3_moe":
+        shape.update(num_experts=args.experts, num_experts_per_tok=args.experts_per_token,
+                     moe_intermediate_size=args.moe_intermediate)
+    return model_config(args.arch, **shape)
 
 
 class RandomStore:
     """A TensorStore (see :mod:`anydev.core.loading.checkpoint`) of seeded random weights, made on demand."""
 
     def __init__(self, config, seed: int = 0):
-        self.shapes = {name: full_shape(name, config) for name in expected_tensor_names(config)}
+        shape_of = family_of(config).full_shape
+        self.shapes = {name: shape_of(name, config) for name in expected_tensor_names(config)}
         largest = max(math.prod(s) for s in self.shapes.values())
         generator = torch.Generator().manual_seed(seed)
         self._pool = torch.randn(2 * largest, generator=generator)
@@ -132,7 +174,8 @@ def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, sh
                  "weight_map": {name: file for file, names in zip(files, groups) for name in names}}
         (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
     hf_config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": config.vocab_size,
+        "architectures": list(family_of(config).hf_architectures[:1]), "model_type": config.architecture,
+        "head_dim": config.head_dim, "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
         "num_hidden_layers": config.num_hidden_layers, "num_attention_heads": config.num_attention_heads,
         "num_key_value_heads": config.num_key_value_heads, "rms_norm_eps": config.rms_norm_eps,
@@ -140,6 +183,11 @@ def save_random_model(directory, config, dtype: torch.dtype = torch.bfloat16, sh
         "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."), "bos_token_id": 0,
         "eos_token_id": 1,
     }
+    if getattr(config, "num_experts", 0):
+        hf_config.update(num_experts=config.num_experts, num_experts_per_tok=config.num_experts_per_tok,
+                         moe_intermediate_size=config.moe_intermediate_size, norm_topk_prob=config.norm_topk_prob,
+                         decoder_sparse_step=1, mlp_only_layers=[i for i in range(config.num_hidden_layers)
+                                                                 if i not in config.moe_layers])
     (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
     (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}))
     build_demo_tokenizer().save(str(directory / "tokenizer.json"))

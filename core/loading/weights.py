@@ -35,7 +35,8 @@ from anydev.plugin_api.weight_formats import row_bytes as format_row_bytes
 from ..config import expected_tensor_names
 from ..models.pipeline import Stage
 from ..models.quantized import QuantizedWeight
-from ..models.sharding import RankShard, full_shape, local_shape, slice_of
+from ..models.registry import family_of
+from ..models.sharding import RankShard
 from .checkpoint_errors import ModelLoadError
 from .gguf_checks import block_scales
 from .staging import PinnedStaging
@@ -66,6 +67,7 @@ def projection_formats(checkpoint, names, shard: RankShard, quantization: str | 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)} (or none)")
     formats = {}
+    slice_of = family_of(checkpoint.config).slice_of
     for name in names:
         if name != EMBEDDING and (not name.endswith(".weight") or name.rsplit(".", 2)[-2] not in PROJECTIONS):
             continue
@@ -115,6 +117,7 @@ class RankWeights:
         self.dtype = dtype
         self.shard = shard
         self.config = config
+        self.family = family_of(config)
         self.stats = LoadStats()
         self.formats = dict(formats or {})
         self.offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
@@ -123,7 +126,7 @@ class RankWeights:
         for name in expected_tensor_names(config):
             if stage is not None and not stage.holds(name, config.tie_word_embeddings):
                 continue
-            shape = local_shape(name, config, shard)
+            shape = self.family.local_shape(name, config, shard)
             self.offsets[name] = (total, shape)
             total += _aligned(shape[0] * self.row_bytes(name, shape))
         self.formats = {name: fmt for name, fmt in self.formats.items() if name in self.offsets}
@@ -199,7 +202,7 @@ class RankWeights:
                     scratch = self.device.alloc(staging.buffer_bytes)
                 self._copy(piece, blocks, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
                 if name in self.scale_offsets and not self._converts(name, piece, blocks):   # scales stored beside
-                    scales = checkpoint.channel_scales(name, slice_of(name, self.shard))
+                    scales = checkpoint.channel_scales(name, self.family.slice_of(name, self.shard))
                     with stream.torch_stream():
                         self.buffer.as_tensor(torch.float32, scales.shape, self.scale_offsets[name]).copy_(scales)
         finally:
@@ -217,7 +220,7 @@ class RankWeights:
     def _open(self, checkpoint, name: str, shape: tuple[int, ...]) -> tuple[TensorSlice, str | None]:
         """The rank's slice of ``name`` and the GGUF block format it is read in (None: rows of its dtype).
         Whatever is stored in a block format is read as stored (kept, or converted on the device)."""
-        cut = slice_of(name, self.shard)
+        cut = self.family.slice_of(name, self.shard)
         stored = checkpoint.stored_format(name, cut)
         if stored is not None and stored == self.formats.get(name):    # kept as stored
             piece = checkpoint.stored_slice(name, cut)
@@ -225,7 +228,7 @@ class RankWeights:
             piece = checkpoint.block_slice(name, cut)
         else:                                                          # rows of its dtype (stored is None)
             piece = checkpoint.tensor_slice(name, cut)
-        expected = full_shape(name, self.config)
+        expected = self.family.full_shape(name, self.config)
         if tuple(piece.full_shape) != expected:
             raise ModelLoadError(
                 f"{checkpoint.source}: tensor {name} has shape {tuple(piece.full_shape)}, the config implies {expected}"

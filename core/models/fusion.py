@@ -16,14 +16,17 @@ FUSIONS = {
 }
 
 
-def fused_views(weights, layers) -> dict[str, torch.Tensor | QuantizedWeight]:
-    """Views of ``weights`` (a :class:`~anydev.core.loading.weights.RankWeights`) over each fusable group:
+def fused_views(weights, layers, fusions=None) -> dict[str, torch.Tensor | QuantizedWeight]:
+    """Views of ``weights`` (a :class:`~anydev.core.loading.weights.RankWeights`) over each fusable group
+    (:data:`FUSIONS`, or ``fusions(config, i)``'s groups of layer i: a family's, see
+    :meth:`~.family.ModelFamily.fusions`):
     ``model.layers.{i}.<fused name>`` -> [sum of rows, cols] (a QuantizedWeight of that many rows for
     quantized parts). A group whose parts are missing, of different formats, or not back to back in
     the buffer (alignment padding between them) is left out; the model then runs the parts one by one."""
     views = {}
     for i in (range(layers) if isinstance(layers, int) else layers):   # a layer count, or the layer indices
-        for fused, parts in FUSIONS.items():
+        groups = FUSIONS if fusions is None else fusions(weights.config, i)
+        for fused, parts in groups.items():
             names = [f"model.layers.{i}.{part}" for part in parts]
             view = _span(weights, names)
             if view is not None:

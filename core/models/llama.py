@@ -141,10 +141,15 @@ class LlamaRank:
         else:
             qkv = self._linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
             q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
+        q, key = self.normed_qk(i, q, key)
         k = self.kernels
         # one fused kernel where the backend offers it, else rotary_embedding then write_kv
         k.rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages, batch.slot_mapping, self.cos_sin_cache)
         return q
+
+    def normed_qk(self, i: int, q: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer i's queries and keys before rotary (a family with q/k norms normalises them here)."""
+        return q, key
 
     def attend(self, i: int, q: torch.Tensor, batch: StepBatch, out: torch.Tensor | None = None) -> torch.Tensor:
         """Layer i's paged attention of ``q`` over the step's sequences: [T, heads * head_dim], written

@@ -27,6 +27,7 @@ class RankShard:
     first_head: int
     first_kv_head: int
     vocab_part: int = 0      # lm_head rows this rank holds (rank * vocab_part ...); 0: all of them
+    moe_intermediate_size: int = 0   # local width of each expert (MoE families; every rank holds every expert)
 
 
 def check_tp(config, tp: int) -> None:
@@ -45,6 +46,10 @@ def check_tp(config, tp: int) -> None:
         )
     if config.intermediate_size % tp:
         raise EngineConfigError(f"tp={tp} does not divide the MLP width {config.intermediate_size}")
+    experts_width = getattr(config, "moe_intermediate_size", 0)
+    if experts_width % tp:
+        raise EngineConfigError(f"tp={tp} does not divide the experts' width {experts_width} (each rank holds "
+                                "every expert, split by its intermediate dimension)")
 
 
 def rank_shard(config, tp: int, rank: int) -> RankShard:
@@ -56,7 +61,7 @@ def rank_shard(config, tp: int, rank: int) -> RankShard:
         local_kv, first_kv = 1, rank * kv_heads // tp
     vocab_part = config.vocab_size // tp if tp > 1 and config.vocab_size % tp == 0 else 0
     return RankShard(tp, rank, local_heads, local_kv, config.head_dim, config.intermediate_size // tp,
-                     rank * local_heads, first_kv, vocab_part)
+                     rank * local_heads, first_kv, vocab_part, getattr(config, "moe_intermediate_size", 0) // tp)
 
 
 def full_shape(name: str, config) -> tuple[int, ...]:

@@ -30,6 +30,7 @@ from ..models.batch import StepBatch, packed_nbytes
 from anydev.plugin_api.kernels import cos_sin_cache
 from ..models.fusion import fused_views
 from ..models.llama import LlamaRank
+from ..models.registry import family_of
 from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
@@ -231,12 +232,13 @@ class RankWorker:
             rotary = cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
         tp = s.shard.tp > 1
         kv_layers = [self.kv.layer(i) for i in range(len(self.stage.layers))]
-        weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers)}
+        family = family_of(config)
+        weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers, family.fusions)}
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
         self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
-        self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
-                               self._all_reduce if tp else None, self._all_gather if tp else None, self.stage,
-                               dtype=s.dtype)
+        self.model = family.rank_class(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
+                                       self._all_reduce if tp else None, self._all_gather if tp else None,
+                                       self.stage, dtype=s.dtype)
 
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token

@@ -25,6 +25,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "quantized-linear-int8-scale-of-next-row", "quantized-linear-q4-k-next-block",     # issue 21
     "quantized-linear-q4-0-nibbles-swapped",
     "quantized-linear-q4-k-offer-drops-mins", "rms-norm-bfloat16-offer-without-eps",   # issue 30
+    "moe-route-ties-to-the-higher-expert", "moe-route-not-renormalized", "moe-linear-next-expert",   # issue 34
 }
 
 EXTRA = textwrap.dedent('''

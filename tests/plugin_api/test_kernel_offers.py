@@ -1,4 +1,4 @@
-"""Kernel offers (contract 1.6): a backend's kernel for some dtypes and weight formats runs on exactly
+"""Kernel offers (contract 1.6; moe_linear 1.7): a backend's kernel for some dtypes and weight formats runs on exactly
 those, the reference (or the fused composition) on the rest, on the same tensors; bad declarations
 are refused naming the backend and the kernel."""
 from __future__ import annotations
@@ -63,6 +63,26 @@ def test_a_dtype_offer_runs_on_its_dtypes_and_keyword_arguments_choose_too():
         kernels.rms_norm(x=x, weight=torch.ones(16, dtype=dtype), eps=1e-5)
     assert calls == [torch.float16, torch.float16]
     assert "rms_norm [float16]" in kernels.describe()
+
+
+def test_a_moe_linear_offer_of_one_format_takes_the_float_weight_and_not_the_other_formats():
+    """moe_linear (1.7) offered for q8_0 only: the vendor's kernel on q8_0 and on a float weight
+    (``weight_format=None``), the reference on q4_k."""
+    calls = []
+
+    def moe_linear(x, weight, scales, weight_format, expert_ids):
+        calls.append(weight_format)
+        return K.moe_linear(x, weight, scales, weight_format, expert_ids)
+
+    kernels = K.KernelSet("vendor", {"moe_linear": KernelOffer(moe_linear, weight_formats=("q8_0",))})
+    x, ids = torch.randn(3, 256), torch.tensor([1, 0, 1])
+    for weight_format in ("q8_0", "q4_k"):
+        weight = torch.stack([_weight(weight_format)[0], _weight(weight_format)[0]])
+        kernels.moe_linear(x, weight, None, weight_format, ids)
+    kernels.moe_linear(x, torch.randn(2, 8, 256), None, None, ids)
+    assert calls == ["q8_0", None]
+    assert kernels.supports("moe_linear", torch.float32) and not kernels.supports("moe_linear", None, "q4_k")
+    assert "moe_linear [q8_0]" in kernels.describe()
 
 
 def test_a_fused_kernel_offered_for_some_dtypes_is_composed_of_the_sets_parts_elsewhere():

@@ -55,7 +55,7 @@ def build_bpe_tokenizer(specials: list[str], bos: str | None, vocab_size: int = 
 
 
 def _tokenizer_spec(arch: str) -> dict:
-    if arch == "qwen2":
+    if arch.startswith("qwen"):
         return dict(specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"], bos=None,
                     eos="<|im_end|>", config_eos="<|endoftext|>", template=CHATML_TEMPLATE)
     return dict(specials=["<unk>", "<s>", "</s>"], bos="<s>", eos="</s>", config_eos="</s>",
@@ -76,19 +76,29 @@ def randomize_weights(model: torch.nn.Module, seed: int) -> None:
             elif "embed_tokens" in name:
                 param.copy_(noise)
             else:
-                param.copy_(noise / math.sqrt(param.shape[1]))
+                param.copy_(noise / math.sqrt(param.shape[-1]))   # [out, in], or experts' [E, out, in]
 
 
 def hf_config(arch: str = "llama", tied: bool = False, **overrides):
     """The transformers config object of a tiny test model (GQA: 4 heads over 2 KV heads)."""
     import transformers
     config_class = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-                    "qwen2": transformers.Qwen2Config}[arch]
+                    "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
+                    "qwen3_moe": transformers.Qwen3MoeConfig}[arch]
     params = dict(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                   rms_norm_eps=1e-5, tie_word_embeddings=tied)
+    params.update(QWEN3_EXTRA.get(arch, {}))
     params.update(overrides)
     return config_class(**params)
+
+
+#: Qwen3's tiny shape: heads wider than hidden / heads (as Qwen3-0.6B's); Qwen3-MoE: 4 experts, top 2.
+QWEN3_EXTRA = {"qwen3": dict(head_dim=32),
+               "qwen3_moe": dict(head_dim=32, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+                                 norm_topk_prob=True)}
+#: llama.cpp's architecture names where they differ from HF's model_type.
+GGUF_ARCHS = {"qwen3_moe": "qwen3moe"}
 
 
 def write_hf_checkpoint(directory, arch: str = "llama", sharded: bool = False, tied: bool = False,
@@ -137,6 +147,7 @@ GGUF_LAYER_PARTS = {
     "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
     "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate": "ffn_gate_inp",
 }
 K_QUANTS = ("Q4_K", "Q6_K")   # encoded by tests/kquants.py; gguf only decodes them
 
@@ -147,6 +158,19 @@ def gguf_name(hf: str) -> str:
     _, _, layer, rest = hf.split(".", 3)
     part, kind = rest.rsplit(".", 1)
     return f"blk.{layer}.{GGUF_LAYER_PARTS[part]}.{kind}"
+
+
+def gguf_tensors(name: str, param: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """(HF name, GGUF name, array) of one transformers parameter: llama.cpp's stacked expert tensors
+    for a MoE layer's ``mlp.experts.gate_up_proj`` ([E, 2I, H]: gate, then up) and ``down_proj``."""
+    if ".mlp.experts." not in name:
+        return [(name, gguf_name(name), param)]
+    layer = name.split(".")[2]
+    if name.endswith("gate_up_proj"):
+        gate, up = np.split(param, 2, axis=1)
+        return [(f"{name}#gate", f"blk.{layer}.ffn_gate_exps.weight", gate),
+                (f"{name}#up", f"blk.{layer}.ffn_up_exps.weight", up)]
+    return [(name, f"blk.{layer}.ffn_down_exps.weight", param)]
 
 
 def llama_cpp_permute(rows: np.ndarray, n_head: int) -> np.ndarray:
@@ -228,7 +252,7 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
 
     from anydev.core.loading.gguf_writing import gguf_model_writer, write_gguf
     path = Path(path)
-    spec = _tokenizer_spec("qwen2" if arch == "qwen2" else "llama")
+    spec = _tokenizer_spec(arch)
     if tokenizer_model == "llama":
         backend = None
         tokens, scores, types = sentencepiece_vocab()
@@ -243,10 +267,10 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
                        eos_token_id=ids[spec["eos"]], **{**width, **overrides})
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     randomize_weights(model, seed)
-    head_dim = config.hidden_size // config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     theta = config.rope_parameters["rope_theta"]
 
-    writer = gguf_model_writer(path, arch, config, rope_theta=theta, head_dim=head_dim)
+    writer = gguf_model_writer(path, GGUF_ARCHS.get(arch, arch), config, rope_theta=theta, head_dim=head_dim)
     writer.add_tokenizer_model(tokenizer_model)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
@@ -264,18 +288,27 @@ def write_gguf_checkpoint(path, tensor_type: str = "F32", seed: int = 0, arch: s
     writer.add_chat_template(spec["template"])
 
     state_dict, original = {}, {}
-    for name, param in model.state_dict().items():
-        if name == "lm_head.weight" and tied:
+    for full_name, param in model.state_dict().items():
+        if full_name == "lm_head.weight" and tied:
             continue
-        array = param.detach().numpy().astype(np.float32)
-        data, raw_dtype, decoded = encode_gguf_tensor(array, tensor_type) if array.ndim == 2 else (array, None, array)
-        state_dict[name] = torch.from_numpy(np.array(decoded, dtype=np.float32))
-        original[name] = torch.from_numpy(array.copy())
-        if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
-            # Quantization works on whole rows, so permuting the encoded rows equals encoding permuted rows.
-            heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
-            data = llama_cpp_permute(data, heads)
-        writer.add_tensor(gguf_name(name), data, raw_dtype=raw_dtype)
+        for name, gguf_tensor, array in gguf_tensors(full_name, param.detach().numpy().astype(np.float32)):
+            if array.ndim == 3:    # stacked experts: encoded as rows [E * out, in]
+                data, raw_dtype, decoded = encode_gguf_tensor(array.reshape(-1, array.shape[-1]), tensor_type)
+                data, decoded = data.reshape(*array.shape[:2], -1), decoded.reshape(array.shape)
+            elif array.ndim == 2:
+                data, raw_dtype, decoded = encode_gguf_tensor(array, tensor_type)
+            else:
+                data, raw_dtype, decoded = array, None, array
+            state_dict[name] = torch.from_numpy(np.array(decoded, dtype=np.float32))
+            original[name] = torch.from_numpy(array.copy())
+            if arch == "llama" and (".q_proj." in name or ".k_proj." in name):
+                # Quantization works on whole rows, so permuting the encoded rows equals encoding permuted rows.
+                heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
+                data = llama_cpp_permute(data, heads)
+            writer.add_tensor(gguf_tensor, data, raw_dtype=raw_dtype)
+        if f"{full_name}#gate" in state_dict:       # gate and up back in transformers' one parameter
+            for d in (state_dict, original):
+                d[full_name] = torch.cat((d.pop(f"{full_name}#gate"), d.pop(f"{full_name}#up")), dim=1)
     scaling = config.rope_parameters
     if scaling.get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_freqs(scaling, theta, head_dim))

@@ -1,0 +1,204 @@
+"""moe_route and moe_linear (contract 1.7, see ``anydev.plugin_api.kernels``).
+
+``moe_route``: one program per token: the softmax of its router logits in registers, then ``top_k``
+rounds of "largest probability, lowest index among equals", twice (the first sums the chosen
+weights for the renormalisation, the second stores them).
+
+``moe_linear``, up to :data:`GEMV_MAX_ROWS` rows: one GEMV per row and block of ``BLOCK_N``
+outputs, reading the weight of the row's own expert (the expert's rows start ``expert * N`` rows into
+the stacked weight) with the linear family's tiles, so every weight format the linear layers read
+works here too. At decode each token's ``top_k`` rows read ``top_k`` experts: the bytes read are the
+active experts' weights. More rows (a batch, a prompt): the rows sorted by expert (a stable sort on
+the device: graph-safe), and one program per ``BLOCK_M`` sorted rows and ``BLOCK_N`` outputs that runs
+``tl.dot`` once per expert its rows use, each expert's weight tile read once for all its rows there.
+"""
+from __future__ import annotations
+
+import torch
+
+from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+
+from ._common import check_last_dim_contiguous, dot, dot_precision, next_power_of_2, tl, triton, upcast_dots
+from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
+from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
+
+
+@triton.jit
+def _route_kernel(logits_ptr, weights_ptr, ids_ptr, E, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr,
+                  BLOCK_E: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    e = tl.arange(0, BLOCK_E)
+    logits = tl.load(logits_ptr + t * E + e, mask=e < E, other=-float("inf")).to(tl.float32)
+    p = tl.exp(logits - tl.max(logits, axis=0))
+    p = tl.where(e < E, p / tl.sum(p, axis=0), -1.0)       # past E: below every probability
+    total = 0.0
+    left = p
+    for _ in tl.static_range(TOP_K):
+        best = tl.max(left, axis=0)
+        index = tl.min(tl.where(left == best, e, BLOCK_E), axis=0)
+        total += best
+        left = tl.where(e == index, -1.0, left)
+    if RENORMALIZE:
+        scale = 1.0 / total
+    else:
+        scale = total * 0.0 + 1.0
+    left = p
+    for j in tl.static_range(TOP_K):
+        best = tl.max(left, axis=0)
+        index = tl.min(tl.where(left == best, e, BLOCK_E), axis=0)
+        tl.store(weights_ptr + t * TOP_K + j, best * scale)
+        tl.store(ids_ptr + t * TOP_K + j, index.to(tl.int64))
+        left = tl.where(e == index, -1.0, left)
+
+
+def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool):
+    if router_logits.dim() != 2 or not router_logits.is_contiguous():
+        raise InvalidArgumentError(f"router_logits must be contiguous [T, E], got {tuple(router_logits.shape)}")
+    T, E = router_logits.shape
+    if not 1 <= top_k <= E:
+        raise InvalidArgumentError(f"top_k must be in 1..{E} (the experts), got {top_k}")
+    weights = torch.empty((T, top_k), dtype=torch.float32, device=router_logits.device)
+    ids = torch.empty((T, top_k), dtype=torch.int64, device=router_logits.device)
+    if T:
+        _route_kernel[(T,)](router_logits, weights, ids, E, TOP_K=top_k, RENORMALIZE=bool(renormalize),
+                            BLOCK_E=next_power_of_2(E))
+    return weights, ids
+
+
+@triton.jit
+def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, N, K, stride_x, ROW_BYTES,
+                       FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
+    pid_n, r = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    expert = tl.load(ids_ptr + r).to(tl.int64)
+    n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    x_row = x_ptr + r * stride_x
+    if FORMAT <= 2:      # one element a value: the expert's [N, K] starts N * K elements on
+        w_expert = w_ptr + expert * N * K
+    else:                # GGUF blocks: N rows of ROW_BYTES bytes an expert
+        w_expert = w_ptr + expert * N * ROW_BYTES
+    if FORMAT == 6:
+        acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
+    elif FORMAT == 7:
+        acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
+    elif FORMAT >= 3:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 32), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if FORMAT == 6:
+            acc += q4_k_gemv_block(w_expert, x_row, n, k0 // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif FORMAT == 7:
+            acc += q6_k_gemv_block(w_expert, x_row, n, k0 // 256, N, K, ROW_BYTES, BLOCK_N)
+        elif FORMAT >= 3:
+            acc += block32_gemv(w_expert, x_row, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N, BLOCK_K // 32)
+        else:
+            k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+            if FORMAT == 1:
+                w = int8_float(stored_values(w_expert, n[None, :], k[:, None], N, K))
+            else:
+                w = weight_tile(w_expert, n[None, :], k[:, None], N, K, FORMAT)
+            xk = tl.load(x_row + k, mask=k < K, other=0.0).to(tl.float32)
+            acc += tl.sum(w * xk[:, None], axis=0)
+    if FORMAT == 6:
+        acc = tl.sum(acc, axis=1)
+    elif FORMAT >= 3:
+        acc = tl.sum(tl.sum(acc, axis=2), axis=1)
+    if CHANNEL_SCALES:
+        acc = acc * tl.load(scales_ptr + expert * N + n, mask=n < N, other=0.0)
+    tl.store(out_ptr + r * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+
+
+@triton.jit
+def _moe_linear_dot_kernel(x_ptr, w_ptr, scales_ptr, sorted_ids_ptr, order_ptr, out_ptr, R, N, K, stride_x,
+                           ROW_BYTES, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+                           UPCAST: tl.constexpr):
+    pid_n, pid_m = tl.program_id(0), tl.program_id(1)
+    n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    slot = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)                 # positions in the sorted rows
+    valid = slot < R
+    rows = tl.load(order_ptr + slot, mask=valid, other=0).to(tl.int64)
+    experts = tl.load(sorted_ids_ptr + slot, mask=valid, other=-1).to(tl.int64)
+    first = tl.load(sorted_ids_ptr + pid_m * BLOCK_M).to(tl.int64)
+    last = tl.max(experts, axis=0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for expert in range(first, last + 1):
+        mine = valid & (experts == expert)
+        if tl.sum(mine.to(tl.int32), axis=0) > 0:                  # an expert these rows skip is not read
+            if FORMAT <= 2:
+                w_expert = w_ptr + expert * N * K
+            else:
+                w_expert = w_ptr + expert * N * ROW_BYTES
+            part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+                if FORMAT == 6 or FORMAT == 7:
+                    w = k_quant_tile(w_expert, n, k0 // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
+                elif FORMAT >= 3:
+                    w = tl.trans(tl.reshape(block32_values(w_expert, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                                           BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
+                elif FORMAT == 1:
+                    w = int8_float(stored_values(w_expert, n[None, :], k[:, None], N, K))
+                else:
+                    w = weight_tile(w_expert, n[None, :], k[:, None], N, K, FORMAT)
+                xk = tl.load(x_ptr + rows[:, None] * stride_x + k[None, :], mask=mine[:, None] & (k[None, :] < K),
+                             other=0.0)
+                part = part + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+            if CHANNEL_SCALES:
+                part = part * tl.load(scales_ptr + expert * N + n, mask=n < N, other=0.0)[None, :]
+            acc += part                                            # rows of other experts added zeros
+    tl.store(out_ptr + rows[:, None] * N + n[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=valid[:, None] & (n[None, :] < N))
+
+
+#: Rows up to which moe_linear runs one GEMV per row; above, the grouped tl.dot kernel.
+GEMV_MAX_ROWS = 16
+
+
+def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str | None,
+               expert_ids: torch.Tensor) -> torch.Tensor:
+    check_last_dim_contiguous("x", x)
+    if x.dim() != 2 or weight.dim() != 3 or not weight.is_contiguous():
+        raise InvalidArgumentError(f"x must be [R, K] and weight contiguous [E, N, ...]; got {tuple(x.shape)} "
+                                   f"and {tuple(weight.shape)}")
+    R, K = x.shape
+    E, N = weight.shape[:2]
+    if expert_ids.shape != (R,) or not expert_ids.is_contiguous():
+        raise InvalidArgumentError(f"expert_ids must be contiguous [{R}], got {tuple(expert_ids.shape)}")
+    fmt = "dense" if weight_format is None else weight_format
+    if weight_format is None:
+        if weight.shape[2] != K or weight.dtype != x.dtype:
+            raise InvalidArgumentError(f"a float weight must be [E, N, {K}] {x.dtype}, got {weight.dtype} "
+                                       f"{tuple(weight.shape)}")
+    else:
+        check_weight(weight.view(E * N, -1), None if scales is None else scales.reshape(E * N), weight_format, K)
+    out = torch.empty((R, N), dtype=x.dtype, device=x.device)
+    if R == 0 or N == 0:
+        return out
+    ROW_BYTES = row_bytes(fmt, K) if weight_format is not None else K
+    if R > GEMV_MAX_ROWS:
+        sorted_ids, order = torch.sort(expert_ids, stable=True)
+        block_m = 16 if R <= 256 else 32 if R <= 2048 else 64
+        block_n, block_k = (32, 256) if fmt in ("q4_k", "q6_k") else (64, 64)
+        grid = (triton.cdiv(N, block_n), triton.cdiv(R, block_m))
+        _moe_linear_dot_kernel[grid](
+            x, weight, scales if scales is not None else weight, sorted_ids, order, out, R, N, K, x.stride(0),
+            ROW_BYTES, FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_M=block_m, BLOCK_N=block_n,
+            BLOCK_K=block_k, PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=4)
+        return out
+    if fmt in ("q4_k", "q6_k"):
+        block_n, block_k = 32, 256
+    elif fmt in ("q8_0", "q4_0", "q4_1"):
+        block_n, block_k = 32, 128
+    else:
+        block_n = 16
+        block_k = next((b for b in (512, 256, 128) if K % b == 0), min(512, next_power_of_2(K)))
+    grid = (triton.cdiv(N, block_n), R)
+    _moe_linear_kernel[grid](
+        x, weight, scales if scales is not None else weight, expert_ids, out, N, K, x.stride(0), ROW_BYTES,
+        FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=8 if fmt == "dense" else 4,
+    )
+    return out

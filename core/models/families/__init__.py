@@ -1,0 +1,1 @@
+"""The built-in model families, one module each (listed in :data:`..registry.BUILTIN_FAMILIES`)."""

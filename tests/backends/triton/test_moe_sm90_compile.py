@@ -1,0 +1,58 @@
+"""The MoE kernels (moe_route, moe_linear's GEMV and grouped tl.dot kernels in every weight format) compile for an H100/H200 (sm_90) on
+this CPU, with Triton's compiler and the ptxas its wheel ships, no GPU: the interpreter that CI runs
+them under never compiles them (see test_triton_sm90_compile.py for what only compilation sees)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from anydev.backends.triton_kernels import triton_importable
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
+
+CHILD = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from anydev.backends.triton_kernels import moe
+    from anydev.backends.triton_kernels._weight_tiles import CODES
+
+    def compile(kernel, signature, constants, warps=4):
+        signature = dict(signature, **{name: "constexpr" for name in constants})
+        index = {name: i for i, name in enumerate(kernel.arg_names)}
+        source = ASTSource(fn=kernel, signature=signature, constexprs={(index[k],): v for k, v in constants.items()})
+        assert triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["cubin"]
+
+    for renormalize in (False, True):
+        compile(moe._route_kernel, {"logits_ptr": "*bf16", "weights_ptr": "*fp32", "ids_ptr": "*i64", "E": "i32"},
+                dict(TOP_K=8, RENORMALIZE=renormalize, BLOCK_E=128))
+    blocks = {"q4_k": (32, 256), "q6_k": (32, 256), "q8_0": (32, 128), "q4_0": (32, 128), "q4_1": (32, 128)}
+    for fmt, code in CODES.items():
+        weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
+        block_n, block_k = blocks.get(fmt, (16, 256))
+        compile(moe._moe_linear_kernel, {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "ids_ptr": "*i64",
+                                         "out_ptr": "*bf16", "N": "i32", "K": "i32", "stride_x": "i32",
+                                         "ROW_BYTES": "i32"},
+                dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_N=block_n, BLOCK_K=block_k))
+        dot_n, dot_k = (32, 256) if fmt in ("q4_k", "q6_k") else (64, 64)
+        compile(moe._moe_linear_dot_kernel,
+                {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "sorted_ids_ptr": "*i64", "order_ptr": "*i64",
+                 "out_ptr": "*bf16", "R": "i32", "N": "i32", "K": "i32", "stride_x": "i32", "ROW_BYTES": "i32"},
+                dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=16, BLOCK_N=dot_n,
+                     BLOCK_K=dot_k, PRECISION=None, UPCAST=False))
+    print("ok")
+""")
+
+
+def test_the_moe_kernels_compile_for_sm90():
+    import importlib.util
+    spec = importlib.util.find_spec("triton.backends.nvidia")
+    if spec is None or not os.path.exists(os.path.join(os.path.dirname(spec.origin), "bin", "ptxas")):
+        pytest.skip("this triton build cannot compile for NVIDIA here (no NVIDIA backend or no ptxas)")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
