@@ -12,6 +12,9 @@ Options (the long ``--anydev-*`` spellings are aliases):
 * ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
   (default: the backend's device count).
 * ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
+* ``--quick``: the kernels group runs its quick sweep (a few shapes, short contexts: what Triton's
+  interpreter can run in CI) instead of the full one; every verdict then says "(quick sweep)" and the
+  JSON report's ``sweep`` is ``"quick"``, so a quick certificate never reads like a full one.
 
 A run in which nothing ran is not a pass. Each backend gets a verdict: *certified* (nothing failed and
 at least one behaviour check passed), *failed*, or *not certified* (no behaviour check ran: all
@@ -54,6 +57,10 @@ def pytest_addoption(parser) -> None:
     group.addoption(
         "--report", "--anydev-report", dest="anydev_report", default=None, metavar="FILE",
         help="write the conformance report as JSON to FILE and the Markdown matrix next to it",
+    )
+    group.addoption(
+        "--quick", "--anydev-quick", dest="anydev_quick", action="store_true", default=False,
+        help="the kernels group's quick sweep (for Triton's interpreter in CI); verdicts say '(quick sweep)'",
     )
     group.addoption(
         "--anydev-mutant", dest="anydev_mutant", default=None, metavar="NAMES",
@@ -207,8 +214,9 @@ class ConformanceReporter:
         results = self.collector.results()
         if not results:
             return
+        sweep = self._sweep()
         terminalreporter.write_sep("=", "anydev conformance matrix")
-        terminalreporter.write(markdown_matrix(results))
+        terminalreporter.write(markdown_matrix(results, sweep))
         failures = failure_lines(results)
         for line in failures:
             terminalreporter.write_line(line)
@@ -221,8 +229,13 @@ class ConformanceReporter:
         terminalreporter.write_line(contract_line(meta))
         path = self.config.getoption("anydev_report")
         if path:
-            json_path, md_path = write_report(path, results, meta, self.collector.crashes)
+            json_path, md_path = write_report(path, results, meta, self.collector.crashes, sweep)
             terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
+
+    def _sweep(self) -> str:
+        from .report import FULL_SWEEP, QUICK_SWEEP
+
+        return QUICK_SWEEP if self.config.getoption("anydev_quick") else FULL_SWEEP
 
     def _meta(self, backends: list[str]) -> dict:
         """``contract_version`` is anydev's; ``plugin_contract_versions`` what each plugin declares
@@ -242,6 +255,7 @@ class ConformanceReporter:
             "devices": self.config.getoption("anydev_device") or [],
             "tp": {name: rank_limit(self.config, name) for name in backends},
             "emulated": self.emulated,
+            "sweep": self._sweep(),
         }
 
 

@@ -32,6 +32,10 @@ BEHAVIOUR, CONTRACT_SHAPE = "behaviour", "contract shape"
 #: certified (nothing failed, but no behaviour check ran: every one skipped, e.g. no devices).
 CERTIFIED, FAILED, NOT_CERTIFIED = "certified", "failed", "not certified"
 
+#: How much of the kernels group's sweep ran (``--quick``: the interpreter-sized one). A quick
+#: certificate says so in its verdict text: ``certified at 1 rank (quick sweep)``.
+FULL_SWEEP, QUICK_SWEEP = "full", "quick"
+
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 #: The check's process died while it ran (a segfault, an abort, a hang past the check time limit);
 #: the rest of its group was skipped (``crashes.py``). Counts as a failure.
@@ -162,12 +166,12 @@ def certified_ranks(results: list[CheckResult], backend: str) -> int:
     return max((r.ranks for r in results if r.backend == backend and r.status == PASS and r.kind == BEHAVIOUR), default=0)
 
 
-def verdict_text(results: list[CheckResult], backend: str, verdict: str) -> str:
-    """``certified at 4 ranks``; other verdicts as they are."""
+def verdict_text(results: list[CheckResult], backend: str, verdict: str, sweep: str = FULL_SWEEP) -> str:
+    """``certified at 4 ranks``, ``certified at 1 rank (quick sweep)``; other verdicts as they are."""
     if verdict != CERTIFIED:
         return verdict
     n = certified_ranks(results, backend)
-    return f"{CERTIFIED} at {n} rank{'s' if n != 1 else ''}"
+    return f"{CERTIFIED} at {n} rank{'s' if n != 1 else ''}" + (" (quick sweep)" if sweep == QUICK_SWEEP else "")
 
 
 def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
@@ -228,7 +232,7 @@ def _cell_text(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def markdown_matrix(results: list[CheckResult]) -> str:
+def markdown_matrix(results: list[CheckResult], sweep: str = FULL_SWEEP) -> str:
     """Backend × check group (behaviour checks), with where each backend ran, its verdict and its
     contract-shape checks apart; groups with no behaviour check are left out.
 
@@ -252,7 +256,7 @@ def markdown_matrix(results: list[CheckResult]) -> str:
             if checks and all(r.status == SKIP for r in checks):
                 skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
         cells.append(matrix_cell([r for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE]))
-        shown = verdict_text(results, backend, verdict[backend][0])
+        shown = verdict_text(results, backend, verdict[backend][0], sweep)
         lines.append(f"| {backend} | {labels.get(backend) or '-'} | {shown} | " + " | ".join(cells) + " |")
     crashed = [r for r in results if r.status == CRASHED]
     if crashed:
@@ -302,7 +306,7 @@ def check_writable(path: str | Path) -> None:
             target.unlink()
 
 
-def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=()) -> tuple[Path, Path]:
+def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=(), sweep: str = FULL_SWEEP) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -322,7 +326,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
         "crashes": [asdict(c) for c in crashes],
         "ranks": group_ranks(results),
         "verdicts": {
-            backend: {"verdict": v, "reason": why, "text": verdict_text(results, backend, v),
+            backend: {"verdict": v, "reason": why, "text": verdict_text(results, backend, v, sweep),
                       "ranks": certified_ranks(results, backend) if v == CERTIFIED else None}
             for backend, (v, why) in verdicts(results).items()
         },
@@ -333,5 +337,5 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
     header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
     if "plugin_contract_versions" in meta:  # anydev's contract and each plugin's declared one, and the ranks
         header += contract_line(meta) + "\n\n"
-    md_path.write_text(header + markdown_matrix(results))
+    md_path.write_text(header + markdown_matrix(results, sweep))
     return path, md_path
