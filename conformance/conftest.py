@@ -40,7 +40,7 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "backend_name" in params:
-            group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+            group = crashes.group_of(item.nodeid)
             kind = CONTRACT_SHAPE if item.get_closest_marker("contract_shape") else BEHAVIOUR
             item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group), (KIND_KEY, kind)]
             if "nranks" in params:
