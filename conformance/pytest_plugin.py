@@ -37,6 +37,7 @@ import tempfile
 
 import pytest
 
+from .performance import performance_table
 from .report import (
     GROUPS, NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
 )
@@ -77,6 +78,10 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "contract_shape: the check inspects a declaration or signature, or anydev's own wrappers, "
         "which no backend can fail by behaving wrongly; reported apart from the behaviour checks",
+    )
+    config.addinivalue_line(
+        "markers", "performance: the check measures a bandwidth for the report's performance row; never "
+        "a pass/fail criterion, and counted in no verdict",
     )
     tp = config.getoption("anydev_tp")
     if tp is not None and tp < 1:
@@ -217,6 +222,7 @@ class ConformanceReporter:
         sweep = self._sweep()
         terminalreporter.write_sep("=", "anydev conformance matrix")
         terminalreporter.write(markdown_matrix(results, sweep))
+        terminalreporter.write(performance_table(self.collector.performance))
         failures = failure_lines(results)
         for line in failures:
             terminalreporter.write_line(line)
@@ -229,7 +235,8 @@ class ConformanceReporter:
         terminalreporter.write_line(contract_line(meta))
         path = self.config.getoption("anydev_report")
         if path:
-            json_path, md_path = write_report(path, results, meta, self.collector.crashes, sweep)
+            json_path, md_path = write_report(path, results, meta, self.collector.crashes, sweep,
+                                              self.collector.performance)
             terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
 
     def _sweep(self) -> str:

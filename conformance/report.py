@@ -15,7 +15,7 @@ from pathlib import Path
 
 #: The check groups, in the order the matrix shows them (a test module ``test_<group>.py`` each).
 GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "send_recv", "comm_abort", "processes",
-          "graphs", "parallel_init", "inference", "kernels")
+          "graphs", "parallel_init", "inference", "kernels", "performance")
 
 # user_properties keys the suite sets on each check.
 BACKEND_KEY = "anydev_backend"
@@ -23,11 +23,14 @@ GROUP_KEY = "anydev_group"
 HARDWARE_KEY = "anydev_hardware"
 KIND_KEY = "anydev_kind"
 RANKS_KEY = "anydev_ranks"  # the rank count the check ran at (absent: 1)
+PERFORMANCE_KEY = "anydev_performance"  # a measurement of the performance row (performance.py)
 
 #: What a check shows. Behaviour: what the backend does (counted in the matrix's groups). Contract
 #: shape: a declaration, a signature, or anydev's own wrappers (argument checks, use after close),
 #: which no backend can fail by behaving wrongly; reported in a column of its own.
 BEHAVIOUR, CONTRACT_SHAPE = "behaviour", "contract shape"
+#: A measurement for the performance row (``test_performance.py``): never pass/fail, in no verdict.
+PERFORMANCE = "performance"
 #: A backend's verdict: certified (no failure, at least one behaviour check passed), failed, or not
 #: certified (nothing failed, but no behaviour check ran: every one skipped, e.g. no devices).
 CERTIFIED, FAILED, NOT_CERTIFIED = "certified", "failed", "not certified"
@@ -65,6 +68,7 @@ class ResultCollector:
     def __init__(self) -> None:
         self._results: dict[str, CheckResult] = {}
         self.crashes: list = []  # crashes.Crash, in the order they happened
+        self.performance: dict[str, dict[str, dict]] = {}  # backend -> metric -> measurement (performance.py)
 
     def add_crash(self, crash) -> None:
         """The check ``crash.check`` lost its process (a :class:`~anydev.conformance.crashes.Crash`)."""
@@ -91,6 +95,9 @@ class ResultCollector:
             )
             self._results[report.nodeid] = result
         result.duration += report.duration
+        for key, value in report.user_properties:
+            if key == PERFORMANCE_KEY:
+                self.performance.setdefault(result.backend, {})[value["metric"]] = value
         result.hardware = props.get(HARDWARE_KEY, result.hardware)
         result.kind = props.get(KIND_KEY, result.kind)
         result.ranks = int(props.get(RANKS_KEY, result.ranks))
@@ -178,7 +185,7 @@ def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
     """``{backend: (verdict, reason)}``: a run in which no behaviour check ran certifies nothing."""
     out: dict[str, tuple[str, str]] = {}
     for backend in sorted({r.backend for r in results}):
-        mine = [r for r in results if r.backend == backend]
+        mine = [r for r in results if r.backend == backend and r.kind != PERFORMANCE]
         failed = [r for r in mine if r.status == FAIL]
         crashed = [r for r in mine if r.status == CRASHED]
         passed = [r for r in mine if r.status == PASS and r.kind == BEHAVIOUR]
@@ -306,7 +313,8 @@ def check_writable(path: str | Path) -> None:
             target.unlink()
 
 
-def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=(), sweep: str = FULL_SWEEP) -> tuple[Path, Path]:
+def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=(), sweep: str = FULL_SWEEP,
+                 performance: dict | None = None) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -330,6 +338,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
                       "ranks": certified_ranks(results, backend) if v == CERTIFIED else None}
             for backend, (v, why) in verdicts(results).items()
         },
+        "performance": performance or {},
         "checks": [asdict(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
@@ -337,5 +346,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
     header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
     if "plugin_contract_versions" in meta:  # anydev's contract and each plugin's declared one, and the ranks
         header += contract_line(meta) + "\n\n"
-    md_path.write_text(header + markdown_matrix(results, sweep))
+    from .performance import performance_table
+
+    md_path.write_text(header + markdown_matrix(results, sweep) + performance_table(performance or {}))
     return path, md_path
