@@ -3,6 +3,7 @@
     python -m anydev.conformance --device cpu
     python -m anydev.conformance --device all --emulated moore,metax -n 2 --report out/conformance.json
     python -m anydev.conformance --device nvidia --tp 2 -- -k collectives -x
+    python -m anydev.conformance --device cpu --quick -- -k kernels     # the interpreter-sized sweep
 
 Options not listed here (and everything after ``--``) go to pytest unchanged. The checks run in
 pytest-xdist workers (``-n``, default 1), so that a backend that crashes its process costs only the
@@ -36,6 +37,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="run the checks in K worker processes (pytest-xdist; 'auto' = one per core; default 1 "
                         "when pytest-xdist is installed). A check that crashes its worker costs only its group; "
                         "-n 0 runs in this process, where a crash ends the run without a report")
+    parser.add_argument("--quick", action="store_true",
+                        help="the kernels group's quick sweep (a few shapes, short contexts: for Triton's interpreter in "
+                        "CI); the verdict then reads 'certified (quick sweep)'. Default: the full sweep, whatever the torch device")
     parser.add_argument("--emulated", metavar="VENDORS",
                         help="build emulated vendor runtimes (moore, metax) with gcc and certify the real plugins on them")
     return parser.parse_known_args(argv)
@@ -54,6 +58,8 @@ def pytest_args(args: argparse.Namespace, extra: list[str]) -> list[str]:
         out += ["--report", args.report]
     if args.emulated:
         out += ["--anydev-emulated", args.emulated]
+    if args.quick:
+        out.append("--quick")
     workers = args.numprocesses
     if workers is None:
         if importlib.util.find_spec("xdist") is not None:

@@ -14,7 +14,9 @@ import pytest
 from anydev.conformance import crashes
 from anydev.conformance import emulated_runtime  # noqa: F401  (registers the emulated runtime: a library built
 #                                                  from conformance/emulated/ loads as one, whatever its prefix)
-from anydev.conformance.report import BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY, RANKS_KEY
+from anydev.conformance.report import (
+    BACKEND_KEY, BEHAVIOUR, CONTRACT_SHAPE, GROUP_KEY, HARDWARE_KEY, KIND_KEY, PERFORMANCE, RANKS_KEY,
+)
 from anydev.conformance.long_work import LongWork
 from anydev.conformance.support import guarded, load_outcome, rank_counts, selected_backends
 from anydev.plugin_api import Backend, BackendUnavailableError, is_stub
@@ -40,8 +42,9 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if "backend_name" in params:
-            group = item.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-            kind = CONTRACT_SHAPE if item.get_closest_marker("contract_shape") else BEHAVIOUR
+            group = crashes.group_of(item.nodeid)
+            kind = (CONTRACT_SHAPE if item.get_closest_marker("contract_shape")
+                    else PERFORMANCE if item.get_closest_marker("performance") else BEHAVIOUR)
             item.user_properties += [(BACKEND_KEY, params["backend_name"]), (GROUP_KEY, group), (KIND_KEY, kind)]
             if "nranks" in params:
                 item.user_properties.append((RANKS_KEY, params["nranks"]))

@@ -148,9 +148,10 @@ def backend_of(nodeid: str, names: list[str]) -> str | None:
 
 
 def group_of(nodeid: str) -> str:
-    """``conformance/test_memory.py::test_x[cpu]`` → ``memory`` (as ``conftest.py`` names groups)."""
+    """``conformance/test_memory.py::test_x[cpu]`` → ``memory`` (as ``conftest.py`` names groups); a
+    group's domain checks (``test_memory_domains.py``) belong to the group."""
     module = nodeid.split("::")[0].rsplit("/", 1)[-1]
-    return module.removesuffix(".py").removeprefix("test_")
+    return module.removesuffix(".py").removeprefix("test_").removesuffix("_domains")
 
 
 def worker_log_path(directory: str, worker_id: str) -> Path:

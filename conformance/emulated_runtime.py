@@ -19,7 +19,10 @@ Ordering (as the cpu backend): torch CPU math runs synchronously on the calling 
 collective or send/recv (at its group's end, inside a group) this thread enqueues on that stream has
 finished before the call returns (the next torch
 line may read its result). There are no device graphs: ``torch_graph`` keeps the contract's default
-(``NotSupportedError``), so engines decode eagerly.
+(``NotSupportedError``), so engines decode eagerly; :data:`GRAPHS_NOT_EMULATED` says why.
+
+Groups joined through ``comm_init_rank`` may span processes (the emulated MCCL keeps them in POSIX
+shared memory), so the engine's process executors and the suite's ``processes`` group run on it.
 """
 from __future__ import annotations
 
@@ -40,6 +43,12 @@ from anydev.plugin_api.types import RuntimeInfo
 #: Exported only by anydev's emulated runtimes (conformance/emulated/runtime.c); no vendor library has it.
 EMULATION_MARKER = "anydevEmulatedRuntime"
 TORCH_BRIDGE_NOTE = "torch bridge: CPU tensors over the emulated device memory (host memory)"
+#: Why the emulated runtimes run no device graphs (the conformance ``graphs`` group's skip reason).
+GRAPHS_NOT_EMULATED = (
+    "not emulated: the plugin's graphs are the vendor torch's own graph class (torch.musa.MUSAGraph, MetaX "
+    "torch's CUDAGraph) capturing the vendor runtime's streams, and CPU torch has none; only the card shows them "
+    "(nvidia runs the same StreamGraph code on hardware)"
+)
 
 
 def emulation_of(library: LoadedLibrary) -> str | None:
@@ -55,8 +64,8 @@ def emulation_of(library: LoadedLibrary) -> str | None:
 class EmulatedRuntime(CudaLikeRuntime):
     """:class:`CudaLikeRuntime` on an emulated runtime library; torch sees its memory as CPU tensors."""
 
-    torch_graph = DeviceRuntime.torch_graph  # nothing to record: CPU kernels run at once
-    cross_process_collectives = False        # the emulated MCCL keeps its groups in this process's memory
+    torch_graph = DeviceRuntime.torch_graph  # nothing to record: CPU kernels run at once (GRAPHS_NOT_EMULATED)
+    # cross_process_collectives stays True: CommInitRank groups live in POSIX shared memory (mccl.c)
 
     @classmethod
     def claims(cls, library: LoadedLibrary) -> str | None:

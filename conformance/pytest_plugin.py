@@ -12,6 +12,9 @@ Options (the long ``--anydev-*`` spellings are aliases):
 * ``--tp N``: the largest rank count of the collective, parallel-init and inference checks
   (default: the backend's device count).
 * ``--report FILE``: write the JSON report to FILE and the Markdown matrix next to it (FILE.md).
+* ``--quick``: the kernels group runs its quick sweep (a few shapes, short contexts: what Triton's
+  interpreter can run in CI) instead of the full one; every verdict then says "(quick sweep)" and the
+  JSON report's ``sweep`` is ``"quick"``, so a quick certificate never reads like a full one.
 
 A run in which nothing ran is not a pass. Each backend gets a verdict: *certified* (nothing failed and
 at least one behaviour check passed), *failed*, or *not certified* (no behaviour check ran: all
@@ -34,6 +37,7 @@ import tempfile
 
 import pytest
 
+from .performance import performance_table
 from .report import (
     GROUPS, NOT_CERTIFIED, ResultCollector, check_writable, contract_line, failure_lines, markdown_matrix, verdicts, write_report,
 )
@@ -56,6 +60,10 @@ def pytest_addoption(parser) -> None:
         help="write the conformance report as JSON to FILE and the Markdown matrix next to it",
     )
     group.addoption(
+        "--quick", "--anydev-quick", dest="anydev_quick", action="store_true", default=False,
+        help="the kernels group's quick sweep (for Triton's interpreter in CI); verdicts say '(quick sweep)'",
+    )
+    group.addoption(
         "--anydev-mutant", dest="anydev_mutant", default=None, metavar="NAMES",
         help="register deliberately broken backends (comma list of mutant names) as mutant-NAME "
         "(python -m anydev.conformance.mutants runs the suite on each)",
@@ -70,6 +78,10 @@ def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "contract_shape: the check inspects a declaration or signature, or anydev's own wrappers, "
         "which no backend can fail by behaving wrongly; reported apart from the behaviour checks",
+    )
+    config.addinivalue_line(
+        "markers", "performance: the check measures a bandwidth for the report's performance row; never "
+        "a pass/fail criterion, and counted in no verdict",
     )
     tp = config.getoption("anydev_tp")
     if tp is not None and tp < 1:
@@ -207,8 +219,10 @@ class ConformanceReporter:
         results = self.collector.results()
         if not results:
             return
+        sweep = self._sweep()
         terminalreporter.write_sep("=", "anydev conformance matrix")
-        terminalreporter.write(markdown_matrix(results))
+        terminalreporter.write(markdown_matrix(results, sweep))
+        terminalreporter.write(performance_table(self.collector.performance))
         failures = failure_lines(results)
         for line in failures:
             terminalreporter.write_line(line)
@@ -221,8 +235,14 @@ class ConformanceReporter:
         terminalreporter.write_line(contract_line(meta))
         path = self.config.getoption("anydev_report")
         if path:
-            json_path, md_path = write_report(path, results, meta, self.collector.crashes)
+            json_path, md_path = write_report(path, results, meta, self.collector.crashes, sweep,
+                                              self.collector.performance)
             terminalreporter.write_line(f"conformance report: {json_path} (matrix: {md_path})")
+
+    def _sweep(self) -> str:
+        from .report import FULL_SWEEP, QUICK_SWEEP
+
+        return QUICK_SWEEP if self.config.getoption("anydev_quick") else FULL_SWEEP
 
     def _meta(self, backends: list[str]) -> dict:
         """``contract_version`` is anydev's; ``plugin_contract_versions`` what each plugin declares
@@ -242,6 +262,7 @@ class ConformanceReporter:
             "devices": self.config.getoption("anydev_device") or [],
             "tp": {name: rank_limit(self.config, name) for name in backends},
             "emulated": self.emulated,
+            "sweep": self._sweep(),
         }
 
 

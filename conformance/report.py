@@ -15,7 +15,7 @@ from pathlib import Path
 
 #: The check groups, in the order the matrix shows them (a test module ``test_<group>.py`` each).
 GROUPS = ("contract", "devices", "memory", "streams_events", "collectives", "send_recv", "comm_abort", "processes",
-          "graphs", "parallel_init", "inference", "kernels")
+          "graphs", "parallel_init", "inference", "kernels", "performance")
 
 # user_properties keys the suite sets on each check.
 BACKEND_KEY = "anydev_backend"
@@ -23,14 +23,21 @@ GROUP_KEY = "anydev_group"
 HARDWARE_KEY = "anydev_hardware"
 KIND_KEY = "anydev_kind"
 RANKS_KEY = "anydev_ranks"  # the rank count the check ran at (absent: 1)
+PERFORMANCE_KEY = "anydev_performance"  # a measurement of the performance row (performance.py)
 
 #: What a check shows. Behaviour: what the backend does (counted in the matrix's groups). Contract
 #: shape: a declaration, a signature, or anydev's own wrappers (argument checks, use after close),
 #: which no backend can fail by behaving wrongly; reported in a column of its own.
 BEHAVIOUR, CONTRACT_SHAPE = "behaviour", "contract shape"
+#: A measurement for the performance row (``test_performance.py``): never pass/fail, in no verdict.
+PERFORMANCE = "performance"
 #: A backend's verdict: certified (no failure, at least one behaviour check passed), failed, or not
 #: certified (nothing failed, but no behaviour check ran: every one skipped, e.g. no devices).
 CERTIFIED, FAILED, NOT_CERTIFIED = "certified", "failed", "not certified"
+
+#: How much of the kernels group's sweep ran (``--quick``: the interpreter-sized one). A quick
+#: certificate says so in its verdict text: ``certified at 1 rank (quick sweep)``.
+FULL_SWEEP, QUICK_SWEEP = "full", "quick"
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 #: The check's process died while it ran (a segfault, an abort, a hang past the check time limit);
@@ -61,6 +68,7 @@ class ResultCollector:
     def __init__(self) -> None:
         self._results: dict[str, CheckResult] = {}
         self.crashes: list = []  # crashes.Crash, in the order they happened
+        self.performance: dict[str, dict[str, dict]] = {}  # backend -> metric -> measurement (performance.py)
 
     def add_crash(self, crash) -> None:
         """The check ``crash.check`` lost its process (a :class:`~anydev.conformance.crashes.Crash`)."""
@@ -87,6 +95,9 @@ class ResultCollector:
             )
             self._results[report.nodeid] = result
         result.duration += report.duration
+        for key, value in report.user_properties:
+            if key == PERFORMANCE_KEY:
+                self.performance.setdefault(result.backend, {})[value["metric"]] = value
         result.hardware = props.get(HARDWARE_KEY, result.hardware)
         result.kind = props.get(KIND_KEY, result.kind)
         result.ranks = int(props.get(RANKS_KEY, result.ranks))
@@ -162,19 +173,19 @@ def certified_ranks(results: list[CheckResult], backend: str) -> int:
     return max((r.ranks for r in results if r.backend == backend and r.status == PASS and r.kind == BEHAVIOUR), default=0)
 
 
-def verdict_text(results: list[CheckResult], backend: str, verdict: str) -> str:
-    """``certified at 4 ranks``; other verdicts as they are."""
+def verdict_text(results: list[CheckResult], backend: str, verdict: str, sweep: str = FULL_SWEEP) -> str:
+    """``certified at 4 ranks``, ``certified at 1 rank (quick sweep)``; other verdicts as they are."""
     if verdict != CERTIFIED:
         return verdict
     n = certified_ranks(results, backend)
-    return f"{CERTIFIED} at {n} rank{'s' if n != 1 else ''}"
+    return f"{CERTIFIED} at {n} rank{'s' if n != 1 else ''}" + (" (quick sweep)" if sweep == QUICK_SWEEP else "")
 
 
 def verdicts(results: list[CheckResult]) -> dict[str, tuple[str, str]]:
     """``{backend: (verdict, reason)}``: a run in which no behaviour check ran certifies nothing."""
     out: dict[str, tuple[str, str]] = {}
     for backend in sorted({r.backend for r in results}):
-        mine = [r for r in results if r.backend == backend]
+        mine = [r for r in results if r.backend == backend and r.kind != PERFORMANCE]
         failed = [r for r in mine if r.status == FAIL]
         crashed = [r for r in mine if r.status == CRASHED]
         passed = [r for r in mine if r.status == PASS and r.kind == BEHAVIOUR]
@@ -228,7 +239,7 @@ def _cell_text(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def markdown_matrix(results: list[CheckResult]) -> str:
+def markdown_matrix(results: list[CheckResult], sweep: str = FULL_SWEEP) -> str:
     """Backend × check group (behaviour checks), with where each backend ran, its verdict and its
     contract-shape checks apart; groups with no behaviour check are left out.
 
@@ -252,7 +263,7 @@ def markdown_matrix(results: list[CheckResult]) -> str:
             if checks and all(r.status == SKIP for r in checks):
                 skip_reasons[(backend, Counter(r.reason for r in checks).most_common(1)[0][0])] = None
         cells.append(matrix_cell([r for r in results if r.backend == backend and r.kind == CONTRACT_SHAPE]))
-        shown = verdict_text(results, backend, verdict[backend][0])
+        shown = verdict_text(results, backend, verdict[backend][0], sweep)
         lines.append(f"| {backend} | {labels.get(backend) or '-'} | {shown} | " + " | ".join(cells) + " |")
     crashed = [r for r in results if r.status == CRASHED]
     if crashed:
@@ -302,7 +313,8 @@ def check_writable(path: str | Path) -> None:
             target.unlink()
 
 
-def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=()) -> tuple[Path, Path]:
+def write_report(path: str | Path, results: list[CheckResult], meta: dict, crashes=(), sweep: str = FULL_SWEEP,
+                 performance: dict | None = None) -> tuple[Path, Path]:
     """Write ``path`` (JSON) and the matrix next to it (``report.json`` → ``report.md``); return both."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -322,10 +334,11 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
         "crashes": [asdict(c) for c in crashes],
         "ranks": group_ranks(results),
         "verdicts": {
-            backend: {"verdict": v, "reason": why, "text": verdict_text(results, backend, v),
+            backend: {"verdict": v, "reason": why, "text": verdict_text(results, backend, v, sweep),
                       "ranks": certified_ranks(results, backend) if v == CERTIFIED else None}
             for backend, (v, why) in verdicts(results).items()
         },
+        "performance": performance or {},
         "checks": [asdict(r) for r in results],
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
@@ -333,5 +346,7 @@ def write_report(path: str | Path, results: list[CheckResult], meta: dict, crash
     header = f"# anydev conformance matrix\n\n{document['created']}, command: `{meta.get('command', '')}`\n\n"
     if "plugin_contract_versions" in meta:  # anydev's contract and each plugin's declared one, and the ranks
         header += contract_line(meta) + "\n\n"
-    md_path.write_text(header + markdown_matrix(results))
+    from .performance import performance_table
+
+    md_path.write_text(header + markdown_matrix(results, sweep) + performance_table(performance or {}))
     return path, md_path

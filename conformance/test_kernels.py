@@ -2,10 +2,13 @@
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references.
 
-The sweep: GQA ratios 1, 4 and 8; head sizes 64 and 128; KV block sizes 16 and 32; ragged batches
-whose context lengths include 1, a block boundary, one past it and a long context (3000 tokens;
-600 where the kernels run under Triton's interpreter, the cpu backend with ``ANYDEV_CPU_TRITON=1``,
-which also takes 3 of the 12 GQA x head x block combinations); float32, float16 and bfloat16.
+The sweep (``kernel_domains.py``), whatever the torch device: GQA ratios 1, 4 and 8; head sizes 64
+and 128; KV block sizes 16 and 32; ragged batches whose context lengths include 1, a block boundary,
+one past it and a long context (3000 tokens); norms, activations and linear layers up to the sizes of
+a Llama 8B/70B layer; every dtype and weight format of the contract, each checked where the backend
+offers it (``KernelSet.supports``, through ``kernel_domains.offered``). ``--quick`` (for Triton's
+interpreter in CI) takes 3 of the 12 GQA x head x block combinations, contexts up to 600 and small
+linear layers, and its verdict says "(quick sweep)".
 
 Tolerances: the native result (in the input dtype) is compared with the reference computed in float32
 from the same inputs; the largest absolute difference must be at most ``TOLERANCE[dtype] x max(1,
@@ -39,18 +42,19 @@ entries past a sequence's length) hold NaN, so a kernel that reads past a length
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 
 import pytest
 import torch
 
+from anydev.conformance.kernel_domains import (
+    DTYPES, AttentionShape, attention_shapes, linear_shapes, long_context, norm_shapes, offered, silu_shapes, windows,
+)
 from anydev.conformance.support import require_torch_bridge
 from anydev.plugin_api import kernels as reference
 from anydev.plugin_api import weight_formats
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
 NUM_KV_HEADS = 2
 
@@ -74,7 +78,7 @@ def native(kernels, name: str, dtype, weight_format: str | None = None):
     (``KernelOffer``, contract 1.6) does not declare these inputs (reported as not offered)."""
     if name not in kernels.native:
         pytest.skip(f"'{kernels.backend}' offers no native {name} (the engine runs the torch reference)")
-    if not kernels.supports(name, dtype, weight_format):
+    if not offered(kernels, name, dtype, weight_format):
         offer = kernels.offers[name]
         declared = "; ".join(", ".join(axis) for axis in (offer.weight_formats, offer.dtypes) if axis)
         asked = ", ".join(x for x in (weight_format, str(dtype).removeprefix("torch.")) if x)
@@ -83,9 +87,10 @@ def native(kernels, name: str, dtype, weight_format: str | None = None):
     return getattr(kernels, name)
 
 
-def interpreted(torch_device) -> bool:
-    """Kernels on CPU tensors run under Triton's interpreter: a smaller sweep."""
-    return torch_device.type == "cpu"
+@pytest.fixture
+def quick(request) -> bool:
+    """``--quick``: the interpreter-sized sweep (``kernel_domains.py``); the verdict says so."""
+    return bool(request.config.getoption("anydev_quick"))
 
 
 def assert_close(got: torch.Tensor, want32: torch.Tensor, dtype, what: str) -> None:
@@ -99,34 +104,6 @@ def assert_close(got: torch.Tensor, want32: torch.Tensor, dtype, what: str) -> N
         at = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
         pytest.fail(f"{what}: max |native - reference| = {worst:.3g} > {bound:.3g} ({dtype}) at {at}: "
                     f"native {got32[at].item():.6g}, reference {want32[at].item():.6g}", pytrace=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionShape:
-    group: int          # query heads per KV head (GQA ratio)
-    head_dim: int
-    block_size: int
-
-    def __str__(self) -> str:
-        return f"GQA {self.group}, head_dim {self.head_dim}, block_size {self.block_size}"
-
-
-def attention_shapes(torch_device) -> list[AttentionShape]:
-    every = [AttentionShape(*c) for c in itertools.product((1, 4, 8), (64, 128), (16, 32))]
-    if interpreted(torch_device):
-        return [AttentionShape(1, 64, 16), AttentionShape(4, 128, 32), AttentionShape(8, 64, 32)]
-    return every
-
-
-def long_context(torch_device) -> int:
-    return 600 if interpreted(torch_device) else 3000
-
-
-def windows(shape: AttentionShape, first: bool, torch_device) -> tuple:
-    """No sliding window, and one a few tokens past a block (under the interpreter: first shape only)."""
-    if interpreted(torch_device) and not first:
-        return (None,)
-    return (None, shape.block_size + 5)
 
 
 class PagedCache:
@@ -177,15 +154,15 @@ def test_the_backends_kernel_set_names_contract_kernels_and_fills_the_rest_with_
 # ---- attention -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtype):
+def test_paged_decode_attention_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "paged_decode_attention", dtype)
-    for i, shape in enumerate(attention_shapes(torch_device)):
+    for i, shape in enumerate(attention_shapes(quick)):
         bs = shape.block_size
         # 0: a padding row. Short contexts only, then with a long one (long contexts may be split
         # over several programs: both paths are checked).
         short = [1, bs, bs + 1, 0, 2 * bs + 3]
-        for seq_lens, window in itertools.product((short, short + [long_context(torch_device)]),
-                                                  windows(shape, i == 0, torch_device)):
+        for seq_lens, window in itertools.product((short, short + [long_context(quick)]),
+                                                  windows(shape, i == 0, quick)):
             cache = PagedCache(seq_lens, shape, dtype, torch_device, seed=i)
             heads = NUM_KV_HEADS * shape.group
             q = torch.randn(len(seq_lens), heads, shape.head_dim, generator=torch.Generator().manual_seed(i))
@@ -203,16 +180,16 @@ def test_paged_decode_attention_equals_the_reference(kernels, torch_device, dtyp
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, dtype):
+def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "paged_prefill_attention", dtype)
-    for i, shape in enumerate(attention_shapes(torch_device)):
+    for i, shape in enumerate(attention_shapes(quick)):
         bs = shape.block_size
-        long = long_context(torch_device)
+        long = long_context(quick)
         # (keys in the pages, new queries): whole prompts, a cached prefix, a one-token chunk, none.
         sequences = [(1, 1), (bs, bs), (bs + 1, 1), (long, 70 if long > 1000 else 9), (2 * bs + 3, bs + 2), (bs, 0)]
         seq_lens = [n for n, _ in sequences]
         q_lens = [m for _, m in sequences]
-        for window in windows(shape, i == 0, torch_device):
+        for window in windows(shape, i == 0, quick):
             cache = PagedCache(seq_lens, shape, dtype, torch_device, seed=i)
             heads = NUM_KV_HEADS * shape.group
             q = torch.randn(sum(q_lens), heads, shape.head_dim, generator=torch.Generator().manual_seed(i))
@@ -227,7 +204,7 @@ def test_paged_prefill_attention_equals_the_reference(kernels, torch_device, dty
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_write_kv_writes_exactly_the_reference_slots(kernels, torch_device, dtype):
+def test_write_kv_writes_exactly_the_reference_slots(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "write_kv", dtype)
     gen = torch.Generator().manual_seed(0)
     for head_dim, block_size in ((64, 16), (128, 32)):
@@ -257,9 +234,9 @@ def _rows(T: int, N: int, dtype, torch_device, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_rms_norm_equals_the_reference(kernels, torch_device, dtype):
+def test_rms_norm_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "rms_norm", dtype)
-    for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5), (3, 4096, 1e-5))):
+    for seed, (T, N, eps) in enumerate(norm_shapes(quick)):
         x = _rows(T, N, dtype, torch_device, seed)
         weight = (torch.rand(N, generator=torch.Generator().manual_seed(seed)) + 0.5).to(dtype).to(torch_device)
         got = kernel(x, weight, eps)
@@ -268,9 +245,9 @@ def test_rms_norm_equals_the_reference(kernels, torch_device, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fused_add_rms_norm_equals_the_reference(kernels, torch_device, dtype):
+def test_fused_add_rms_norm_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "fused_add_rms_norm", dtype)
-    for seed, (T, N, eps) in enumerate(((1, 64, 1e-5), (7, 1000, 1e-6), (5, 2048, 1e-5))):
+    for seed, (T, N, eps) in enumerate(norm_shapes(quick)[:3]):
         x = _rows(T, N, dtype, torch_device, seed)
         residual = _rows(T, N, dtype, torch_device, seed + 100)
         weight = (torch.rand(N, generator=torch.Generator().manual_seed(seed)) + 0.5).to(dtype).to(torch_device)
@@ -286,11 +263,11 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_rotary_embedding_equals_the_reference(kernels, torch_device, dtype):
+def test_rotary_embedding_equals_the_reference(kernels, torch_device, quick, dtype):
     from anydev.core.models.rope import inverse_frequencies
 
     kernel = native(kernels, "rotary_embedding", dtype)
-    max_pos = 4 * long_context(torch_device)
+    max_pos = 4 * long_context(quick)
     for seed, (head_dim, group, scaling) in enumerate(((64, 4, None), (128, 8, LLAMA3), (128, 1, None))):
         gen = torch.Generator().manual_seed(seed)
         cache = reference.cos_sin_cache(inverse_frequencies(head_dim, 500000.0, scaling), max_pos).to(torch_device)
@@ -312,14 +289,14 @@ def test_rotary_embedding_equals_the_reference(kernels, torch_device, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, dtype):
+def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, quick, dtype):
     """The fused kernel: q and k rotated in place as the reference does (within the dtype's
     tolerance), and the real tokens' slots of both caches hold exactly the rotated k and the v the
     kernel read; padding (slot -1) and every other slot untouched; v and the rest of qkv unchanged."""
     from anydev.core.models.rope import inverse_frequencies
 
     kernel = native(kernels, "rotary_write_kv", dtype)
-    max_pos = 4 * long_context(torch_device)
+    max_pos = 4 * long_context(quick)
     cases = ((64, 4, 16, None), (128, 8, 32, LLAMA3), (128, 1, 16, None), (64, 1, 32, LLAMA3))
     for seed, (head_dim, group, block_size, scaling) in enumerate(cases):
         gen = torch.Generator().manual_seed(seed)
@@ -356,22 +333,15 @@ def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, dtyp
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_silu_and_mul_equals_the_reference(kernels, torch_device, dtype):
+def test_silu_and_mul_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "silu_and_mul", dtype)
-    for seed, (T, I) in enumerate(((1, 64), (5, 1000), (3, 2816))):
+    for seed, (T, I) in enumerate(silu_shapes(quick)):
         x = (3 * torch.randn(T, 2 * I, generator=torch.Generator().manual_seed(seed))).to(dtype).to(torch_device)
         got = kernel(x)
         assert_close(got, reference.silu_and_mul(x.float()), dtype, f"silu_and_mul (T {T}, I {I})")
 
 
 # ---- linear layers (contract 1.5) ----------------------------------------------------------------
-
-def linear_shapes(torch_device) -> list[tuple[int, int, int]]:
-    """(T, N, K): decode's one row, a few rows, more than 16 rows; K a multiple of 256 (GGUF K-quant blocks)."""
-    if interpreted(torch_device):
-        return [(1, 40, 512), (3, 24, 768), (20, 40, 512)]
-    return [(1, 4096, 4096), (1, 1000, 2304), (5, 512, 4096), (16, 640, 1024), (33, 256, 1024), (128, 384, 512)]
-
 
 #: Byte offsets of each GGUF block format's float16 fields: (offset, may be negative).
 _F16_FIELDS = {"q8_0": ((0, False),), "q4_0": ((0, False),), "q4_1": ((0, False), (2, True)),
@@ -395,9 +365,9 @@ def random_weight(weight_format: str, N: int, K: int, gen: torch.Generator):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_linear_equals_the_reference(kernels, torch_device, dtype):
+def test_linear_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "linear", dtype)
-    for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
+    for seed, (T, N, K) in enumerate(linear_shapes(quick)):
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(T, K + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]     # strided rows
         weight = (torch.randn(N, K, generator=gen) / K ** 0.5).to(dtype).to(torch_device)
@@ -408,9 +378,9 @@ def test_linear_equals_the_reference(kernels, torch_device, dtype):
 
 @pytest.mark.parametrize("weight_format", weight_formats.WEIGHT_FORMATS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_quantized_linear_equals_the_reference(kernels, torch_device, dtype, weight_format):
+def test_quantized_linear_equals_the_reference(kernels, torch_device, quick, dtype, weight_format):
     kernel = native(kernels, "quantized_linear", dtype, weight_format)
-    for seed, (T, N, K) in enumerate(linear_shapes(torch_device)):
+    for seed, (T, N, K) in enumerate(linear_shapes(quick)):
         gen = torch.Generator().manual_seed(seed)
         weight, scales = random_weight(weight_format, N, K, gen)
         weight = weight.to(torch_device)

@@ -6,7 +6,8 @@
 #      row of skips with the reason. It prints the backend x check-group matrix and writes the JSON
 #      report and the matrix to build/conformance/ (override: ANYDEV_CONFORMANCE_REPORT=FILE).
 #   3. the conformance kernels group on the shared Triton kernels, run on CPU tensors by Triton's
-#      interpreter (the cpu backend with ANYDEV_CPU_TRITON=1; a small sweep, the full one is for GPUs).
+#      interpreter (the cpu backend with ANYDEV_CPU_TRITON=1) with --quick: the interpreter-sized
+#      sweep, whose verdict says "certified ... (quick sweep)"; the full sweep is for devices.
 #   4. mutation testing: the suite on each deliberately broken backend (conformance/mutants/), which
 #      it must fail; prints the check that caught each and `mutants caught: N/N` (a survivor fails).
 # All steps always run; the exit status is non-zero when any failed. Python: $PYTHON or python3.
@@ -30,7 +31,7 @@ ANYDEV_CPU_DEVICE_MEMORY=${ANYDEV_CPU_DEVICE_MEMORY:-1GiB} ANYDEV_CPU_DEVICES=${
 
 echo "== conformance kernels group: the Triton kernels under Triton's interpreter"
 TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 \
-    "$PYTHON" -m anydev.conformance --device cpu -n 2 --report "$(dirname "$REPORT")/kernels-triton-interpreter.json" \
+    "$PYTHON" -m anydev.conformance --device cpu --quick -n 2 --report "$(dirname "$REPORT")/kernels-triton-interpreter.json" \
     -- --tb=short -rfE -k kernels || status=1
 
 echo "== mutation testing of the conformance suite"

@@ -185,6 +185,16 @@ class CudaLikeRuntime(DeviceRuntime):
         major, minor = (self._attribute(attribute, 0) for attribute in attributes)
         return f"{self.spec.hardware_name} (compute capability {major}.{minor})"
 
+    def memory_bandwidth_peak(self, index: int) -> float | None:
+        """Peak memory bandwidth of device ``index`` in bytes/s (memory clock x bus width x 2, double
+        data rate), or None where the spec does not name the attributes. Not a contract call: the
+        conformance report's performance row compares its measurements with it where it exists."""
+        attributes = self.spec.memory_peak_attributes
+        if attributes is None:
+            return None
+        clock_khz, bus_bits = (self._attribute(attribute, index) for attribute in attributes)
+        return clock_khz * 1e3 * 2 * bus_bits / 8
+
     def _attribute(self, attribute: int, device: int) -> int:
         value = self.ffi.new("int *")
         self.check.runtime(f"{self.rt}DeviceGetAttribute", self._device_get_attribute(value, attribute, device))

@@ -73,6 +73,9 @@ class VendorSpec:
     torch_bridge: TorchBridge
     #: ``{rt}DeviceGetAttribute`` ids of compute capability (major, minor), or None to not ask.
     compute_capability_attributes: tuple[int, int] | None = None
+    #: ``{rt}DeviceGetAttribute`` ids of the memory clock (kHz) and the memory bus width (bits), for the
+    #: peak memory bandwidth the conformance report compares its measurements with; None to not ask.
+    memory_peak_attributes: tuple[int, int] | None = None
     #: The shared Triton kernels (contract 1.2) have been checked on this vendor's hardware by the
     #: conformance suite's kernels group; False: offered when its Triton is importable, labelled unverified.
     triton_kernels_verified: bool = False

@@ -30,6 +30,7 @@ SPEC = VendorSpec(
     visible_devices_env="CUDA_VISIBLE_DEVICES",
     torch_bridge=CudaArrayBridge("nvidia", "install a CUDA build of torch (e.g. pip install torch from the cu130 index)"),
     compute_capability_attributes=(75, 76),  # cudaDevAttrComputeCapabilityMajor / Minor
+    memory_peak_attributes=(36, 37),         # cudaDevAttrMemoryClockRate (kHz) / GlobalMemoryBusWidth (bits)
     triton_kernels_verified=True,   # the conformance kernels group has passed on NVIDIA hardware
     # ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd: prototypes [V] (docs/vendor-runtimes.md); True
     # once the conformance send_recv group passes on NVIDIA hardware (benchmarks/gpu_record.sh, STEPS=pp).

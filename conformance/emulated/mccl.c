@@ -2,11 +2,20 @@
  *
  * Built into the same shared object as runtime.c (see emulated.h and conformance/emulated.py).
  *
- * Ranks are threads of one process (host memory is not shared between processes). Each collective is
- * enqueued on the rank's stream; when the worker reaches it, it publishes its buffers, waits at a
- * barrier for every rank, computes its own result into a scratch buffer from all ranks' inputs, waits
- * at a second barrier (so in-place operations never overwrite an input a peer still reads), and
- * stores the result. A barrier that waits longer than ANYDEV_EMULATED_COLLECTIVE_TIMEOUT seconds
+ * Groups of CommInitAll are threads of one process. Each collective is enqueued on the rank's stream;
+ * when the worker reaches it, it publishes its buffers, waits at a barrier for every rank, computes
+ * its own result into a scratch buffer from all ranks' inputs, waits at a second barrier (so in-place
+ * operations never overwrite an input a peer still reads), and stores the result.
+ *
+ * Groups of CommInitRank may span processes (the rank processes of torchrun or the engine's "mp"
+ * executor, each with its own emulated devices): their state lives in a POSIX shared-memory segment
+ * named from the unique id (/anydev-mccl-<pid>-<counter>-<time> of the process that made the id),
+ * with a process-shared mutex and condition variable. A collective stages its input through the
+ * segment in chunks of SHM_CHUNK bytes per rank (copy in, barrier, each rank computes its part of the
+ * result from every rank's chunk, barrier); a send puts its data in a segment of its own and its
+ * header in the group's mailbox, where the recv takes the oldest message of its pair. The name is
+ * unlinked once every rank has joined (the mapping stays), so a crashed run leaves nothing in
+ * /dev/shm but unreceived messages. A barrier that waits longer than ANYDEV_EMULATED_COLLECTIVE_TIMEOUT seconds
  * (default 30) breaks the group: the stream reports ErrorLaunchTimeout, later collectives fail fast,
  * and nothing hangs. Reductions accumulate in double (floats) or 64-bit integers; float16 and
  * bfloat16 are converted in software.
@@ -24,9 +33,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "emulated.h"
@@ -169,11 +182,10 @@ typedef struct group {
     int aborted;      /* a communicator of the group was aborted: every wait ends */
     slot_t *slots;    /* per rank, the collective it is running */
     message_t *mail;  /* sent and not yet received, oldest first (guarded by lock) */
-    /* joining through CommInitRank (guarded by g_join_lock) */
-    unsigned char id[ID_BYTES];
-    unsigned char *has_joined; /* per rank */
-    int joined;
-    struct group *next_joining;
+    struct shm_group *shared; /* a CommInitRank group: the shared segment (this group_t is then one
+                                 rank's, in its process, and only counts its pending work) */
+    size_t shared_bytes;
+    int shared_rank;
 } group_t;
 
 typedef struct {
@@ -186,22 +198,22 @@ typedef struct {
 static group_t *group_new(int nranks) {
     group_t *g = calloc(1, sizeof *g);
     slot_t *slots = calloc((size_t)nranks, sizeof *slots);
-    unsigned char *has_joined = calloc((size_t)nranks, 1);
-    if (!g || !slots || !has_joined) { free(g); free(slots); free(has_joined); return NULL; }
+    if (!g || !slots) { free(g); free(slots); return NULL; }
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->changed, NULL);
     g->nranks = nranks;
     g->slots = slots;
-    g->has_joined = has_joined;
     return g;
 }
 
+static void shm_leave(group_t *g);
+
 static void group_free(group_t *g) {
     for (message_t *m = g->mail, *next; m; m = next) { next = m->next; free(m); }
+    if (g->shared) shm_leave(g);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->changed);
     free(g->slots);
-    free(g->has_joined);
     free(g);
 }
 
@@ -269,9 +281,14 @@ static int same_collective(const slot_t *a, const slot_t *b) {
     return a->kind == b->kind && a->type == b->type && a->op == b->op && a->root == b->root && a->count == b->count;
 }
 
+static int shm_run_collective(group_t *g, const slot_t *mine);
+static int shm_send(group_t *g, int dst, int type, size_t count, const void *data);
+static int shm_recv(group_t *g, int src, int type, size_t count, void *data);
+
 static int run_collective(void *arg) {
     collective_t *work = arg;
     group_t *g = work->comm->group;
+    if (g->shared) return shm_run_collective(g, &work->slot);
     int rank = work->comm->rank, nranks = g->nranks;
     slot_t *slots = g->slots;
     slots[rank] = work->slot; /* safe: peers finished reading our previous slot before the last barrier */
@@ -345,6 +362,7 @@ typedef struct { comm_t *comm; int is_send, peer, type; size_t count; uintptr_t 
 static int run_send(void *arg) {
     p2p_t *op = arg;
     group_t *g = op->comm->group;
+    if (g->shared) return shm_send(g, op->peer, op->type, op->count, (const void *)op->buf);
     size_t bytes = op->count * TYPE_SIZE[op->type];
     message_t *m = malloc(sizeof *m + bytes);
     if (!m) return ERR_MEMORY_ALLOCATION;
@@ -373,6 +391,7 @@ static message_t *take_message(group_t *g, int src, int dst) { /* with g->lock h
 static int run_recv(void *arg) {
     p2p_t *op = arg;
     group_t *g = op->comm->group;
+    if (g->shared) return shm_recv(g, op->peer, op->type, op->count, (void *)op->buf);
     struct timespec deadline = emu_deadline(timeout_seconds());
     pthread_mutex_lock(&g->lock);
     message_t *m = NULL;
@@ -472,10 +491,6 @@ cclResult_t CCL(CommInitAll)(uintptr_t *comms, int ndev, const int *devlist) {
     return CCL_SUCCESS;
 }
 
-static pthread_mutex_t g_join_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_join_changed = PTHREAD_COND_INITIALIZER;
-static group_t *g_joining; /* groups whose ranks are still arriving in CommInitRank */
-
 cclResult_t CCL(GetUniqueId)(cclUniqueId *id) {
     static uint64_t counter;
     if (!id) return CCL_INVALID_ARGUMENT;
@@ -488,47 +503,274 @@ cclResult_t CCL(GetUniqueId)(cclUniqueId *id) {
     return CCL_SUCCESS;
 }
 
-static void unlink_joining(group_t *g) {
-    for (group_t **link = &g_joining; *link; link = &(*link)->next_joining)
-        if (*link == g) { *link = g->next_joining; return; }
+/* ---- cross-process groups (CommInitRank): POSIX shared memory ---------------------------------- */
+#define SHM_CHUNK ((size_t)256 << 10)  /* bytes per rank staged per step of a collective */
+#define SHM_MAX_RANKS 64
+#define SHM_MAILBOX 512                 /* messages sent and not yet received */
+#define SHM_READY 2u
+
+typedef struct { int kind, type, op, root; size_t count; } shm_meta_t;
+typedef struct { int used, src, dst, type; size_t count; uint64_t seq; } shm_message_t;
+
+typedef struct shm_group {
+    uint32_t state;             /* 0 new, 1 being initialised, SHM_READY */
+    int nranks;
+    pthread_mutex_t lock;       /* process-shared, as is `changed` */
+    pthread_cond_t changed;
+    int joined, refs;           /* ranks that joined; communicators alive */
+    unsigned char has_joined[SHM_MAX_RANKS];
+    int arrived, broken, aborted;
+    uint64_t barrier_generation, next_seq;
+    char name[64];              /* the segment's name; messages are name-m<seq> */
+    shm_meta_t meta[SHM_MAX_RANKS];
+    shm_message_t mail[SHM_MAILBOX];
+    unsigned char data[];       /* nranks * SHM_CHUNK */
+} shm_group_t;
+
+static void shm_name_of(char *out, size_t size, const cclUniqueId *id) {
+    uint64_t fields[4];
+    memcpy(fields, id->internal, sizeof fields);
+    snprintf(out, size, "/anydev-mccl-%llx-%llx-%llx", (unsigned long long)fields[1], (unsigned long long)fields[2],
+             (unsigned long long)fields[3]);
 }
 
-/* Join the group `id` as `rank`; blocks until all `nranks` ranks joined, or the timeout. */
-cclResult_t CCL(CommInitRank)(uintptr_t *comm, int nranks, cclUniqueId id, int rank) {
-    if (!comm || nranks < 1 || rank < 0 || rank >= nranks) return CCL_INVALID_ARGUMENT;
-    pthread_mutex_lock(&g_join_lock);
-    group_t *g = g_joining;
-    while (g && memcmp(g->id, id.internal, ID_BYTES) != 0) g = g->next_joining;
-    if (!g) {
-        if (!(g = group_new(nranks))) { pthread_mutex_unlock(&g_join_lock); return CCL_SYSTEM_ERROR; }
-        memcpy(g->id, id.internal, ID_BYTES);
-        g->next_joining = g_joining;
-        g_joining = g;
-    }
-    if (g->nranks != nranks || g->has_joined[rank]) {
-        pthread_mutex_unlock(&g_join_lock);
-        return CCL_INVALID_USAGE;
-    }
-    g->has_joined[rank] = 1;
-    if (++g->joined == nranks) { /* complete: every rank will hold a communicator */
-        g->refs = nranks;
-        unlink_joining(g);
-        pthread_cond_broadcast(&g_join_changed);
+static void message_name(char *out, size_t size, const shm_group_t *s, uint64_t seq) {
+    snprintf(out, size, "%s-m%llu", s->name, (unsigned long long)seq);
+}
+
+/* The group's lock; a timed wait on its condition: 0, or ETIMEDOUT. */
+static int shm_wait(shm_group_t *s, const struct timespec *deadline) {
+    return pthread_cond_timedwait(&s->changed, &s->lock, deadline);
+}
+
+static int shm_barrier(shm_group_t *s) {
+    pthread_mutex_lock(&s->lock);
+    if (s->aborted || s->broken) { int e = s->aborted ? ERR_LAUNCH_FAILURE : ERR_LAUNCH_TIMEOUT; pthread_mutex_unlock(&s->lock); return e; }
+    uint64_t generation = s->barrier_generation;
+    if (++s->arrived == s->nranks) {
+        s->arrived = 0;
+        s->barrier_generation++;
+        pthread_cond_broadcast(&s->changed);
+        pthread_mutex_unlock(&s->lock);
+        return 0;
     }
     struct timespec deadline = emu_deadline(timeout_seconds());
-    while (g->joined < nranks)
-        if (pthread_cond_timedwait(&g_join_changed, &g_join_lock, &deadline) == ETIMEDOUT) break;
-    int complete = g->joined == nranks;
-    if (!complete) { /* leave; the last to leave frees the group */
-        g->has_joined[rank] = 0;
-        if (--g->joined == 0) {
-            unlink_joining(g);
-            group_free(g);
+    while (generation == s->barrier_generation && !s->broken && !s->aborted) {
+        if (shm_wait(s, &deadline) == ETIMEDOUT && generation == s->barrier_generation) {
+            s->broken = 1;
+            pthread_cond_broadcast(&s->changed);
         }
     }
-    pthread_mutex_unlock(&g_join_lock);
-    comm_t *c = complete ? comm_new(g, rank) : NULL;
-    if (!c) return CCL_SYSTEM_ERROR; /* (out of memory: the group is leaked) */
+    int passed = generation != s->barrier_generation, aborted = s->aborted;
+    pthread_mutex_unlock(&s->lock);
+    return passed ? 0 : aborted ? ERR_LAUNCH_FAILURE : ERR_LAUNCH_TIMEOUT;
+}
+
+static int same_meta(const shm_meta_t *a, const shm_meta_t *b) {
+    return a->kind == b->kind && a->type == b->type && a->op == b->op && a->root == b->root && a->count == b->count;
+}
+
+/* One rank's part of a collective of a shared group, chunk by chunk: its input chunk into its slot of
+ * the segment, a barrier, its output chunk computed from every rank's slot straight into recv (the
+ * chunk of recv it writes is the chunk of send already staged, so in place is safe), a barrier. */
+static int shm_run_collective(group_t *g, const slot_t *mine) {
+    shm_group_t *s = g->shared;
+    int rank = g->shared_rank, n = s->nranks;
+    size_t esize = TYPE_SIZE[mine->type], per = SHM_CHUNK / esize, done = 0;
+    slot_t views[SHM_MAX_RANKS];
+    do {
+        size_t m = mine->count - done < per ? mine->count - done : per;
+        s->meta[rank] = (shm_meta_t){mine->kind, mine->type, mine->op, mine->root, mine->count};
+        unsigned char *slot = s->data + (size_t)rank * SHM_CHUNK;
+        if (m && (mine->kind != BROADCAST || rank == mine->root))   /* broadcast reads send on root only */
+            memcpy(slot, (const unsigned char *)mine->send + done * esize, m * esize);
+        int err = shm_barrier(s);
+        if (err) return err;
+        int matching = 1;
+        for (int r = 0; r < n; r++) matching &= same_meta(&s->meta[r], &s->meta[rank]);
+        if (matching && m) {
+            unsigned char *out = (unsigned char *)mine->recv;
+            switch (mine->kind) {
+                case ALL_REDUCE:
+                    for (int r = 0; r < n; r++)
+                        views[r] = (slot_t){ALL_REDUCE, mine->type, mine->op, 0, m, s->data + (size_t)r * SHM_CHUNK, NULL};
+                    reduce(views, n, out + done * esize);
+                    break;
+                case ALL_GATHER:
+                    for (int r = 0; r < n; r++)
+                        memcpy(out + ((size_t)r * mine->count + done) * esize, s->data + (size_t)r * SHM_CHUNK, m * esize);
+                    break;
+                default: memcpy(out + done * esize, s->data + (size_t)mine->root * SHM_CHUNK, m * esize); break;
+            }
+        }
+        err = shm_barrier(s);   /* after it, no peer reads our slot any more */
+        if (err) return err;
+        if (!matching) return ERR_INVALID_VALUE;
+        done += m;
+    } while (done < mine->count);
+    return 0;
+}
+
+static int shm_send(group_t *g, int dst, int type, size_t count, const void *data) {
+    shm_group_t *s = g->shared;
+    size_t bytes = count * TYPE_SIZE[type];
+    pthread_mutex_lock(&s->lock);
+    uint64_t seq = s->next_seq++;
+    pthread_mutex_unlock(&s->lock);
+    if (bytes) {   /* the data in a segment of its own: a send never waits for its recv */
+        char name[96];
+        message_name(name, sizeof name, s, seq);
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0) return ERR_MEMORY_ALLOCATION;
+        void *map = ftruncate(fd, (off_t)bytes) == 0 ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+        close(fd);
+        if (map == MAP_FAILED) { shm_unlink(name); return ERR_MEMORY_ALLOCATION; }
+        memcpy(map, data, bytes);
+        munmap(map, bytes);
+    }
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    pthread_mutex_lock(&s->lock);
+    int err = 0;
+    for (;;) {
+        if (s->aborted) { err = ERR_LAUNCH_FAILURE; break; }
+        int free_slot = -1;
+        for (int i = 0; i < SHM_MAILBOX && free_slot < 0; i++) if (!s->mail[i].used) free_slot = i;
+        if (free_slot >= 0) {
+            s->mail[free_slot] = (shm_message_t){1, g->shared_rank, dst, type, count, seq};
+            pthread_cond_broadcast(&s->changed);
+            break;
+        }
+        if (shm_wait(s, &deadline) == ETIMEDOUT) { err = ERR_LAUNCH_TIMEOUT; break; }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (err && bytes) { char name[96]; message_name(name, sizeof name, s, seq); shm_unlink(name); }
+    return err;
+}
+
+static int shm_recv(group_t *g, int src, int type, size_t count, void *data) {
+    shm_group_t *s = g->shared;
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    pthread_mutex_lock(&s->lock);
+    int found = -1, err = 0;
+    for (;;) {
+        if (s->aborted) { err = ERR_LAUNCH_FAILURE; break; }
+        for (int i = 0; i < SHM_MAILBOX; i++) {
+            const shm_message_t *m = &s->mail[i];
+            if (m->used && m->src == src && m->dst == g->shared_rank && (found < 0 || m->seq < s->mail[found].seq)) found = i;
+        }
+        if (found >= 0) break;
+        if (shm_wait(s, &deadline) == ETIMEDOUT) { err = ERR_LAUNCH_TIMEOUT; break; }
+    }
+    shm_message_t message = found >= 0 ? s->mail[found] : (shm_message_t){0};
+    if (found >= 0) { s->mail[found].used = 0; pthread_cond_broadcast(&s->changed); }
+    pthread_mutex_unlock(&s->lock);
+    if (found < 0) return err;
+    size_t bytes = message.count * TYPE_SIZE[message.type];
+    if (message.type != type || message.count != count) err = ERR_INVALID_VALUE;
+    if (bytes) {
+        char name[96];
+        message_name(name, sizeof name, s, message.seq);
+        int fd = shm_open(name, O_RDONLY, 0);
+        void *map = fd >= 0 ? mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+        if (fd >= 0) close(fd);
+        shm_unlink(name);
+        if (map == MAP_FAILED) return err ? err : ERR_UNKNOWN;
+        if (!err) memcpy(data, map, bytes);
+        munmap(map, bytes);
+    }
+    return err;
+}
+
+/* Maps (creating it if this rank is first) the segment of `id`; NULL when it cannot. */
+static shm_group_t *shm_open_group(const cclUniqueId *id, int nranks, size_t *bytes) {
+    char name[64];
+    shm_name_of(name, sizeof name, id);
+    *bytes = sizeof(shm_group_t) + (size_t)nranks * SHM_CHUNK;
+    int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+    if (fd < 0) return NULL;
+    struct stat st;
+    int sized = fstat(fd, &st) == 0 && (st.st_size >= (off_t)*bytes || ftruncate(fd, (off_t)*bytes) == 0);
+    shm_group_t *s = sized ? mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (s == MAP_FAILED) return NULL;
+    uint32_t fresh = 0;
+    if (__atomic_compare_exchange_n(&s->state, &fresh, 1u, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        pthread_mutexattr_t ma;
+        pthread_condattr_t ca;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&s->lock, &ma);
+        pthread_cond_init(&s->changed, &ca);
+        s->nranks = nranks;
+        snprintf(s->name, sizeof s->name, "%s", name);
+        __atomic_store_n(&s->state, SHM_READY, __ATOMIC_RELEASE);
+    }
+    struct timespec pause = {0, 1000000}, start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) != SHM_READY) {   /* another rank is initialising it */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec > timeout_seconds()) { munmap(s, *bytes); return NULL; }
+        nanosleep(&pause, NULL);
+    }
+    return s;
+}
+
+/* This rank leaves the shared group: the last one removes the messages nobody received. */
+static void shm_leave(group_t *g) {
+    shm_group_t *s = g->shared;
+    pthread_mutex_lock(&s->lock);
+    int last = --s->refs == 0;
+    if (last)
+        for (int i = 0; i < SHM_MAILBOX; i++)
+            if (s->mail[i].used && s->mail[i].count) {
+                char name[96];
+                message_name(name, sizeof name, s, s->mail[i].seq);
+                shm_unlink(name);
+            }
+    pthread_mutex_unlock(&s->lock);
+    munmap(s, g->shared_bytes);
+    g->shared = NULL;
+}
+
+/* Join the group `id` as `rank`; blocks until all `nranks` ranks joined (in any processes), or the timeout. */
+cclResult_t CCL(CommInitRank)(uintptr_t *comm, int nranks, cclUniqueId id, int rank) {
+    if (!comm || nranks < 1 || nranks > SHM_MAX_RANKS || rank < 0 || rank >= nranks) return CCL_INVALID_ARGUMENT;
+    size_t bytes;
+    shm_group_t *s = shm_open_group(&id, nranks, &bytes);
+    if (!s) return CCL_SYSTEM_ERROR;
+    pthread_mutex_lock(&s->lock);
+    if (s->nranks != nranks || s->has_joined[rank]) {
+        pthread_mutex_unlock(&s->lock);
+        munmap(s, bytes);
+        return CCL_INVALID_USAGE;
+    }
+    s->has_joined[rank] = 1;
+    s->joined++;
+    s->refs++;
+    pthread_cond_broadcast(&s->changed);
+    struct timespec deadline = emu_deadline(timeout_seconds());
+    while (s->joined < nranks)
+        if (shm_wait(s, &deadline) == ETIMEDOUT) break;
+    int complete = s->joined == nranks;
+    if (!complete) { s->has_joined[rank] = 0; s->joined--; s->refs--; }
+    int last_out = !complete && s->joined == 0;
+    char name[64];
+    snprintf(name, sizeof name, "%s", s->name);
+    pthread_mutex_unlock(&s->lock);
+    if (complete || last_out) shm_unlink(name);   /* every rank has it mapped, or nobody will */
+    group_t *g = complete ? group_new(nranks) : NULL;
+    comm_t *c = g ? comm_new(g, rank) : NULL;
+    if (!c) {
+        if (g) group_free(g);
+        munmap(s, bytes);
+        return CCL_SYSTEM_ERROR;
+    }
+    g->shared = s;
+    g->shared_bytes = bytes;
+    g->shared_rank = rank;
+    g->refs = 1;
     *comm = (uintptr_t)c;
     return CCL_SUCCESS;
 }
@@ -554,6 +796,12 @@ cclResult_t CCL(CommAbort)(uintptr_t handle) {
     comm_t *c = resolve_comm(handle);
     if (!c) return CCL_INVALID_ARGUMENT;
     group_t *g = c->group;
+    if (g->shared) {   /* every rank's waits end, in every process */
+        pthread_mutex_lock(&g->shared->lock);
+        g->shared->aborted = 1;
+        pthread_cond_broadcast(&g->shared->changed);
+        pthread_mutex_unlock(&g->shared->lock);
+    }
     pthread_mutex_lock(&g->lock);
     g->aborted = 1;
     pthread_cond_broadcast(&g->changed);
@@ -576,7 +824,8 @@ const char *CCL(GetErrorString)(cclResult_t result) {
     switch (result) {
         case CCL_SUCCESS: return "no error";
         case CCL_UNHANDLED_RUNTIME_ERROR: return "unhandled runtime error (the emulated runtime refused the work)";
-        case CCL_SYSTEM_ERROR: return "unhandled system error (emulated MCCL: out of memory, or peer ranks did not join in time)";
+        case CCL_SYSTEM_ERROR: return "unhandled system error (emulated MCCL: out of memory, no POSIX shared memory "
+                                      "(/dev/shm), or peer ranks did not join in time)";
         case CCL_INTERNAL_ERROR: return "internal error";
         case CCL_INVALID_ARGUMENT: return "invalid argument";
         case CCL_INVALID_USAGE: return "invalid usage";

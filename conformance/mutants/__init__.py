@@ -14,7 +14,9 @@ Adding a mutant is one entry: a class decorated with :func:`mutant` in any modul
         def memset_async(self, ptr, value, nbytes, stream):
             super().memset_async(ptr, value, 0, stream)
 
-``checks`` are the suite's test modules or node ids (``test_x.py::test_name``) to run it on.
+``checks`` are the suite's test modules or node ids (``test_x.py::test_name``) to run it on. The
+runner runs the kernels group's quick sweep (``--quick``: every older kernel mutant is caught there);
+``full_sweep=True`` runs the full one, for a fault only the engine's real shapes show.
 Modules outside this package (a vendor's own mutants) are loaded from ``$ANYDEV_MUTANT_MODULES``
 (comma-separated import names) or the runner's ``--modules``.
 """
@@ -40,6 +42,7 @@ class Mutant:
     runtime: type
     checks: tuple[str, ...]
     fault: str
+    full_sweep: bool = False  # run the kernels group's full sweep, not --quick
 
     @property
     def backend_name(self) -> str:
@@ -49,8 +52,9 @@ class Mutant:
 _registered: dict[str, Mutant] = {}
 
 
-def mutant(name: str, checks):
-    """Class decorator: register ``cls`` (a DeviceRuntime subclass) as the mutant ``name``."""
+def mutant(name: str, checks, full_sweep: bool = False):
+    """Class decorator: register ``cls`` (a DeviceRuntime subclass) as the mutant ``name``, run on
+    ``checks`` (with the kernels group's full sweep when ``full_sweep``, else ``--quick``)."""
 
     def register(cls: type) -> type:
         if name in _registered and _registered[name].runtime is not cls:
@@ -59,7 +63,7 @@ def mutant(name: str, checks):
             raise ValueError(f"mutant {name!r} ({cls.__qualname__}) needs a docstring naming its fault")
         cls.name = PREFIX + name
         cls.hardware_label = f"cpu backend with one fault ({name})"
-        _registered[name] = Mutant(name, cls, tuple(checks), " ".join(cls.__doc__.split()))
+        _registered[name] = Mutant(name, cls, tuple(checks), " ".join(cls.__doc__.split()), full_sweep)
         return cls
 
     return register

@@ -5,7 +5,8 @@
     python -m anydev.conformance.mutants --list
 
 Each mutant runs in its own pytest process on its checks (``Mutant.checks``), stopping at the first
-failure (``-x``): that check caught it. Prints one line per mutant and ``mutants caught: N/N``; exits
+failure (``-x``): that check caught it; with the kernels group's quick sweep (``--quick``) unless the
+mutant asks for the full one (``full_sweep``). Prints one line per mutant and ``mutants caught: N/N``; exits
 non-zero when a mutant survived (its checks all passed) or its run went wrong (no check failed, yet
 pytest did not pass: a usage error, a crash). ``--modules`` adds mutant modules (import names).
 """
@@ -46,6 +47,7 @@ def pytest_command(m: Mutant, report: Path, tp: int, isolated: bool = False) -> 
         sys.executable, "-m", "pytest", *[str(SUITE_DIR / c) for c in m.checks],
         "-p", "no:cacheprovider", "-q", "--rootdir", str(SUITE_DIR), *(["-n", "1"] if isolated else ["-x"]),
         "--anydev-mutant", m.name, "--device", m.backend_name, "--tp", str(tp), "--report", str(report),
+        *([] if m.full_sweep else ["--quick"]),
     ]
 
 

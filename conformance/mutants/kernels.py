@@ -314,6 +314,20 @@ class RmsNormBfloat16OfferWithoutEps(_OneOffer):
     _kernel = rms_norm
 
 
+@mutant("rms-norm-wrong-beyond-4096-columns", checks=CHECKS, full_sweep=True)
+class RmsNormWrongBeyond4096Columns(_OneKernel):
+    """rms_norm takes the root mean square of the first 4096 columns only (one program's tile, as a
+    kernel sized for Llama 8B's hidden size): right up to N = 4096, wrong at a 70B model's 8192."""
+
+    @staticmethod
+    def rms_norm(x, weight, eps):
+        x32 = x.float()
+        ms = x32[..., :4096].pow(2).mean(-1, keepdim=True)
+        return weight * (x32 * torch.rsqrt(ms + eps)).to(x.dtype)
+
+    _kernel = rms_norm
+
+
 # ---- mixture of experts (contract 1.7) -----------------------------------------------------------
 
 @mutant("moe-route-ties-to-the-higher-expert", checks=CHECKS)

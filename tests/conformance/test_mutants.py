@@ -26,6 +26,10 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "quantized-linear-q4-0-nibbles-swapped",
     "quantized-linear-q4-k-offer-drops-mins", "rms-norm-bfloat16-offer-without-eps",   # issue 30
     "moe-route-ties-to-the-higher-expert", "moe-route-not-renormalized", "moe-linear-next-expert",   # issue 34
+    "memset-unaligned-ragged-tail", "d2d-copy-ignores-src-offset", "malloc-overlaps-after-out-of-order-free",  # issue 36
+    "broadcast-from-the-last-rank", "all-reduce-int8-unsigned", "all-reduce-writes-a-whole-vector",
+    "comm-init-all-ranks-in-device-order", "event-record-keeps-the-first", "wait-event-ignored-across-devices",
+    "torch-stream-clears-queued-errors", "rms-norm-wrong-beyond-4096-columns",
 }
 
 EXTRA = textwrap.dedent('''

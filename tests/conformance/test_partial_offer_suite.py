@@ -2,7 +2,7 @@
 a backend whose quantized_linear declares q4_k alone and is wrong on q8_0 (not declared) certifies,
 its other formats reported as "not offered" skips; the mutant that declares q4_k and is wrong there
 (``quantized-linear-q4-k-offer-drops-mins``) fails on q4_k. One suite run on both backends (about
-30 s on a 2-core machine: the quantized_linear checks under the cpu backend's small sweep)."""
+30 s on a 2-core machine: the quantized_linear checks of the quick sweep)."""
 from __future__ import annotations
 
 import json
@@ -63,7 +63,7 @@ def test_a_q4_k_offer_wrong_elsewhere_certifies_and_one_wrong_on_q4_k_fails(tmp_
            "ANYDEV_CPU_DEVICES": "1", "ANYDEV_CPU_DEVICE_MEMORY": "1GiB", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "pytest", str(SUITE_DIR / "test_kernels.py"), "-p", "no:cacheprovider", "-q",
                "--rootdir", str(SUITE_DIR), "-k", "quantized_linear or kernel_set", "--anydev-mutant", MUTANT,
-               "--device", f"q4konly,mutant-{MUTANT}", "--report", str(report_file)]
+               "--quick", "--device", f"q4konly,mutant-{MUTANT}", "--report", str(report_file)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert report_file.exists(), done.stdout[-4000:] + done.stderr[-2000:]
     document = json.loads(report_file.read_text())

@@ -59,5 +59,9 @@ class _Span:
 
 
 def tensor_at(address: int, nbytes: int, owner: object = None) -> torch.Tensor:
-    """A 1-D uint8 CPU tensor viewing ``nbytes`` at ``address`` (no copy)."""
+    """A 1-D uint8 CPU tensor viewing ``nbytes`` at ``address`` (no copy). Zero bytes give an empty
+    tensor of stride 1: numpy's zero-size view has stride 0, which torch cannot reinterpret as
+    another dtype (a 0-count collective's buffers)."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
     return torch.from_numpy(np.asarray(_Span(address, nbytes, owner)))
