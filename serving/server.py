@@ -48,6 +48,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-server-count", type=int, default=1,
                    help="HTTP front-end processes sharing the one engine core and the one port")
     add_engine_arguments(p.add_argument_group("engine"), defaults={"max_num_seqs": 64})
+    logs = p.add_argument_group("logs")
+    logs.add_argument("--disable-log-requests", "--disable-uvicorn-access-log", action="store_true",
+                      help="no access line per request (method, path, status, seconds)")
+    logs.add_argument("--disable-log-stats", action="store_true",
+                      help="no stats line (running and waiting requests, tokens/s, KV cache use) every "
+                           "--log-stats-interval")
+    logs.add_argument("--log-stats-interval", type=float, default=10.0, help="seconds between stats lines")
     limits = p.add_argument_group("limits")
     limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body in bytes, 1 MiB by default; beyond: 413")
     limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt in tokens (default: the context); beyond: 400")
@@ -121,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
     for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive", "first_request_timeout",
-                 "engine_stall_timeout"):
+                 "engine_stall_timeout", "log_stats_interval"):
         if not getattr(args, name) > 0:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
     if args.drain_seconds < 0:
@@ -197,6 +204,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     from .connection import guarded_h11_protocol
     from .engine_core import EngineCoreError
     from .limits import ServerLimits
+    from .request_log import AccessLog, StatsLog
 
     limits = ServerLimits(max_body_bytes=args.max_body_bytes,
                           max_prompt_tokens=args.max_prompt_tokens or link.info.max_model_len,
@@ -206,6 +214,8 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     client.on_stall.append(_report_stall)
     app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
     state = app.state.anydev
+    if not args.disable_log_requests:
+        app.add_middleware(AccessLog)        # outermost: it sees every answer, 413s included
     protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
                                     lambda reason: state.metrics.dropped.labels(reason).inc(),
                                     max_connections=args.max_connections or default_max_connections(),
@@ -224,7 +234,12 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     client.on_failure.append(server.engine_failed)
     if supervisor is not None:
         threading.Thread(target=_stop_when_closed, args=(supervisor, server), daemon=True).start()
-    server.run(sockets=[sock] if sock is not None else None)
+    stats_log = None if args.disable_log_stats else StatsLog(client, state.metrics, args.log_stats_interval).start()
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    finally:
+        if stats_log is not None:
+            stats_log.stop()
     if client.failure is not None:
         raise EngineCoreError(f"{client.failure}; the server stopped (exit non-zero: a supervisor may restart it)")
 
