@@ -36,9 +36,9 @@ def test_two_different_models_are_refused():
         model_argument(parsed("/a", "--model", "/b"))
 
 
-def run_serve(*argv: str) -> subprocess.CompletedProcess:
+def run_serve(*argv: str, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", "0", *argv],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_two_models_on_the_command_line_are_one_error_line():
@@ -46,3 +46,14 @@ def test_two_models_on_the_command_line_are_one_error_line():
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: two models given: '/a' and --model '/b'; give one (anydev serve MODEL or --model MODEL)"]
+
+
+@pytest.mark.parametrize("argv", [("--model", "meta-llama/Llama-3.2-1B"), ("meta-llama/Llama-3.2-1B",)],
+                         ids=["--model", "positional"])
+def test_a_hub_id_is_one_line_saying_only_local_paths_are_read_and_how_to_download(tmp_path, argv):
+    result = run_serve(*argv, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "reads only local files" in lines[0]
+    assert "huggingface-cli download meta-llama/Llama-3.2-1B --local-dir DIR" in lines[0]
