@@ -13,6 +13,7 @@ A flag left out is None in the namespace, and the field keeps EngineConfig's def
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import fields
 
 from .engine_config import EngineConfig
@@ -87,6 +88,8 @@ def add_engine_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGro
         if field in exclude:
             continue
         kwargs = dict(kwargs)
+        if field in defaults or field in default_texts:     # the command's default, in place of the field's
+            kwargs["help"] = re.sub(r"\s*\(default[^)]*\)", "", kwargs["help"])
         shown = default_texts.get(field, defaults.get(field, _FIELD_DEFAULTS[field]))
         if "(default" not in kwargs["help"] and kwargs.get("action") is None and shown is not None:
             kwargs["help"] += f" (default: {shown})"
