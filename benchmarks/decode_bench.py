@@ -75,8 +75,7 @@ CASE_FIELDS = ("executor", "quantization", "max_model_len", "max_num_seqs", "use
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # The engine's flags but those each case sets (the lists below, and the sizes the cases need).
-    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
-    p.set_defaults(device="cpu", tp=1, block_size=16, kernels="native")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS, defaults=dict(device="cpu", tp=1, block_size=16, kernels="native"))
     p.add_argument("--batch-sizes", default="1,32")
     p.add_argument("--contexts", default="256,4096", help="prompt lengths of the decode cases")
     p.add_argument("--new-tokens", type=int, default=128)

@@ -42,8 +42,7 @@ CASE_FIELDS = ("executor", "max_model_len", "max_num_seqs", "enable_prefix_cachi
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
-    p.set_defaults(device="cpu", tp=1, kernels="native")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS, defaults=dict(device="cpu", tp=1, kernels="native"))
     p.add_argument("--executors", default="threads,mp", help="comma list of threads, mp (the first is the base)")
     p.add_argument("--batch-sizes", default="1")
     p.add_argument("--context", type=int, default=256, help="prompt length")

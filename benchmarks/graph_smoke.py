@@ -33,8 +33,7 @@ CASE_FIELDS = ("tp", "dtype", "max_num_seqs", "max_model_len", "use_graphs")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
-    p.set_defaults(device="nvidia")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS, defaults=dict(device="nvidia"))
     p.add_argument("--tp", default=None, help="comma-separated TP sizes (default: 1 and 2 when 2+ devices)")
     p.add_argument("--skip-1b", action="store_true", help="check the demo model only")
     return p.parse_args(argv)

@@ -69,8 +69,7 @@ CASE_FIELDS = ("executor", "worker_cls", "use_graphs", "pp")
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
-    p.set_defaults(device="cpu", tp=1, block_size=16, memory_fraction=0.95)
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS, defaults=dict(device="cpu", tp=1, block_size=16, memory_fraction=0.95))
     p.add_argument("--model", help="an HF model directory or a .gguf file (make_random_model.py writes both); "
                                    "default: random weights made in process from the shape options")
     add_shape_arguments(p)

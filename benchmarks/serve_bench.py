@@ -60,8 +60,7 @@ def parse_args(argv=None):
     # The engine's flags (as anydev serve's); here --max-num-seqs defaults to 64 (tiny: 16),
     # --max-model-len to 4096, make_random_model's context (tiny: 1024), and --max-num-batched-tokens
     # to 512, vLLM's chunked default.
-    add_engine_arguments(p.add_argument_group("engine"))
-    p.set_defaults(device="cpu", tp=1, max_num_batched_tokens=512)
+    add_engine_arguments(p.add_argument_group("engine"), exclude=("seed",), defaults=dict(device="cpu", tp=1, max_num_batched_tokens=512))   # its --seed: the load's
     p.add_argument("--rate", type=float, default=None, help="Poisson arrival rate, per s (default 8; tiny 4)")
     p.add_argument("--requests", type=int, default=None, help="requests of the random and mixed cases (default 200; tiny 24)")
     p.add_argument("--prompt-len", type=int, default=None, help="default 512 (tiny 64)")

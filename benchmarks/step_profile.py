@@ -41,8 +41,7 @@ CASE_FIELDS = ("max_model_len", "max_num_seqs", "use_graphs", "enable_prefix_cac
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS)
-    p.set_defaults(device="cpu")
+    add_engine_arguments(p.add_argument_group("engine"), exclude=CASE_FIELDS, defaults=dict(device="cpu"))
     p.add_argument("--batch-sizes", default="1")
     p.add_argument("--context", type=int, default=256)
     p.add_argument("--steps", type=int, default=4, help="decode steps profiled")

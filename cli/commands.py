@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from anydev.cli import list_backends
+from anydev.cli.help_format import ShownDefaultsFormatter
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,12 @@ register(Subcommand("serve", "serve a model over the OpenAI HTTP API (FastAPI + 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="anydev", description="anydev: a hardware-portable backend layer for LLM inference")
+    parser = argparse.ArgumentParser(prog="anydev", description="anydev: a hardware-portable backend layer for LLM inference",
+                                     formatter_class=ShownDefaultsFormatter)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for subcommand in SUBCOMMANDS.values():
-        subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help))
+        subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help, description=subcommand.help,
+                                                     formatter_class=ShownDefaultsFormatter))
     return parser
 
 

@@ -13,6 +13,7 @@ from .executors.registry import validate_executor
 from .models.pipeline import RankLayout
 from .rank.worker_class import DEFAULT_WORKER, worker_class
 from .loading.weights import QUANTIZATIONS
+from .sched.sampling import MAX_SEED
 
 DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -73,6 +74,10 @@ class EngineConfig:
     #: :class:`~.rank.rank_worker.RankWorker` that every rank process can import (see
     #: :mod:`.rank.worker_class`; the extension points are RankWorker's).
     worker_cls: str = DEFAULT_WORKER
+    #: The seed of the sampling rank's random state, which requests without a seed of their own draw
+    #: from: the same requests in the same order draw the same tokens again (vLLM's ``--seed``).
+    #: None: torch's state as the process has it.
+    seed: int | None = None
 
 
 def default_read_threads(tp: int) -> int:
@@ -98,6 +103,9 @@ def validate_config(config: EngineConfig, model) -> None:
                                 f"got {config.weight_staging_bytes!r}")
     if config.weight_read_threads is not None and not _positive_int(config.weight_read_threads):
         raise EngineConfigError(f"weight_read_threads must be an integer >= 1 or None, got {config.weight_read_threads!r}")
+    if config.seed is not None and (isinstance(config.seed, bool) or not isinstance(config.seed, int)
+                                    or not 0 <= config.seed <= MAX_SEED):
+        raise EngineConfigError(f"seed must be an integer in 0..2**64-1 or None, got {config.seed!r}")
     if config.num_blocks is not None and not _positive_int(config.num_blocks):
         raise EngineConfigError(f"num_blocks must be an integer >= 1 or None, got {config.num_blocks!r}")
     if not isinstance(config.memory_fraction, (int, float)) or not 0 < config.memory_fraction <= 1:

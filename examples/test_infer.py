@@ -31,20 +31,21 @@ class _OneLineParser(argparse.ArgumentParser):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from anydev.cli.help_format import ShownDefaultsFormatter
     from anydev.core.engine_args import add_engine_arguments
 
-    p = _OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
+    p = _OneLineParser(description=__doc__.split("\n\n")[0], formatter_class=ShownDefaultsFormatter)
+    p.add_argument("--model", help="HF model directory or .gguf file, a local path (default: the embedded demo model)")
     p.add_argument("--enable-paged-attn", action="store_true", help="accepted for InfiniLM compatibility; paging is always on")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT)
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="the prompt (through the chat template unless --no-chat-template)")
     p.add_argument("--batch-size", type=int, default=1, help="how many copies of the prompt to run at once")
-    p.add_argument("--max-new-tokens", type=int, default=32)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", type=int, default=32, help="tokens to generate per prompt at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0: greedy")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens; 0: all")
+    p.add_argument("--top-p", type=float, default=1.0, help="sample among the likeliest tokens holding p of the mass; 1: all")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
-    add_engine_arguments(p, exclude=("max_num_seqs",))   # --batch-size sets it
+    # --seed (an engine flag, as serve's) also seeds each prompt's request, so all copies draw alike
+    add_engine_arguments(p, default_texts={"max_num_seqs": "--batch-size"})
     return p.parse_args(argv)
 
 
@@ -60,7 +61,7 @@ def run(args) -> int:
     from anydev.core.executors.registry import command_executor
     from anydev.plugin_api import load_backend
 
-    config = engine_config_from_args(args, max_num_seqs=args.batch_size)
+    config = engine_config_from_args(args, max_num_seqs=args.max_num_seqs or args.batch_size)
     executor = command_executor(args.executor, config.tp, config.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     device = load_backend(config.device).name   # an unknown or unavailable device fails first
     config = _with(config, device=device, executor=executor)

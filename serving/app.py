@@ -62,6 +62,7 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
     generating = {200: {"description": "the answer (JSON), or server-sent events with stream=true",
                         "content": {"text/event-stream": {}}},
                   400: error_doc("a bad request: the error names the parameter"), **denied,
+                  404: error_doc("the model is not served here (code model_not_found)"),
                   413: error_doc("the body is over --max-body-bytes"),
                   429: error_doc("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
                   500: error_doc("this request failed while it ran (its sampling failed); the server serves on"),

@@ -8,9 +8,10 @@ from .state import ServerState
 
 
 def check_model(state: ServerState, model: str) -> None:
+    """A model this server does not serve is a 404 with code ``model_not_found`` (as OpenAI and vLLM answer)."""
     if model != state.model_name:
-        raise APIError(400, f"model '{model}' is not served here; this server serves '{state.model_name}'",
-                       param="model", code="model_not_found")
+        raise APIError(404, f"the model '{model}' does not exist here; this server serves '{state.model_name}' "
+                            "(GET /v1/models lists it)", param="model", code="model_not_found")
 
 
 def tokenizer_of(state: ServerState):

@@ -36,45 +36,53 @@ from anydev.core.errors import EngineConfigError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from anydev.core.engine_args import add_engine_arguments
 
-    p.add_argument("--model", help="HF model directory or .gguf file (default: the embedded demo model)")
+    p.add_argument("model_tag", nargs="?", metavar="MODEL",
+                   help="the model, as --model gives it: vLLM's form, anydev serve MODEL (default: --model's)")
+    p.add_argument("--model", help="HF model directory or .gguf file, a local path (default: the embedded demo model)")
     p.add_argument("--served-model-name", help="the model id clients send (default: the model folder's name)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind; 127.0.0.1 is this machine only")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on; 0: any free one")
     p.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on /v1/* (default: $ANYDEV_API_KEY; none: open)")
     p.add_argument("--metrics-need-key", action="store_true", help="/metrics needs the API key too")
     p.add_argument("--api-server-count", type=int, default=1,
-                   help="HTTP front-end processes sharing the one engine core and the one port (default 1)")
-    add_engine_arguments(p.add_argument_group("engine"))
-    p.set_defaults(max_num_seqs=64)
+                   help="HTTP front-end processes sharing the one engine core and the one port")
+    add_engine_arguments(p.add_argument_group("engine"), defaults={"max_num_seqs": 64})
+    logs = p.add_argument_group("logs")
+    logs.add_argument("--disable-log-requests", "--disable-uvicorn-access-log", action="store_true",
+                      help="no access line per request (method, path, status, seconds)")
+    logs.add_argument("--disable-log-stats", action="store_true",
+                      help="no stats line (running and waiting requests, tokens/s, KV cache use) every "
+                           "--log-stats-interval")
+    logs.add_argument("--log-stats-interval", type=float, default=10.0, help="seconds between stats lines")
     limits = p.add_argument_group("limits")
-    limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (default 1 MiB): 413")
-    limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt (default: the context): 400")
+    limits.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body in bytes, 1 MiB by default; beyond: 413")
+    limits.add_argument("--max-prompt-tokens", type=int, default=None, help="longest prompt in tokens (default: the context); beyond: 400")
     limits.add_argument("--max-tokens-limit", type=int, default=4096,
-                        help="largest max_tokens a request may ask (default 4096): 400")
+                        help="largest max_tokens a request may ask; beyond: 400")
     limits.add_argument("--max-waiting", type=int, default=256,
-                        help="requests that may wait for admission (default 256); beyond: 429 with Retry-After")
+                        help="requests that may wait for admission; beyond: 429 with Retry-After")
     limits.add_argument("--request-timeout", type=float, default=600.0,
-                        help="seconds a request may run (default 600); then it ends with finish reason 'timeout'")
+                        help="seconds a request may run; then it ends with finish reason 'timeout'")
     limits.add_argument("--engine-stall-timeout", type=float, default=60.0,
                         help="seconds requests wait for an engine core that has work but does not step (stopped, "
-                             "deadlocked, stuck in a device call; default 60); then 503. /health says 503 after "
+                             "deadlocked, stuck in a device call); then 503. /health says 503 after "
                              "5 s of that silence, and 200 again once the core steps")
     limits.add_argument("--drain-seconds", type=float, default=10.0,
-                        help="at shutdown, how long requests in flight may finish (default 10)")
+                        help="at shutdown, how long requests in flight may finish, in seconds")
     limits.add_argument("--max-connections", type=int, default=None,
                         help="open connections a front end keeps, every accepted socket counted (default: half the "
                              f"open-file limit, at most {MAX_CONNECTIONS_CAP}); past it a new connection replaces the "
                              "one idle the longest, or is closed at once when none is idle")
     limits.add_argument("--first-request-timeout", type=float, default=5.0,
-                        help="seconds a new connection has to start sending its first request (default 5); "
+                        help="seconds a new connection has to start sending its first request; "
                              "then it is closed unanswered (idle sockets)")
-    limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive connections close after it")
+    limits.add_argument("--timeout-keep-alive", type=float, default=5.0, help="seconds after which an idle keep-alive connection closes")
     limits.add_argument("--read-timeout", type=float, default=30.0,
                         help="seconds a client has to send a whole request, from connecting or from its previous "
-                             "answer (default 30); then 408 and the connection closes (slow or idle clients)")
+                             "answer; then 408 and the connection closes (slow or idle clients)")
     limits.add_argument("--send-timeout", type=float, default=30.0,
-                        help="seconds an answer may wait for a client that reads nothing (default 30); then the "
+                        help="seconds an answer may wait for a client that reads nothing; then the "
                              "connection is dropped and its request aborted")
 
 
@@ -91,7 +99,16 @@ def default_max_connections() -> int:
     return max(16, min(MAX_CONNECTIONS_CAP, soft // 2)) if soft != resource.RLIM_INFINITY else MAX_CONNECTIONS_CAP
 
 
+def model_argument(args: argparse.Namespace) -> str | None:
+    """The model of ``anydev serve MODEL`` (vLLM's form) or ``--model MODEL``; both: they must agree."""
+    if args.model_tag is not None and args.model is not None and args.model_tag != args.model:
+        raise EngineConfigError(f"two models given: {args.model_tag!r} and --model {args.model!r}; give one "
+                                "(anydev serve MODEL or --model MODEL)")
+    return args.model if args.model_tag is None else args.model_tag
+
+
 def run(args: argparse.Namespace) -> int:
+    args.model = model_argument(args)
     try:
         import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
         import msgspec  # noqa: F401  (the engine core's messages)
@@ -111,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise EngineConfigError(f"--port must be in 0..65535, got {args.port}")
     for name in ("request_timeout", "read_timeout", "send_timeout", "timeout_keep_alive", "first_request_timeout",
-                 "engine_stall_timeout"):
+                 "engine_stall_timeout", "log_stats_interval"):
         if not getattr(args, name) > 0:
             raise EngineConfigError(f"--{name.replace('_', '-')} must be > 0 seconds, got {getattr(args, name)}")
     if args.drain_seconds < 0:
@@ -187,6 +204,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     from .connection import guarded_h11_protocol
     from .engine_core import EngineCoreError
     from .limits import ServerLimits
+    from .request_log import AccessLog, StatsLog
 
     limits = ServerLimits(max_body_bytes=args.max_body_bytes,
                           max_prompt_tokens=args.max_prompt_tokens or link.info.max_model_len,
@@ -196,6 +214,8 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     client.on_stall.append(_report_stall)
     app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
     state = app.state.anydev
+    if not args.disable_log_requests:
+        app.add_middleware(AccessLog)        # outermost: it sees every answer, 413s included
     protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
                                     lambda reason: state.metrics.dropped.labels(reason).inc(),
                                     max_connections=args.max_connections or default_max_connections(),
@@ -214,7 +234,12 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     client.on_failure.append(server.engine_failed)
     if supervisor is not None:
         threading.Thread(target=_stop_when_closed, args=(supervisor, server), daemon=True).start()
-    server.run(sockets=[sock] if sock is not None else None)
+    stats_log = None if args.disable_log_stats else StatsLog(client, state.metrics, args.log_stats_interval).start()
+    try:
+        server.run(sockets=[sock] if sock is not None else None)
+    finally:
+        if stats_log is not None:
+            stats_log.stop()
     if client.failure is not None:
         raise EngineCoreError(f"{client.failure}; the server stopped (exit non-zero: a supervisor may restart it)")
 

@@ -11,15 +11,18 @@ from .text import OutputText
 
 async def stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
                         include_usage: bool, continuous_usage: bool):
-    """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
-    then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
-    request a token, text or not. Leaving early (the client went away) aborts the request."""
+    """Server-sent events: a chunk per settled piece of text, the finish reason last, then ``[DONE]``.
+    Usage as OpenAI sends it: with ``include_usage`` every chunk has ``usage: null`` and one more
+    chunk, with empty ``choices``, carries the usage before ``[DONE]``; without it no chunk has a
+    usage field. With ``continuous_usage`` (an extension, as vLLM's) every chunk carries the usage
+    so far, and a chunk comes for every step that gave the request a token, text or not. Leaving
+    early (the client went away) aborts the request."""
     text = OutputText(state, stream)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
         chunk = {"id": request_id, "object": kind, "created": created, "model": state.model_name, "choices": choices}
-        if usage is not None:
+        if include_usage or continuous_usage:
             chunk["usage"] = usage
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
@@ -37,7 +40,8 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
                 delta = text.delta(progress.num_tokens, progress.finished)
                 if progress.finished:
                     seq = stream
-                    yield event([choice(delta, finish_reason(seq.finish_reason))], usage(seq))
+                    yield event([choice(delta, finish_reason(seq.finish_reason))],
+                                usage(seq) if continuous_usage else None)
                     if include_usage:
                         yield event([], usage(seq))
                 elif continuous_usage:

@@ -76,7 +76,7 @@ class RankPlan:
                          staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
                          max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
                          stage=layout.stages(checkpoint.config.num_hidden_layers)[stage], layout=layout,
-                         pipe_comm=pipe_comm, quantization=c.quantization)
+                         pipe_comm=pipe_comm, quantization=c.quantization, seed=c.seed)
 
 
 class Executor(ABC):

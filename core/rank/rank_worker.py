@@ -79,6 +79,7 @@ class RankSetup:
     pipe_comm: Communicator | None = None   # every rank of every stage, for send/recv between stages (pp > 1)
     quantization: str | None = None         # projection weights: see .weights.QUANTIZATIONS (None: as stored)
     layout: RankLayout = RankLayout()       # where every rank sits (tp x pp)
+    seed: int | None = None                 # the sampler's random state for unseeded requests (None: as it is)
 
 
 class RankWorker:
@@ -132,6 +133,8 @@ class RankWorker:
         self.samples = setup.layout.sampler == self.rank
         #: On the sampler: the generator of every seeded sequence that sampled and has not ended.
         self.generators = SeededGenerators(setup.device.torch_device)
+        if self.samples and setup.seed is not None:
+            torch.manual_seed(setup.seed)   # the default generators, which unseeded rows draw from
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
 
     def submit(self, fn, *args) -> Future:

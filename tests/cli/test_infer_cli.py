@@ -21,8 +21,8 @@ def load_cli():
     return module
 
 
-def run_script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
+def run_script(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def test_demo_runs_and_matches_transformers():
@@ -99,3 +99,12 @@ def test_an_hf_model_directory_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--- output 0" in out and "tokens match" not in out   # only the demo is checked
 
+
+
+def test_a_hub_id_is_one_line_saying_only_local_paths_are_read_and_how_to_download(tmp_path):
+    result = run_script("--model", "meta-llama/Llama-3.2-1B", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "reads only local files" in lines[0]
+    assert "huggingface-cli download meta-llama/Llama-3.2-1B --local-dir DIR" in lines[0]

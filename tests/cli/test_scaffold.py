@@ -151,6 +151,14 @@ def test_conformance_run_fails_only_on_stubbed_calls_each_named(skeleton, tmp_pa
                 if "test_required_call_provided" in c["check"]}
     for call in REQUIRED_CALLS:
         assert call in per_call and f"{call} is not implemented yet" in per_call[call]["reason"], call
+    # the README's figures for this first run: its length and its count of failing checks
+    readme = (Path(scaffold.__file__).parents[1] / "README.md").read_text()
+    stated = re.search(r"about (\d+) lines for a fresh skeleton, of\s+its (\d+) failing checks", readme)
+    assert stated, "the README no longer states the first run's length"
+    printed = len(result.stdout.splitlines())
+    assert 0.75 * int(stated[1]) <= printed <= 1.25 * int(stated[1]), (printed, stated[0])
+    failing = sum(c["status"] in ("fail", "error") for c in checks)
+    assert 0.75 * int(stated[2]) <= failing <= 1.25 * int(stated[2]), (failing, stated[0])
 
 
 # ---- --prefix: a runtime that mirrors CUDA's ------------------------------------------------------

@@ -91,7 +91,7 @@ def test_chat_streamed_and_not_equal_offline_greedy_with_the_chat_template(serve
                                                                 temperature=0, stream=True))
     assert text == expected
     assert chunks[0].choices[0].delta.role == "assistant" and chunks[-1].choices[0].finish_reason == "length"
-    assert chunks[-1].usage.completion_tokens == 20
+    assert all(c.usage is None for c in chunks)     # not asked for (stream_options.include_usage)
 
 
 def test_32_concurrent_clients_all_get_their_offline_answer(server, reference):
@@ -204,7 +204,6 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
 @pytest.mark.parametrize("path, body, raw, param", [
     ("/v1/completions", None, b"{not json", None),
     ("/v1/completions", None, b"[1, 2]", None),
-    ("/v1/completions", {**GOOD, "model": "gpt-4"}, None, "model"),
     ("/v1/completions", {**GOOD, "max_tokens": 300}, None, "max_tokens"),        # beyond the 256 context
     ("/v1/completions", {**GOOD, "max_tokens": 0}, None, "max_tokens"),
     ("/v1/completions", {**GOOD, "temperature": 2.5}, None, "temperature"),

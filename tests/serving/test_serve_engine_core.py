@@ -29,7 +29,7 @@ HEADERS = {"Content-Type": "application/json"}
 def ask(port: int, stream: bool, outcome: list, index: int) -> None:
     """A long request; ``outcome[index]``: ("answer", text) or ("error", status, last events)."""
     body = json.dumps({"model": MODEL, "prompt": f"the device {index}", "max_tokens": 900, "ignore_eos": True,
-                       "stream": stream}).encode()
+                       "stream": stream, **({"stream_options": {"include_usage": True}} if stream else {})}).encode()
     try:
         status, _, text = request(f"http://127.0.0.1:{port}/v1/completions", "POST", body, HEADERS, timeout=60)
     except (OSError, http.client.HTTPException, ValueError) as exc:   # cut mid-answer (a chunk's size half read)
