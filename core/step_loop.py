@@ -77,6 +77,8 @@ class StepLoop:
             self.scheduler.finish(seq, "error")
             return
         seq.output.append(token)
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         reason = finish_reason(seq, token, self.decode)
         if reason:
             self.scheduler.finish(seq, reason)

@@ -239,16 +239,31 @@ class RankWorker:
                                dtype=s.dtype)
 
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
-        """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
-        bucket (all ranks call this together; every graph shares one memory pool)."""
+        """Capture the decode graphs of the batch buckets ``buckets``, then the piecewise graphs of the
+        token buckets ``token_buckets`` (all ranks call this together; every graph shares one memory
+        pool). A bucket a later step needs and this left out is captured by that step (:meth:`forward`)."""
+        phase = self._capture_phase
         with self.stream.torch_stream():
-            self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks)
+            self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks,
+                                       phase)
             self.graphs.capture_all(buckets)
             if token_buckets:
                 self.pieces = PiecewiseGraphs(self.rank, self.new_graph, self.model, self.io, self.setup.max_blocks,
-                                              share_pool_with=self.graphs.pool_owner)
+                                              share_pool_with=self.graphs.pool_owner, phase=phase)
                 self.pieces.capture_all(token_buckets)
         self.stream.synchronize()
+
+    def _capture_phase(self, phase: str):
+        """Times a part of a capture (``anydev.core.timeline.CAPTURE_PHASES``)."""
+        return self.timeline.phase(self.rank, phase)
+
+    def _capture_missing(self, batch: StepBatch) -> None:
+        """Capture the graphs of ``batch``'s bucket if start-up left them out (``EngineConfig.lazy_graphs``);
+        before the step goes into the input buffer, which a capture overwrites."""
+        if batch.real_rows is not None and not self.graphs.has(batch.B):
+            self.graphs.capture(batch.B)
+        elif batch.real_tokens is not None and not self.pieces.has(batch.T):
+            self.pieces.capture_bucket(batch.T)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
@@ -273,6 +288,7 @@ class RankWorker:
         Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
         given, the tokens of that earlier step (read after this one is launched)."""
         with self.stream.torch_stream():
+            self._capture_missing(batch)
             step = self.io.put(batch)
             if batch.real_rows is not None:
                 logits = self.graphs.run(step)[:batch.real_rows]
