@@ -239,14 +239,19 @@ def run(args) -> int:
                 row = {"cache": kind, **RUNNERS[case](args, prompt, str(cache), Path(tmp))}
                 report["runs"].append(row)
                 print(summary(row), flush=True)
+                write(args.out, report)   # after every run: a run cut short leaves the ones before it
         if args.importtime:
             row = run_test_infer(args, prompt, str(Path(tmp) / "triton-test_infer"), Path(tmp), importtime=True)
             report["imports"] = row.get("imports", [])
             for item in report["imports"]:
                 print(f"  import {'  ' * item['depth']}{item['module']}: {item['seconds'] * 1e3:.0f} ms")
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
+    write(args.out, report)
     return 0 if all(r["rc"] == 0 and "error" not in r for r in report["runs"]) else 1
+
+
+def write(path: str | None, report: dict) -> None:
+    if path:
+        Path(path).write_text(json.dumps(report, indent=1))
 
 
 def summary(row: dict) -> str:
