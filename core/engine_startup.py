@@ -55,17 +55,21 @@ class EngineStartup:
         budget = config.max_num_batched_tokens or 2048
         if not config.enable_chunked_prefill:
             budget = max(budget, self.max_model_len)
+        self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
+        pieces = min(config.piecewise_max_tokens, budget) if self.uses_graphs else 0
+        self.token_buckets = token_buckets(pieces) if pieces else []
+        #: The buckets whose kernels every rank compiles while its weights load (all of them, lazy or not).
+        self.warm_steps = (tuple(self.graph_buckets), tuple(self.token_buckets)) \
+            if config.warm_kernels and self.uses_graphs else ()
         plan = RankPlan(config, "", self.dtype, kv, progress, self.max_model_len, self.uses_graphs,
                         config.weight_read_threads or default_read_threads(config.tp * config.pp),
-                        max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq)
+                        max_step_tokens=max(budget, config.max_num_seqs), max_blocks=blocks_per_seq,
+                        warm_steps=self.warm_steps)
         self.executor = executor
         start = time.perf_counter()
         try:
             executor.start(plan, self.checkpoint, self.kernels, timeline, cancel)
             self.init_seconds = time.perf_counter() - start
-            self.graph_buckets = batch_buckets(config.max_num_seqs) if self.uses_graphs else []
-            pieces = min(config.piecewise_max_tokens, budget) if self.uses_graphs else 0
-            self.token_buckets = token_buckets(pieces) if pieces else []
             #: The buckets captured at start-up (lazy_graphs: the smallest of each; steps capture the rest).
             self.startup_buckets = (self.graph_buckets[:1], self.token_buckets[:1]) if config.lazy_graphs else \
                 (self.graph_buckets, self.token_buckets)

@@ -24,6 +24,7 @@ from anydev.plugin_api import Communicator, Device
 from ..errors import EngineConfigError, EngineInitError
 from ..loading.checkpoint_errors import ModelLoadError
 from .graphs import DecodeGraphs
+from .kernel_warmup import KernelWarmup, warmup_steps
 from .piecewise import PiecewiseGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from ..models.batch import StepBatch, packed_nbytes
@@ -78,6 +79,9 @@ class RankSetup:
     pipe_comm: Communicator | None = None   # every rank of every stage, for send/recv between stages (pp > 1)
     quantization: str | None = None         # projection weights: see .weights.QUANTIZATIONS (None: as stored)
     layout: RankLayout = RankLayout()       # where every rank sits (tp x pp)
+    #: (decode buckets, token buckets) whose padding steps compile their kernels while the weights
+    #: load (:mod:`.kernel_warmup`); empty: none.
+    warm_steps: tuple = ()
 
 
 class RankWorker:
@@ -126,6 +130,8 @@ class RankWorker:
         self.io: StepIO | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
+        self._warmup: KernelWarmup | None = None
+        self._rotary: torch.Tensor | None = None
         self.stage = setup.stage or Stage(0, 1, 0, setup.checkpoint.config.num_hidden_layers)
         #: This rank samples the step's tokens: tp rank 0 of the last stage.
         self.samples = setup.layout.sampler == self.rank
@@ -149,6 +155,12 @@ class RankWorker:
             phase = "weights"
             with self._phase(phase):
                 self._load_weights()
+            phase = "kernel compile"
+            if self._warmup is not None:
+                self._check_cancel()
+                with self._capture_phase(phase):   # the compilations left when the weights are in
+                    self._warmup.wait()
+                self._warmup = None
             phase = "kv alloc"
             with self._phase(phase):
                 self.kv = PagedKVCache(self.device, self._kv_layout())
@@ -164,9 +176,12 @@ class RankWorker:
             phase = "ready"
             with self._phase(phase):
                 self._build_model()
-        except InitCancelled:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            if self._warmup is not None:
+                self._warmup.close()
+                self._warmup = None
+            if isinstance(exc, InitCancelled) or not isinstance(exc, Exception):
+                raise
             raise EngineInitError(self.rank, phase, exc) from exc
 
     def _phase(self, phase: str):
@@ -182,6 +197,9 @@ class RankWorker:
         s = self.setup
         formats = projection_formats(s.checkpoint, expected_tensor_names(s.checkpoint.config), s.shard, s.quantization)
         self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage, formats)
+        self._rotary = self._rotary_table()
+        if s.warm_steps:   # the buffer exists: the kernels compile over it while it fills
+            self._warmup = KernelWarmup(s, self.weights, self.stage, self._rotary, warmup_steps(s, *s.warm_steps))
         with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
                   position=self.rank, leave=True, disable=not s.progress) as bar:
             self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,
@@ -226,9 +244,7 @@ class RankWorker:
 
     def _build_model(self) -> None:
         s, config = self.setup, self.setup.checkpoint.config
-        with self.stream.torch_stream():
-            inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
-            rotary = cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
+        rotary = self._rotary
         tp = s.shard.tp > 1
         kv_layers = [self.kv.layer(i) for i in range(len(self.stage.layers))]
         weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers)}
@@ -237,6 +253,12 @@ class RankWorker:
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                self._all_reduce if tp else None, self._all_gather if tp else None, self.stage,
                                dtype=s.dtype)
+
+    def _rotary_table(self) -> torch.Tensor:
+        s, config = self.setup, self.setup.checkpoint.config
+        with self.stream.torch_stream():
+            inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+            return cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
 
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of the batch buckets ``buckets``, then the piecewise graphs of the
