@@ -51,6 +51,7 @@ class InferEngine(EngineStartup, StepLoop):
         self.config = config = config or EngineConfig()
         self.timeline: list[PhaseRecord] = []
         self.capture_timeline: list[PhaseRecord] = []
+        self.pending_graphs: list[tuple[int | None, int | None]] = []
         self.kernels_load_seconds = 0.0
         self.executor: Executor | None = None
         self.last_stats = GenerationStats()

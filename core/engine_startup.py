@@ -70,9 +70,13 @@ class EngineStartup:
         try:
             executor.start(plan, self.checkpoint, self.kernels, timeline, cancel)
             self.init_seconds = time.perf_counter() - start
-            #: The buckets captured at start-up (lazy_graphs: the smallest of each; steps capture the rest).
+            #: The buckets captured at start-up (lazy_graphs: the smallest of each; the rest between steps).
             self.startup_buckets = (self.graph_buckets[:1], self.token_buckets[:1]) if config.lazy_graphs else \
                 (self.graph_buckets, self.token_buckets)
+            #: The buckets start-up left out, captured one at a time between steps (see StepLoop.capture_next_graph):
+            #: (rows, None) for a decode bucket, (None, tokens) for a token bucket, smallest first.
+            self.pending_graphs = [(rows, None) for rows in self.graph_buckets[1:]] + \
+                [(None, tokens) for tokens in self.token_buckets[1:]] if config.lazy_graphs else []
             if self.uses_graphs:   # every rank at once: the collectives inside the captures line up
                 executor.wait_init(executor.run("capture_graphs", *self.startup_buckets), cancel)
             self.capture_seconds = time.perf_counter() - start - self.init_seconds

@@ -113,6 +113,8 @@ class EngineCore:
                     except Exception as exc:
                         self._broadcast_failure(f"{type(exc).__name__}: {exc}")
                         raise
+                elif self.engine.pending_graphs and not events:
+                    self.engine.capture_next_graph()   # idle: a bucket start-up left out (lazy_graphs)
                 self._expire(time.monotonic())
                 self._flush(events_seen=bool(events) or busy)
         finally:

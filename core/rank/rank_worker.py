@@ -263,7 +263,7 @@ class RankWorker:
     def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
         """Capture the decode graphs of the batch buckets ``buckets``, then the piecewise graphs of the
         token buckets ``token_buckets`` (all ranks call this together; every graph shares one memory
-        pool). A bucket a later step needs and this left out is captured by that step (:meth:`forward`)."""
+        pool). A bucket this leaves out runs eagerly (:meth:`forward`) until :meth:`capture_bucket` captures it."""
         phase = self._capture_phase
         with self.stream.torch_stream():
             self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks,
@@ -279,13 +279,20 @@ class RankWorker:
         """Times a part of a capture (``anydev.core.timeline.CAPTURE_PHASES``)."""
         return self.timeline.phase(self.rank, phase)
 
-    def _capture_missing(self, batch: StepBatch) -> None:
-        """Capture the graphs of ``batch``'s bucket if start-up left them out (``EngineConfig.lazy_graphs``);
-        before the step goes into the input buffer, which a capture overwrites."""
-        if batch.real_rows is not None and not self.graphs.has(batch.B):
-            self.graphs.capture(batch.B)
-        elif batch.real_tokens is not None and not self.pieces.has(batch.T):
-            self.pieces.capture_bucket(batch.T)
+    def capture_bucket(self, rows: int | None, tokens: int | None) -> None:
+        """Capture the decode graph of the batch bucket ``rows`` and/or the piecewise graphs of the
+        token bucket ``tokens`` that start-up left out (``EngineConfig.lazy_graphs``); every rank at
+        once, between two steps (in stream order after the step launched last; the next step puts its
+        inputs after the capture's)."""
+        with self.stream.torch_stream():
+            if rows is not None:
+                self.graphs.capture(rows)
+            if tokens is not None:
+                if self.pieces is None:
+                    self.pieces = PiecewiseGraphs(self.rank, self.new_graph, self.model, self.io,
+                                                  self.setup.max_blocks, share_pool_with=self.graphs.pool_owner,
+                                                  phase=self._capture_phase)
+                self.pieces.capture_bucket(tokens)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
@@ -310,14 +317,14 @@ class RankWorker:
         Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
         given, the tokens of that earlier step (read after this one is launched)."""
         with self.stream.torch_stream():
-            self._capture_missing(batch)
             step = self.io.put(batch)
-            if batch.real_rows is not None:
+            if batch.real_rows is not None and self.graphs.has(batch.B):
                 logits = self.graphs.run(step)[:batch.real_rows]
-            elif batch.real_tokens is not None:
+            elif batch.real_tokens is not None and self.pieces is not None and self.pieces.has(batch.T):
                 logits = self.pieces.run(step)
-            else:
+            else:   # eager; a bucket not captured yet runs its padded step so: the kernels and shapes of its graphs
                 logits = self.model.forward(step)
+                logits = logits[:batch.real_rows] if batch.real_rows is not None else logits
             tokens = self._sample(logits, sampling, seeds) if self.samples else None
             self.generators.drop(ended)
             if share_tokens:

@@ -1,6 +1,7 @@
-"""EngineConfig.lazy_graphs: start-up captures the smallest decode and token buckets only, a step that
-needs another bucket captures it first (on every rank), and the tokens are those of the eager engine
-and of the engine that captures everything at start-up; on the cpu backend's recording device graphs."""
+"""EngineConfig.lazy_graphs: start-up captures the smallest decode and token buckets only; a step that
+needs another bucket runs its padded step eagerly, and the engine captures the others between steps
+(on every rank); the tokens are those of the eager engine and of the engine that captures everything
+at start-up; on the cpu backend's recording device graphs."""
 from __future__ import annotations
 
 import pytest
@@ -21,14 +22,17 @@ def config(**changes):
                            **changes})
 
 
-def generate(engine_config):
-    """Tokens per prompt, and per rank the decode and token buckets captured at start-up and at the end."""
+def generate(engine_config, capture_later: bool = True):
+    """Tokens per prompt, and per rank the decode and token buckets captured at start-up and at the end
+    (``capture_later`` False: the buckets start-up left out are never captured)."""
     with InferEngine(demo_checkpoint(), engine_config) as engine:
         def captured():
-            return [(sorted(w.graphs.buckets) if w.graphs else [], w.pieces.buckets if w.pieces else [])
+            return [(sorted(w.graphs.buckets) if w.graphs else [], sorted(w.pieces.buckets) if w.pieces else [])
                     for w in engine.workers]
 
         at_start, capture_records = captured(), list(engine.capture_timeline)
+        if not capture_later:
+            engine.pending_graphs.clear()
         tokens = [o.token_ids for o in engine.generate_ids(PROMPTS, GREEDY)]
         return dict(tokens=tokens, at_start=at_start, at_end=captured(), records=capture_records)
 
@@ -43,11 +47,25 @@ def test_lazy_graphs_capture_the_smallest_buckets_at_start_up_and_give_the_same_
                                                                                        eager_tokens):
     lazy = generate(config(tp=tp, lazy_graphs=True))
     assert lazy["at_start"] == [([1], [16])] * tp
-    decode, tokens = lazy["at_end"][0]
-    assert len(decode) > 1 and tokens == [16, 24]          # steps needed more buckets and captured them
-    assert lazy["at_end"] == [lazy["at_end"][0]] * tp       # every rank the same ones
-    assert set(decode) <= set(batch_buckets(4)) and set(tokens) <= set(token_buckets(24))
+    assert lazy["at_end"] == [(batch_buckets(4), token_buckets(24))] * tp   # the rest captured between steps
     assert lazy["tokens"] == eager_tokens
+
+
+def test_steps_whose_bucket_is_not_captured_run_eagerly_with_the_same_tokens(cpu_with_graphs, eager_tokens):
+    never = generate(config(lazy_graphs=True), capture_later=False)
+    assert never["at_end"] == never["at_start"] == [([1], [16])]
+    assert never["tokens"] == eager_tokens
+
+
+def test_capture_next_graph_captures_the_pending_buckets_one_at_a_time(cpu_with_graphs):
+    with InferEngine(demo_checkpoint(), config(lazy_graphs=True)) as engine:
+        pending = list(engine.pending_graphs)
+        assert pending == [(2, None), (4, None), (None, 24)]
+        for _ in pending:
+            assert engine.capture_next_graph()
+        assert not engine.capture_next_graph() and not engine.pending_graphs
+        assert sorted(engine.workers[0].graphs.buckets) == batch_buckets(4)
+        assert sorted(engine.workers[0].pieces.buckets) == token_buckets(24)
 
 
 def test_every_bucket_is_captured_at_start_up_by_default_and_each_capture_is_timed(cpu_with_graphs, eager_tokens):
