@@ -50,6 +50,9 @@ class InferEngine(EngineStartup, StepLoop):
     def __init__(self, checkpoint_or_path, config: EngineConfig | None = None, progress: bool = False):
         self.config = config = config or EngineConfig()
         self.timeline: list[PhaseRecord] = []
+        self.capture_timeline: list[PhaseRecord] = []
+        self.pending_graphs: list[tuple[int | None, int | None]] = []
+        self.kernels_load_seconds = 0.0
         self.executor: Executor | None = None
         self.last_stats = GenerationStats()
         self._closed = False
@@ -60,6 +63,8 @@ class InferEngine(EngineStartup, StepLoop):
         self._seq_ids = itertools.count()   # every request's own id (``index`` may repeat)
         self._inflight: _Launched | None = None   # the step launched last, its tokens not read back yet
         self._last_done = 0.0                      # when the last step's tokens were back (perf_counter)
+        #: When the first token since start-up was back on the host (``time.perf_counter()``; None before).
+        self.first_token_at: float | None = None
         self._owns_checkpoint = isinstance(checkpoint_or_path, (str, os.PathLike))
         if self._owns_checkpoint:
             from .loading.checkpoint import open_checkpoint

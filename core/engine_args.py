@@ -57,6 +57,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "enable_chunked_prefill": (("--no-chunked-prefill",), dict(
         action="store_false", help="prefill whole prompts in steps of their own (decodes wait for them)")),
     "use_graphs": (("--enforce-eager",), dict(action="store_false", help="decode eagerly, without device graphs")),
+    "lazy_graphs": (("--lazy-graphs",), dict(
+        action="store_true", help="capture only the smallest graph buckets at start-up, the others when first needed")),
+    "warm_kernels": (("--no-kernel-warmup",), dict(
+        action="store_false", help="compile the kernels at the first capture or step, not while the weights load")),
     "kernels": (("--kernels",), dict(
         choices=KERNEL_MODES,
         help="native: the backend's kernels where it has them; reference: the torch references")),
@@ -115,8 +119,8 @@ def engine_argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, field, None)
         if value is None:
             continue
-        if kwargs.get("action") == "store_false":
-            argv += [flags[0]] if value is False else []
+        if kwargs.get("action") in ("store_false", "store_true"):
+            argv += [flags[0]] if value is (kwargs["action"] == "store_true") else []
         else:
             argv += [flags[0], str(value)]
     return argv

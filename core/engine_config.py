@@ -58,6 +58,14 @@ class EngineConfig:
     #: steps) as piecewise graphs around the attentions, per token bucket up to this many tokens
     #: (0: such steps run eagerly).
     piecewise_max_tokens: int = 2048
+    #: With decode graphs on, capture at start-up only the smallest batch bucket and the smallest
+    #: token bucket; every other bucket is captured by the first step that needs it (the same graphs,
+    #: so the same tokens: start-up is shorter, that first step longer).
+    lazy_graphs: bool = False
+    #: With decode graphs on, every rank runs a padding step of each graph bucket and token bucket
+    #: in a thread pool while its weights load, so the kernels compile beside the load, not at the
+    #: captures (:mod:`anydev.core.rank.kernel_warmup`; the tokens are the same either way).
+    warm_kernels: bool = True
     #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
     #: (off: each step's tokens are read back before the next step is planned).
     async_steps: bool = True
@@ -129,6 +137,10 @@ def validate_config(config: EngineConfig, model) -> None:
     if not isinstance(config.piecewise_max_tokens, int) or isinstance(config.piecewise_max_tokens, bool) \
             or config.piecewise_max_tokens < 0:
         raise EngineConfigError(f"piecewise_max_tokens must be an integer >= 0, got {config.piecewise_max_tokens!r}")
+    if not isinstance(config.lazy_graphs, bool):
+        raise EngineConfigError(f"lazy_graphs must be True or False, got {config.lazy_graphs!r}")
+    if not isinstance(config.warm_kernels, bool):
+        raise EngineConfigError(f"warm_kernels must be True or False, got {config.warm_kernels!r}")
     if config.quantization is not None and config.quantization not in QUANTIZATIONS:
         raise EngineConfigError(f"quantization {config.quantization!r} is not supported; use one of "
                                 f"{', '.join(QUANTIZATIONS)} (or none: the checkpoint's own format)")

@@ -53,7 +53,27 @@ class StepLoop:
                 self._inflight = launched
             else:
                 got += self._take_tokens(launched, self._read_tokens(ticket))
+            if self.pending_graphs:   # while this step runs on the device
+                self._capture_next((batch.B, None) if batch.real_rows is not None else
+                                   (None, batch.T) if batch.real_tokens is not None else None)
             return got
+
+    def capture_next_graph(self) -> bool:
+        """Capture one bucket's graphs that start-up left out (``EngineConfig.lazy_graphs``), on every
+        rank; steps call it themselves, and a caller with nothing to step (an idle server) may too.
+        Returns whether any bucket was left to capture."""
+        with self._step_lock:
+            self._check_open()
+            if not self.pending_graphs:
+                return False
+            self._capture_next(None)
+            return True
+
+    def _capture_next(self, wanted) -> None:
+        """Capture ``wanted`` (a pending bucket a step just ran eagerly) if pending, else the smallest pending."""
+        bucket = wanted if wanted in self.pending_graphs else self.pending_graphs[0]
+        self.pending_graphs.remove(bucket)
+        self.executor.wait_step(self.executor.run("capture_bucket", *bucket))
 
     def _read_tokens(self, ticket) -> list[int]:
         """The sampled tokens of a launched step, read on the sampling rank's thread."""
@@ -77,6 +97,8 @@ class StepLoop:
             self.scheduler.finish(seq, "error")
             return
         seq.output.append(token)
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         reason = finish_reason(seq, token, self.decode)
         if reason:
             self.scheduler.finish(seq, reason)

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 
 #: Init phases of a rank, in order.
 PHASES = ("device setup", "weights", "kv alloc", "kv zero", "sync", "ready")
+#: A rank's graph capture at start-up, after init (each recorded once per capture): "kernel compile"
+#: is the eager run before each capture, where Triton compiles (or loads from its cache) the step's
+#: kernels; "graph capture" the capture itself.
+CAPTURE_PHASES = ("kernel compile", "graph capture")
 
 
 @dataclass
@@ -53,11 +57,12 @@ def format_timeline(records: list[PhaseRecord], t0: float | None = None) -> str:
     if not records:
         return "(no init timeline)"
     t0 = min(r.start for r in records) if t0 is None else t0
-    header = ["rank", *PHASES, "start", "end"]
+    phases = [*PHASES, *(p for p in CAPTURE_PHASES if any(r.phase == p for r in records))]
+    header = ["rank", *phases, "start", "end"]
     rows = []
     for rank in sorted({r.rank for r in records}):
         mine = [r for r in records if r.rank == rank]
-        cells = [str(rank)] + [f"{phase_seconds(mine, rank, p) * 1e3:.1f}" for p in PHASES]
+        cells = [str(rank)] + [f"{phase_seconds(mine, rank, p) * 1e3:.1f}" for p in phases]
         cells += [f"{(min(r.start for r in mine) - t0) * 1e3:.1f}", f"{(max(r.end for r in mine) - t0) * 1e3:.1f}"]
         rows.append(cells)
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]

@@ -17,6 +17,9 @@ Any anydev error prints one line, ``error: ...``, and exits with 2.
 from __future__ import annotations
 
 from anydev.core.exits import exit_process, run_command   # first: a Ctrl-C while torch loads is one line too
+from anydev.core.process_timeline import ProcessTimeline
+
+STARTUP = ProcessTimeline()   # the process's start to here: "interpreter"
 
 import argparse
 import os
@@ -44,6 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens; 0: all")
     p.add_argument("--top-p", type=float, default=1.0, help="sample among the likeliest tokens holding p of the mass; 1: all")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
+    p.add_argument("--timeline-out", help="write the start-up timeline (process start to first token) as JSON here")
     # --seed (an engine flag, as serve's) also seeds each prompt's request, so all copies draw alike
     add_engine_arguments(p, default_texts={"max_num_seqs": "--batch-size"})
     return p.parse_args(argv)
@@ -61,10 +65,12 @@ def run(args) -> int:
     from anydev.core.executors.registry import command_executor
     from anydev.plugin_api import load_backend
 
+    STARTUP.mark("imports")
     config = engine_config_from_args(args, max_num_seqs=args.max_num_seqs or args.batch_size)
     executor = command_executor(args.executor, config.tp, config.pp)   # a torchrun rank other than 0 serves rank 0 from here on
     device = load_backend(config.device).name   # an unknown or unavailable device fails first
     config = _with(config, device=device, executor=executor)
+    STARTUP.mark("backend open")
     is_demo = args.model is None
     checkpoint = demo_checkpoint() if is_demo else open_checkpoint(args.model)
     sampling = SamplingParams(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
@@ -77,6 +83,7 @@ def run(args) -> int:
     print(f"model: {checkpoint!r}")
     max_new_tokens = _new_tokens_that_fit(checkpoint, args, config.max_model_len, use_template)
     sampling = _with(sampling, max_new_tokens=max_new_tokens)
+    STARTUP.mark("checkpoint + tokenizer")
     with InferEngine(checkpoint, config, progress=True) as engine:
         layout = f", tp {config.tp} x pp {config.pp}, eager" if config.pp > 1 else ""
         print(f"device: {device} ({engine.backend.runtime.hardware_label}) x {config.tp * config.pp} rank(s) ({executor}{layout}), dtype {str(engine.dtype).removeprefix('torch.')}, "
@@ -87,12 +94,19 @@ def run(args) -> int:
         print(engine.kernels_description)
         print("\n".join(engine.weight_descriptions))
         print("init timeline:")
-        print(format_timeline(engine.timeline))
+        print(format_timeline(engine.timeline + engine.capture_timeline))
+        STARTUP.mark_engine(engine)
         outputs = engine.generate(prompts, sampling, use_chat_template=use_template)
+        STARTUP.mark("first prefill", engine.first_token_at)
         stats = engine.last_stats
         for i, out in enumerate(outputs):
             print(f"--- output {i} ({len(out.token_ids)} tokens, {out.finish_reason}) ---")
-            print(out.text)
+            print(out.text, flush=True)
+        STARTUP.mark("first token")
+        print(f"start-up timeline (process start to the output; first token: {max_new_tokens} token(s) "
+              f"generated):\n{STARTUP.format()}")
+        if args.timeline_out:
+            STARTUP.write(args.timeline_out)
         print(f"prefill: {stats.prefill_tokens} tokens, {stats.prefill_tokens_per_s:.1f} tokens/s")
         print(f"decode:  {stats.decode_tokens} tokens, {stats.decode_tokens_per_s:.1f} tokens/s")
         if not is_demo:

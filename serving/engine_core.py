@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 import msgspec
 import zmq
@@ -112,6 +113,8 @@ class EngineCore:
                     except Exception as exc:
                         self._broadcast_failure(f"{type(exc).__name__}: {exc}")
                         raise
+                elif self.engine.pending_graphs and not events:
+                    self.engine.capture_next_graph()   # idle: a bucket start-up left out (lazy_graphs)
                 self._expire(time.monotonic())
                 self._flush(events_seen=bool(events) or busy)
         finally:
@@ -337,12 +340,16 @@ class EngineCoreProcess:
         self._ready_write = ready_write
         self.info: EngineInfo | None = None
 
-    def start(self) -> EngineInfo:
+    def start(self, while_starting: Callable[[], None] | None = None) -> EngineInfo:
+        """Start the core and wait until its engine is up; ``while_starting()`` (optional) runs here
+        meanwhile (the front end's own start-up work, beside the core's)."""
         self.process.start()
         self._ready_write.close()                 # the core holds the only write end: EOF when it ends
         for read, _ in self.client_lifelines:
             read.close()                          # the core holds these read ends
         try:
+            if while_starting is not None:
+                while_starting()
             while not self._ready_read.poll(0.5):
                 if not self.process.is_alive():
                     raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting")

@@ -162,7 +162,7 @@ def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.so
     config = replace(config, device=device, executor=executor)
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
-        info = core.start()
+        info = core.start(while_starting=_import_front_end)
         model_name = _model_name(args)
         ranks = f"{config.tp}" if config.pp == 1 else f"{config.tp * config.pp} (tp {config.tp} x pp {config.pp})"
         print(f"anydev serve: model '{model_name}' on {config.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
@@ -188,6 +188,13 @@ def _open_tokenizer(model: str | None):
 
 def _model_name(args: argparse.Namespace) -> str:
     return args.served_model_name or ("anydev-demo" if args.model is None else Path(args.model).name)
+
+
+def _import_front_end() -> None:
+    """Import what :func:`serve_front_end` needs (the app, uvicorn), while the engine core starts."""
+    import uvicorn  # noqa: F401
+
+    from . import app, async_engine, connection, limits  # noqa: F401
 
 
 def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock: socket.socket | None = None,

@@ -35,6 +35,7 @@ class RankPlan:
     read_threads: int
     max_step_tokens: int = 1    # the most tokens a step feeds (graph padding included)
     max_blocks: int = 1         # block-table width
+    warm_steps: tuple = ()      # (decode buckets, token buckets) compiled while the weights load
     unique_id: bytes = b""
     #: At pp > 1: each stage's TP communicator id (``unique_id`` unused) and the id of the
     #: communicator of every rank, for send/recv between stages.
@@ -76,7 +77,8 @@ class RankPlan:
                          staging_bytes=c.weight_staging_bytes, read_threads=self.read_threads,
                          max_step_rows=c.max_num_seqs, max_step_tokens=self.max_step_tokens, max_blocks=self.max_blocks,
                          stage=layout.stages(checkpoint.config.num_hidden_layers)[stage], layout=layout,
-                         pipe_comm=pipe_comm, quantization=c.quantization, seed=c.seed)
+                         pipe_comm=pipe_comm, quantization=c.quantization, seed=c.seed,
+                         warm_steps=self.warm_steps)
 
 
 class Executor(ABC):

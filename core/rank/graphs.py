@@ -8,7 +8,9 @@ step into the rank's persistent input buffer (which the graphs read), one replay
 the graph. Context length is not a
 bucket: block tables have a fixed width (blocks per sequence of the longest context), and the paged
 attention kernel reads only the pages a row's ``seq_lens`` covers. So the first request is as fast
-as the hundredth, and nothing is captured while serving.
+as the hundredth, and nothing is captured while serving; with ``EngineConfig.lazy_graphs`` only the
+smallest bucket is captured at start-up and each other one by the first step that needs it (every
+rank runs that step, so every rank captures it at once).
 
 Padding rows write no KV (slot -1) and attend nothing (``seq_lens`` 0); see
 :func:`anydev.core.models.batch.pad_decode`. Graphs come from the device API
@@ -17,7 +19,8 @@ Padding rows write no KV (slot -1) and attend nothing (``seq_lens`` 0); see
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, ContextManager
 
 import numpy as np
 import torch
@@ -62,13 +65,14 @@ class DecodeGraphs:
     makes an empty device-API graph on the rank's stream (the real one ignores ``replay_eagerly``; a
     test double without device graphs calls it at replay). Inputs live in the rank's persistent
     input buffer (``io``, a :class:`~anydev.core.rank.step_io.StepIO`): every step is copied there, so a
-    graph captured over it reads each step's inputs. Call on the rank's thread, inside its
-    ``torch_stream()``.
+    graph captured over it reads each step's inputs. ``phase(name)`` (optional) times the parts of
+    each capture (see :func:`capture_graph`). Call on the rank's thread, inside its ``torch_stream()``.
     """
 
     def __init__(self, rank: int, new_graph: Callable, forward: Callable[[StepBatch], torch.Tensor], io,
-                 max_blocks: int):
+                 max_blocks: int, phase: Callable[[str], ContextManager] | None = None):
         self.rank = rank
+        self.phase = phase
         self.max_blocks = max_blocks
         self.captures = 0
         self._new_graph = new_graph
@@ -91,12 +95,19 @@ class DecodeGraphs:
     def capture_all(self, buckets: list[int]) -> None:
         """Capture every bucket, the largest first (the shared pool is sized by it)."""
         for rows in sorted(buckets, reverse=True):
-            self._capture(rows)
+            self.capture(rows)
 
-    def _capture(self, rows: int) -> None:
+    def has(self, rows: int) -> bool:
+        """Whether the bucket of ``rows`` sequences is captured."""
+        return rows in self._graphs
+
+    @torch.inference_mode()
+    def capture(self, rows: int) -> None:
+        """Capture the bucket of ``rows`` sequences (overwrites the input buffer: put the step after)."""
         static = self._io.put(idle_step(rows, self.max_blocks, self._io.num_prev))
         graph, (logits,) = capture_graph(self._new_graph, lambda: (self._forward(static),), self._pool_owner,
-                                         f"rank {self.rank}: the decode step for the bucket of {rows} sequence(s)")
+                                         f"rank {self.rank}: the decode step for the bucket of {rows} sequence(s)",
+                                         self.phase)
         self.captures += 1
         self._pool_owner = self._pool_owner or graph
         self._graphs[rows] = (graph, logits)
@@ -121,18 +132,24 @@ class DecodeGraphs:
         close_graphs(graphs)
 
 
-def capture_graph(new_graph: Callable, run: Callable[[], tuple], pool_owner, what: str) -> tuple[object, tuple]:
-    """Run ``run`` once (torch's lazy initialisations stay out of the capture), then capture it in a
-    graph from ``new_graph(replay_eagerly)`` that shares ``pool_owner``'s memory pool (None: a pool of
-    its own). Returns the graph and ``run``'s outputs (a tuple of tensors, static: every replay
-    rewrites them). Raises :class:`GraphCaptureError` naming ``what`` and the way out."""
+def capture_graph(new_graph: Callable, run: Callable[[], tuple], pool_owner, what: str,
+                  phase: Callable[[str], ContextManager] | None = None) -> tuple[object, tuple]:
+    """Run ``run`` once (torch's lazy initialisations and the kernels' compilation stay out of the
+    capture), then capture it in a graph from ``new_graph(replay_eagerly)`` that shares ``pool_owner``'s
+    memory pool (None: a pool of its own). ``phase(name)`` (optional) times the eager run as "kernel
+    compile" and the capture as "graph capture". Returns the graph and ``run``'s outputs (a tuple of
+    tensors, static: every replay rewrites them). Raises :class:`GraphCaptureError` naming ``what``
+    and the way out."""
+    timed = phase or (lambda name: contextlib.nullcontext())
     cell: dict[str, tuple] = {}
     graph = None
     try:
-        run()
-        graph = new_graph(lambda: [out.copy_(new) for out, new in zip(cell["out"], run())])
-        with graph.capture(pool_owner):
-            cell["out"] = run()
+        with timed("kernel compile"):
+            run()
+        with timed("graph capture"):
+            graph = new_graph(lambda: [out.copy_(new) for out, new in zip(cell["out"], run())])
+            with graph.capture(pool_owner):
+                cell["out"] = run()
     except Exception as exc:
         error = GraphCaptureError(f"{what}: capturing it as a device graph failed: {type(exc).__name__}: {exc}. "
                                   f"Run eagerly with --enforce-eager (EngineConfig(use_graphs=False))")

@@ -16,7 +16,7 @@ prefill attentions: no copy of its own), and the residual stream, updated in pla
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, ContextManager
 
 import numpy as np
 import torch
@@ -62,11 +62,14 @@ class _Bucket:
 class PiecewiseGraphs:
     """One rank's piecewise graphs (see the module). ``new_graph(replay_eagerly)`` makes an empty
     device-API graph on the rank's stream (as for :class:`.graphs.DecodeGraphs`); ``model`` is the
-    rank's ``LlamaRank``; ``io`` its :class:`~anydev.core.rank.step_io.StepIO`. Call on the rank's thread,
-    inside its ``torch_stream()``."""
+    rank's ``LlamaRank``; ``io`` its :class:`~anydev.core.rank.step_io.StepIO`; ``phase`` times the
+    captures' parts (as for :class:`.graphs.DecodeGraphs`). Call on the rank's thread, inside its
+    ``torch_stream()``."""
 
-    def __init__(self, rank: int, new_graph: Callable, model, io, max_blocks: int, share_pool_with=None):
+    def __init__(self, rank: int, new_graph: Callable, model, io, max_blocks: int, share_pool_with=None,
+                 phase: Callable[[str], ContextManager] | None = None):
         self.rank = rank
+        self.phase = phase
         self.model = model
         self.max_blocks = max_blocks
         self.captures = 0
@@ -83,9 +86,15 @@ class PiecewiseGraphs:
     def capture_all(self, buckets: list[int]) -> None:
         """Capture every bucket, the largest first."""
         for tokens in sorted(buckets, reverse=True):
-            self._capture_bucket(tokens)
+            self.capture_bucket(tokens)
 
-    def _capture_bucket(self, tokens: int) -> None:
+    def has(self, tokens: int) -> bool:
+        """Whether the bucket of ``tokens`` tokens is captured."""
+        return tokens in self._buckets
+
+    @torch.inference_mode()
+    def capture_bucket(self, tokens: int) -> None:
+        """Capture the bucket of ``tokens`` tokens (overwrites the input buffer: put the step after)."""
         model, bucket = self.model, _Bucket(tokens)
         static = self._io.put(idle_tokens(tokens, self.max_blocks, self._io.num_prev))
         layers = len(model.layers)
@@ -102,7 +111,7 @@ class PiecewiseGraphs:
     def _capture(self, bucket: _Bucket, piece: int, run: Callable[[], tuple]) -> tuple:
         """Capture ``run`` as the bucket's next graph; returns its outputs (static)."""
         graph, outputs = capture_graph(self._new_graph, run, self._pool_owner,
-                                       f"rank {self.rank}: piece {piece} of the {bucket.tokens}-token step")
+                                       f"rank {self.rank}: piece {piece} of the {bucket.tokens}-token step", self.phase)
         self.captures += 1
         self._pool_owner = self._pool_owner or graph
         bucket.graphs.append(graph)

@@ -24,6 +24,7 @@ from anydev.plugin_api import Communicator, Device
 from ..errors import EngineConfigError, EngineInitError
 from ..loading.checkpoint_errors import ModelLoadError
 from .graphs import DecodeGraphs
+from .kernel_warmup import KernelWarmup, warmup_steps
 from .piecewise import PiecewiseGraphs
 from .kv_cache import KVLayout, PagedKVCache, check_fits
 from ..models.batch import StepBatch, packed_nbytes
@@ -80,6 +81,9 @@ class RankSetup:
     quantization: str | None = None         # projection weights: see .weights.QUANTIZATIONS (None: as stored)
     layout: RankLayout = RankLayout()       # where every rank sits (tp x pp)
     seed: int | None = None                 # the sampler's random state for unseeded requests (None: as it is)
+    #: (decode buckets, token buckets) whose padding steps compile their kernels while the weights
+    #: load (:mod:`.kernel_warmup`); empty: none.
+    warm_steps: tuple = ()
 
 
 class RankWorker:
@@ -128,6 +132,8 @@ class RankWorker:
         self.io: StepIO | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
+        self._warmup: KernelWarmup | None = None
+        self._rotary: torch.Tensor | None = None
         self.stage = setup.stage or Stage(0, 1, 0, setup.checkpoint.config.num_hidden_layers)
         #: This rank samples the step's tokens: tp rank 0 of the last stage.
         self.samples = setup.layout.sampler == self.rank
@@ -153,6 +159,12 @@ class RankWorker:
             phase = "weights"
             with self._phase(phase):
                 self._load_weights()
+            phase = "kernel compile"
+            if self._warmup is not None:
+                self._check_cancel()
+                with self._capture_phase(phase):   # the compilations left when the weights are in
+                    self._warmup.wait()
+                self._warmup = None
             phase = "kv alloc"
             with self._phase(phase):
                 self.kv = PagedKVCache(self.device, self._kv_layout())
@@ -168,9 +180,12 @@ class RankWorker:
             phase = "ready"
             with self._phase(phase):
                 self._build_model()
-        except InitCancelled:
-            raise
-        except Exception as exc:
+        except BaseException as exc:
+            if self._warmup is not None:
+                self._warmup.close()
+                self._warmup = None
+            if isinstance(exc, InitCancelled) or not isinstance(exc, Exception):
+                raise
             raise EngineInitError(self.rank, phase, exc) from exc
 
     def _phase(self, phase: str):
@@ -186,6 +201,9 @@ class RankWorker:
         s = self.setup
         formats = projection_formats(s.checkpoint, expected_tensor_names(s.checkpoint.config), s.shard, s.quantization)
         self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage, formats)
+        self._rotary = self._rotary_table()
+        if s.warm_steps:   # the buffer exists: the kernels compile over it while it fills
+            self._warmup = KernelWarmup(s, self.weights, self.stage, self._rotary, warmup_steps(s, *s.warm_steps))
         with tqdm(total=self.weights.nbytes, unit="B", unit_scale=True, desc=f"rank {self.rank} weights",
                   position=self.rank, leave=True, disable=not s.progress) as bar:
             self.weights.load(s.checkpoint, self.stream, self._check_cancel, bar.update, s.staging_bytes,
@@ -230,9 +248,7 @@ class RankWorker:
 
     def _build_model(self) -> None:
         s, config = self.setup, self.setup.checkpoint.config
-        with self.stream.torch_stream():
-            inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
-            rotary = cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
+        rotary = self._rotary
         tp = s.shard.tp > 1
         kv_layers = [self.kv.layer(i) for i in range(len(self.stage.layers))]
         family = family_of(config)
@@ -243,17 +259,45 @@ class RankWorker:
                                        self._all_reduce if tp else None, self._all_gather if tp else None,
                                        self.stage, dtype=s.dtype)
 
-    def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
-        """Capture the decode graphs of every batch bucket, then the piecewise graphs of every token
-        bucket (all ranks call this together; every graph shares one memory pool)."""
+    def _rotary_table(self) -> torch.Tensor:
+        s, config = self.setup, self.setup.checkpoint.config
         with self.stream.torch_stream():
-            self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks)
+            inv_freq = inverse_frequencies(config.head_dim, config.rope_theta, config.rope_scaling)
+            return cos_sin_cache(inv_freq.to(self.device.torch_device), s.max_model_len)
+
+    def capture_graphs(self, buckets: list[int], token_buckets: list[int]) -> None:
+        """Capture the decode graphs of the batch buckets ``buckets``, then the piecewise graphs of the
+        token buckets ``token_buckets`` (all ranks call this together; every graph shares one memory
+        pool). A bucket this leaves out runs eagerly (:meth:`forward`) until :meth:`capture_bucket` captures it."""
+        phase = self._capture_phase
+        with self.stream.torch_stream():
+            self.graphs = DecodeGraphs(self.rank, self.new_graph, self.model.forward, self.io, self.setup.max_blocks,
+                                       phase)
             self.graphs.capture_all(buckets)
             if token_buckets:
                 self.pieces = PiecewiseGraphs(self.rank, self.new_graph, self.model, self.io, self.setup.max_blocks,
-                                              share_pool_with=self.graphs.pool_owner)
+                                              share_pool_with=self.graphs.pool_owner, phase=phase)
                 self.pieces.capture_all(token_buckets)
         self.stream.synchronize()
+
+    def _capture_phase(self, phase: str):
+        """Times a part of a capture (``anydev.core.timeline.CAPTURE_PHASES``)."""
+        return self.timeline.phase(self.rank, phase)
+
+    def capture_bucket(self, rows: int | None, tokens: int | None) -> None:
+        """Capture the decode graph of the batch bucket ``rows`` and/or the piecewise graphs of the
+        token bucket ``tokens`` that start-up left out (``EngineConfig.lazy_graphs``); every rank at
+        once, between two steps (in stream order after the step launched last; the next step puts its
+        inputs after the capture's)."""
+        with self.stream.torch_stream():
+            if rows is not None:
+                self.graphs.capture(rows)
+            if tokens is not None:
+                if self.pieces is None:
+                    self.pieces = PiecewiseGraphs(self.rank, self.new_graph, self.model, self.io,
+                                                  self.setup.max_blocks, share_pool_with=self.graphs.pool_owner,
+                                                  phase=self._capture_phase)
+                self.pieces.capture_bucket(tokens)
 
     def _all_reduce(self, tensor: torch.Tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in this rank's stream order."""
@@ -279,12 +323,13 @@ class RankWorker:
         given, the tokens of that earlier step (read after this one is launched)."""
         with self.stream.torch_stream():
             step = self.io.put(batch)
-            if batch.real_rows is not None:
+            if batch.real_rows is not None and self.graphs.has(batch.B):
                 logits = self.graphs.run(step)[:batch.real_rows]
-            elif batch.real_tokens is not None:
+            elif batch.real_tokens is not None and self.pieces is not None and self.pieces.has(batch.T):
                 logits = self.pieces.run(step)
-            else:
+            else:   # eager; a bucket not captured yet runs its padded step so: the kernels and shapes of its graphs
                 logits = self.model.forward(step)
+                logits = logits[:batch.real_rows] if batch.real_rows is not None else logits
             tokens = self._sample(logits, sampling, seeds) if self.samples else None
             self.generators.drop(ended)
             if share_tokens:
