@@ -23,12 +23,12 @@ from .engine_config import EngineConfig
 from .engine_startup import EngineStartup
 from .errors import EngineClosedError, EngineConfigError, RequestFailedError
 from .executors.base import Executor
+from .output import OutputText
 from .request_checks import checked_prompt, checked_sampling, kind
 from .sched.sampling import SamplingParams
 from .sched.scheduler import Sequence
 from .stats import EngineCounters, GenerationStats, stats_since
 from .step_loop import StepLoop, _Launched
-from .stop_strings import cut_at_stop
 from .timeline import PhaseRecord
 
 __all__ = ["EngineConfig", "EngineCounters", "GenerationOutput", "GenerationStats", "InferEngine"]
@@ -147,6 +147,8 @@ class InferEngine(EngineStartup, StepLoop):
             seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)), sampling=sampling,
                            eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()),
                            seq_id=next(self._seq_ids))
+            if sampling.stop:
+                seq.text = OutputText(self.checkpoint.tokenizer, sampling.stop)
             self.scheduler.add(seq)
         return seq
 
@@ -180,7 +182,11 @@ class InferEngine(EngineStartup, StepLoop):
 
     def output_text(self, seq: Sequence) -> str:
         """The text of what ``seq`` generated so far, cut before the first stop string in it."""
-        return cut_at_stop(self.decode(seq.output), seq.sampling.stop)[0]
+        if seq.text is not None:
+            if seq.is_finished:
+                seq.text.finish()
+            return seq.text.text
+        return self.decode(seq.output)
 
     def decode(self, ids) -> str:
         """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""

@@ -77,7 +77,7 @@ class StepLoop:
             self.scheduler.finish(seq, "error")
             return
         seq.output.append(token)
-        reason = finish_reason(seq, token, self.decode)
+        reason = finish_reason(seq, token)
         if reason:
             self.scheduler.finish(seq, reason)
 

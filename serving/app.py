@@ -1,7 +1,8 @@
 """The app factory: the OpenAI-compatible HTTP API over the engine core (FastAPI), the front end.
 
-It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, turns the token
-ids that come back into text (stop strings included) and streams it.
+It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, which turns the
+token ids that come back into text (an :class:`~anydev.core.output.OutputText`: stop strings
+included), and streams that text.
 
 ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
 ``/health`` and ``/metrics`` (Prometheus), in :mod:`.routes`. Every bad request is answered with an

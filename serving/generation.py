@@ -8,12 +8,13 @@ import uuid
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from anydev.core.output import OutputText
+
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
 from .state import ServerState
-from .text import OutputText, stop_finder
 
 
 async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
@@ -23,7 +24,7 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
     try:
         stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
                                                 timeout=state.limits.request_timeout,
-                                                stop_check=stop_finder(state, sampling.stop) if sampling.stop else None)
+                                                text=OutputText(state.tokenizer, sampling.stop))
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
@@ -43,7 +44,6 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
 
 async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
                        created: int, chat: bool) -> dict:
-    text = OutputText(state, stream)
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -59,7 +59,8 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
     finally:
         state.engine.abort(stream)     # no-op when it finished
     seq = stream
-    content = text.delta(len(seq.output), True)
+    seq.text.finish()
+    content = seq.text.take()
     choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = {"role": "assistant", "content": content}

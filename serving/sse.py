@@ -6,7 +6,6 @@ import json
 from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
-from .text import OutputText
 
 
 async def stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
@@ -14,7 +13,7 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
-    text = OutputText(state, stream)
+    text = stream.text
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -34,7 +33,9 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
             yield event([choice("", None, first=True)])
         try:
             async for progress in stream.updates():
-                delta = text.delta(progress.num_tokens, progress.finished)
+                if progress.finished:
+                    text.finish()
+                delta = text.take()
                 if progress.finished:
                     seq = stream
                     yield event([choice(delta, finish_reason(seq.finish_reason))], usage(seq))

@@ -42,6 +42,8 @@ class Sequence:
     num_pending: int = 0
     pending_row: int = -1
     arrival_time: float = field(default_factory=time.monotonic)
+    #: Its output as text while it has stop strings to find (an ``anydev.core.output.OutputText``, set by the engine).
+    text: object = None
 
     @property
     def tokens(self) -> list[int]:
