@@ -9,6 +9,7 @@ in :mod:`.engine_config`.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -41,6 +42,7 @@ class GenerationOutput:
     text: str
     finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token) | "error"
     error: str | None = None   # why it failed (finish reason "error"; see RequestFailedError)
+    logprobs: list | None = None   # with SamplingParams.logprobs: a TokenLogprobs per generated token
 
 
 class InferEngine(EngineStartup, StepLoop):
@@ -125,8 +127,8 @@ class InferEngine(EngineStartup, StepLoop):
         self.last_stats = stats_since(before, self._stats)
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
-        outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error)
-                   for seq in seqs]
+        outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error,
+                                    seq.logprobs if seq.sampling.logprobs is not None else None) for seq in seqs]
         failed = next((seq for seq in seqs if seq.finish_reason == "error"), None)
         if failed is not None:
             raise RequestFailedError(failed.index, failed.error, outputs)

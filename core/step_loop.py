@@ -8,13 +8,15 @@ true; other steps (prompts, prompt chunks beside decodes) replay piecewise graph
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .errors import EngineClosedError, SchedulerError
 from .micro_batches import micro_batch_bounds
-from .sched.sampling import ROW_FAILURES
+from .sched.logprobs import logprob_rows, unpack_logprobs
+from .sched.sampling import ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Sequence, Status
 from .stats import count_step
 from .step_padding import padded_step
@@ -43,12 +45,13 @@ class StepLoop:
                 return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
+            asking = logprob_rows(_row_params(plan))[0]
             built = time.perf_counter()
             ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
-                                     plan.num_tokens, decode, start, built)
+                                     plan.num_tokens, decode, start, built, {row: i for i, row in enumerate(asking)})
             if self.async_steps:
                 self._inflight = launched
             else:
@@ -63,10 +66,16 @@ class StepLoop:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
         self._account(launched)
         got = []
+        packed = getattr(tokens, "logprobs", None)
+        if packed is not None:
+            packed = unpack_logprobs(packed, (packed.shape[1] - 1) // 2)
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
                 if seq.status is not Status.FINISHED:
+                    if packed is not None and row in launched.logprob_rows and tokens[row] >= 0:
+                        lp = packed[launched.logprob_rows[row]]
+                        seq.logprobs.append(dataclasses.replace(lp, top=lp.top[:seq.sampling.logprobs]))
                     self._append_token(seq, tokens[row])
                     got.append(seq)
         return got
@@ -111,8 +120,7 @@ class StepLoop:
         (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
         complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
         kept on the sampler (``seeds``: its id and seed); ``ended``: the sequences whose generators go."""
-        wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
-        params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
+        params = _row_params(plan)
         seeds = [(seq.seq_id, p.seed) if p is not None and p.seed is not None else None
                  for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
@@ -144,4 +152,10 @@ class _Launched:
     decode: bool
     start: float
     built: float
+    logprob_rows: dict[int, int]     # row -> its index among the packed logprobs rows (rows that ask)
+
+
+def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:
+    """Each row's sampling parameters, None for a row that needs no token (a prompt chunk short of its end)."""
+    return [seq.sampling if seq.num_cached + n == seq.num_tokens else None for seq, n in zip(plan.seqs, plan.num_new)]
 

@@ -93,6 +93,8 @@ class RequestStream:
     _admitted: asyncio.Future | None = None
     #: The output as text (an :class:`~anydev.core.output.OutputText`), when the request was given one.
     text: OutputText | None = None
+    #: With ``sampling.logprobs``: a :class:`~anydev.core.sched.logprobs.TokenLogprobs` per output token.
+    logprobs: list = field(default_factory=list)
     _steps: collections.deque = field(default_factory=collections.deque)   # output length after each step
 
     @property
@@ -322,6 +324,8 @@ class AsyncEngine:
                 stream.admitted = True
             if out.new_token_ids:
                 stopped = self._add_tokens(stream, out.new_token_ids)
+                if out.new_logprobs:
+                    stream.logprobs += out.new_logprobs[:len(stream.output) - len(stream.logprobs)]
                 stream._steps.append(len(stream.output))
                 self._observe(stream, now)
                 if stopped:

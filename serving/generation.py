@@ -11,6 +11,7 @@ from fastapi.responses import StreamingResponse
 from anydev.core.output import OutputText
 
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
+from .output import logprobs_writer
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
@@ -61,7 +62,9 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
     seq = stream
     seq.text.finish()
     content = seq.text.take()
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
+    logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
+    choice = {"index": 0, "logprobs": logprobs.take(seq.output, seq.logprobs) if logprobs else None,
+              "finish_reason": finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = {"role": "assistant", "content": content}
     else:

@@ -1,8 +1,9 @@
 """The OpenAI request bodies the server accepts, their checks, and the error body it answers with.
 
 Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
-(``n=1``, no logprobs, no penalties, ...); anything else is a 400 naming the field, never silently
-ignored. ``top_k`` and ``ignore_eos`` are accepted as extensions (as vLLM does).
+(``n=1``, no penalties, no tools, ...); anything else is a 400 naming the field, never silently
+ignored. ``top_k`` and ``ignore_eos`` are accepted as extensions (as vLLM does). Logprobs: chat's
+``logprobs`` + ``top_logprobs`` (0..20), completions' ``logprobs`` N (0..20, OpenAI's limit is 5).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from anydev.core import SamplingParams
+from anydev.core.sched.logprobs import MAX_LOGPROBS
 from anydev.core.sched.sampling import MAX_SEED
 
 
@@ -112,20 +114,30 @@ class _Sampling(BaseModel):
     def sampling(self, max_tokens: int) -> SamplingParams:
         return SamplingParams(max_new_tokens=max_tokens, temperature=self.temperature,
                               top_k=max(self.top_k, 0), top_p=self.top_p, seed=self.seed,
-                              stop=self.stop_list(), ignore_eos=self.ignore_eos)
+                              stop=self.stop_list(), ignore_eos=self.ignore_eos, logprobs=self.logprobs_asked)
+
+    @property
+    def logprobs_asked(self) -> int | None:
+        """How many alternatives each output token's logprobs list (None: no logprobs)."""
+        return None
 
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(16, ge=1)
     echo: bool = Field(False, json_schema_extra=_only(False))
-    logprobs: int | None = Field(None, json_schema_extra=_only(None))
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                 description="each output token's logprob and this many likeliest tokens' (0..20)")
     best_of: int | None = Field(None, json_schema_extra=_only(None, 1))
     suffix: str | None = Field(None, json_schema_extra=_only(None))
 
+    @property
+    def logprobs_asked(self) -> int | None:
+        return self.logprobs
+
     def check_unsupported(self) -> None:
         super().check_unsupported()
-        for name, neutral in (("echo", False), ("logprobs", None), ("suffix", None)):
+        for name, neutral in (("echo", False), ("suffix", None)):
             if getattr(self, name) != neutral:
                 raise APIError(400, f"'{name}' is not supported by this server", param=name,
                                code="unsupported_parameter")
@@ -157,20 +169,26 @@ class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: bool = Field(False, json_schema_extra=_only(False))
-    top_logprobs: int | None = Field(None, json_schema_extra=_only(None))
+    logprobs: bool = Field(False, description="return each output token's logprob")
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                     description="with logprobs: this many likeliest tokens per position (0..20)")
     tools: list[dict] | None = Field(None, json_schema_extra=_only(None))
     tool_choice: str | dict | None = Field(None, json_schema_extra=_only(None))
     response_format: dict | None = Field(None, json_schema_extra=_only(None, {"type": "text"}))
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
-        for name, neutral in (("logprobs", False), ("top_logprobs", None), ("tools", None),
-                              ("tool_choice", None), ("response_format", None)):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        for name, neutral in (("tools", None), ("tool_choice", None), ("response_format", None)):
             value = getattr(self, name)
             if value != neutral and not (name == "response_format" and value == {"type": "text"}):
                 raise APIError(400, f"'{name}' is not supported by this server", param=name,
                                code="unsupported_parameter")
+
+    @property
+    def logprobs_asked(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def requested_max_tokens(self) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
+from .output import logprobs_writer
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
 
@@ -14,6 +15,7 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
     text = stream.text
+    logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -22,11 +24,12 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
             chunk["usage"] = usage
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
-    def choice(delta: str, reason: str | None, first: bool = False) -> dict:
+    def choice(delta: str, reason: str | None, first: bool = False, upto: int | None = None) -> dict:
+        scores = logprobs.take(stream.output, stream.logprobs, upto) if logprobs and not first else None
         if chat:
             message = {"role": "assistant", "content": delta} if first else ({"content": delta} if delta else {})
-            return {"index": 0, "delta": message, "logprobs": None, "finish_reason": reason}
-        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+            return {"index": 0, "delta": message, "logprobs": scores, "finish_reason": reason}
+        return {"index": 0, "text": delta, "logprobs": scores, "finish_reason": reason}
 
     try:
         if chat:
@@ -42,9 +45,9 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
                     if include_usage:
                         yield event([], usage(seq))
                 elif continuous_usage:
-                    yield event([choice(delta, None)], usage(stream, progress.num_tokens))
-                elif delta:
-                    yield event([choice(delta, None)])
+                    yield event([choice(delta, None, upto=progress.num_tokens)], usage(stream, progress.num_tokens))
+                elif delta or (logprobs and stream.logprobs):
+                    yield event([choice(delta, None, upto=progress.num_tokens)])
         except EngineStoppedError as exc:
             error = APIError(503, str(exc), type="server_error")
             yield f"data: {json.dumps(error.body())}\n\n"

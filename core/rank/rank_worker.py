@@ -33,6 +33,7 @@ from ..models.llama import LlamaRank
 from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
+from ..sched.logprobs import logprob_rows, pack_logprobs
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
 from ..timeline import Timeline
@@ -280,11 +281,11 @@ class RankWorker:
                 logits = self.pieces.run(step)
             else:
                 logits = self.model.forward(step)
-            tokens = self._sample(logits, sampling, seeds) if self.samples else None
+            tokens, logprobs = self._sample(logits, sampling, seeds) if self.samples else (None, None)
             self.generators.drop(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
-            ticket = self.io.publish(tokens, read_back=self.samples) if tokens is not None else None
+            ticket = self.io.publish(tokens, read_back=self.samples, logprobs=logprobs) if tokens is not None else None
         return ticket, (self.io.read(read) if read is not None else None)
 
     def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
@@ -297,7 +298,7 @@ class RankWorker:
         micro-batch i. Returns the sampler's ticket (None elsewhere)."""
         stage, comm, layout = self.stage, self.setup.pipe_comm, self.setup.layout
         hidden = self.setup.checkpoint.config.hidden_size
-        tokens = []
+        tokens, logprobs = [], []
         with self.stream.torch_stream():
             for batch, params, keys in zip(micro_batches, sampling, seeds):
                 step = self.io.put(batch)
@@ -314,13 +315,22 @@ class RankWorker:
                     continue
                 logits = self.model.head(x, residual, step)
                 if self.samples:
-                    tokens.append(self._sample(logits, params, keys))
+                    sampled, packed = self._sample(logits, params, keys)
+                    tokens.append(sampled)
+                    logprobs += [packed] if packed is not None else []
             self.generators.drop(ended)
-            return self.io.publish(torch.cat(tokens), read_back=True) if self.samples else None
+            if not self.samples:
+                return None
+            # the micro-batches' packed rows, in row order, as one step's (every one of the same width)
+            packed = _same_width(logprobs) if logprobs else None
+            return self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
-                seeds: list[tuple[int, int] | None]) -> torch.Tensor:
-        return sample_rows(logits, sampling, self.generators.rows(seeds))
+                seeds: list[tuple[int, int] | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device)."""
+        tokens = sample_rows(logits, sampling, self.generators.rows(seeds))
+        rows, k = logprob_rows(sampling)
+        return tokens, (pack_logprobs(logits, tokens, rows, k) if rows else None)
 
     def seeded_sequences(self) -> list[int]:
         """The ids of the sequences whose generators this rank keeps (on the sampler)."""
@@ -366,6 +376,23 @@ class RankWorker:
     def shutdown(self) -> None:
         """Join this rank's thread (after its queued commands finish)."""
         self._executor.shutdown(wait=True)
+
+
+def _same_width(packed: list[torch.Tensor]) -> torch.Tensor:
+    """Packed logprobs rows of several micro-batches as one block, the narrower ones' top lists
+    widened (with log-probability -inf, id 0) to the widest."""
+    k = max((p.shape[1] - 1) // 2 for p in packed)
+
+    def widened(p: torch.Tensor) -> torch.Tensor:
+        have = (p.shape[1] - 1) // 2
+        if have == k:
+            return p
+        pad = k - have
+        values = torch.cat((p[:, 1:1 + have], p.new_full((p.shape[0], pad), float("-inf"))), dim=1)
+        ids = torch.cat((p[:, 1 + have:], p.new_zeros((p.shape[0], pad))), dim=1)
+        return torch.cat((p[:, :1], values, ids), dim=1)
+
+    return torch.cat([widened(p) for p in packed])
 
 
 def _with_blocks(layout: KVLayout, num_blocks: int) -> KVLayout:

@@ -44,6 +44,8 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     #: Its output as text while it has stop strings to find (an ``anydev.core.output.OutputText``, set by the engine).
     text: object = None
+    #: With ``sampling.logprobs``: each output token's :class:`~.logprobs.TokenLogprobs`, as read back.
+    logprobs: list = field(default_factory=list)
 
     @property
     def tokens(self) -> list[int]:

@@ -1,0 +1,65 @@
+"""The OpenAI ``logprobs`` objects of a choice, built from the engine's per-token log-probabilities
+(:class:`~anydev.core.sched.logprobs.TokenLogprobs`), whole or one streamed chunk at a time.
+
+Chat: ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}``.
+Completions: ``{"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}``.
+A token's string is its own decode (special tokens included); a token that holds part of a
+character's bytes reads as U+FFFD, as in vLLM.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+class LogprobsWriter:
+    """One choice's logprobs as its tokens arrive: :meth:`take` gives the object for the tokens not
+    written yet (a streamed chunk's, or the whole answer's). ``chat``: the chat shape, else the
+    completions one."""
+
+    def __init__(self, tokenizer, chat: bool):
+        self.chat = chat
+        self._token_text = _token_texts(tokenizer)
+        self._written = 0
+        self._offset = 0      # completions' text_offset: characters of the tokens written so far
+
+    def take(self, tokens: list[int], logprobs: list, upto: int | None = None) -> dict:
+        """The object for the output ``tokens`` (and their ``logprobs``) from the first not written
+        yet up to ``upto`` (all of them when None)."""
+        end = min(len(tokens), len(logprobs)) if upto is None else min(upto, len(logprobs))
+        new = list(zip(tokens[self._written:end], logprobs[self._written:end]))
+        self._written += len(new)
+        if self.chat:
+            return {"content": [self._chat_entry(token, lp) for token, lp in new]}
+        tokens, offsets = [], []
+        for token, _ in new:
+            text = self._token_text(token)
+            tokens.append(text)
+            offsets.append(self._offset)
+            self._offset += len(text)
+        return {"tokens": tokens, "token_logprobs": [lp.logprob for _, lp in new],
+                "top_logprobs": [{self._token_text(i): v for i, v in lp.top} for _, lp in new],
+                "text_offset": offsets}
+
+    def _chat_entry(self, token: int, lp) -> dict:
+        return {**self._described(token, lp.logprob), "top_logprobs": [self._described(i, v) for i, v in lp.top]}
+
+    def _described(self, token: int, logprob: float) -> dict:
+        text = self._token_text(token)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+
+def logprobs_writer(tokenizer, sampling, chat: bool) -> LogprobsWriter | None:
+    """The writer of a request's logprobs, or None when its ``sampling`` asks for none."""
+    return LogprobsWriter(tokenizer, chat) if sampling.logprobs is not None else None
+
+
+def _token_texts(tokenizer):
+    """A cached ``token id -> its text``; "" for every id without a tokenizer."""
+    if tokenizer is None:
+        return lambda token: ""
+
+    @lru_cache(maxsize=65536)
+    def text(token: int) -> str:
+        return tokenizer.decode([token], skip_special_tokens=False)
+
+    return text

@@ -1,0 +1,81 @@
+"""Logprobs through ``anydev serve`` (a subprocess on 127.0.0.1, the demo model on the cpu), driven by
+the ``openai`` client: chat's logprobs/top_logprobs and completions' logprobs N, whole and streamed,
+equal to the offline engine's (which tests/core/test_logprobs.py checks against HF transformers)."""
+from __future__ import annotations
+
+import pytest
+
+from anydev.core import EngineConfig, InferEngine, SamplingParams
+from anydev.core.loading.checkpoint import demo_checkpoint
+from serve_support import MODEL, Server, request
+
+TOLERANCE = 1e-4
+PROMPT = "the model number 3: hello world"
+CHAT = [{"role": "user", "content": "what is on the device?"}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = Server("--max-model-len", "256")
+    yield srv
+    code, out = srv.stop()
+    assert code == 0, out
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The offline engine's (token ids, TokenLogprobs) for the completion prompt and the chat."""
+    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=256, use_graphs=False)) as engine:
+        tokenizer = engine.checkpoint.tokenizer
+        chat_ids = tokenizer.encode(tokenizer.apply_chat_template(CHAT, add_generation_prompt=True),
+                                    add_special_tokens=False)
+        prompts = [tokenizer.encode(PROMPT, add_special_tokens=True), chat_ids]
+        outputs = engine.generate_ids(prompts, SamplingParams(max_new_tokens=8, logprobs=3))
+        yield {"completion": outputs[0], "chat": outputs[1], "decode": lambda i: tokenizer.decode([i], skip_special_tokens=False)}
+
+
+def test_completions_logprobs_equal_the_engine_s(server, reference):
+    expected = reference["completion"]
+    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, logprobs=3)
+    scores = out.choices[0].logprobs
+    assert scores.tokens == [reference["decode"](t) for t in expected.token_ids]
+    assert scores.token_logprobs == pytest.approx([lp.logprob for lp in expected.logprobs], abs=TOLERANCE)
+    for got, lp in zip(scores.top_logprobs, expected.logprobs):
+        assert got == pytest.approx({reference["decode"](i): v for i, v in lp.top}, abs=TOLERANCE)
+    assert scores.text_offset == [sum(len(t) for t in scores.tokens[:i]) for i in range(len(scores.tokens))]
+
+
+def test_chat_logprobs_whole_and_streamed_equal_the_engine_s(server, reference):
+    expected = reference["chat"]
+    client = server.client()
+    whole = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=8, temperature=0, logprobs=True,
+                                           top_logprobs=2)
+    content = whole.choices[0].logprobs.content
+    assert [c.token for c in content] == [reference["decode"](t) for t in expected.token_ids]
+    assert [c.logprob for c in content] == pytest.approx([lp.logprob for lp in expected.logprobs], abs=TOLERANCE)
+    for got, lp in zip(content, expected.logprobs):
+        assert [t.logprob for t in got.top_logprobs] == pytest.approx([v for _, v in lp.top[:2]], abs=TOLERANCE)
+        assert got.bytes == list(got.token.encode())
+    chunks = list(client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=8, temperature=0,
+                                                 logprobs=True, top_logprobs=2, stream=True))
+    streamed = [c for chunk in chunks if chunk.choices and chunk.choices[0].logprobs
+                for c in chunk.choices[0].logprobs.content]
+    assert [(c.token, c.logprob) for c in streamed] == [(c.token, c.logprob) for c in content]
+
+
+def test_no_logprobs_unless_asked(server):
+    out = server.client().chat.completions.create(model=MODEL, messages=CHAT, max_tokens=3, temperature=0)
+    assert out.choices[0].logprobs is None
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"messages": CHAT, "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": CHAT, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"prompt": PROMPT, "logprobs": -1}, "logprobs"),
+])
+def test_bad_logprobs_values_are_a_400_naming_the_field(server, body, param):
+    import json
+    path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    status, _, text = request(f"{server.url}{path}", "POST", json.dumps({"model": MODEL, **body}).encode(),
+                              server.headers())
+    assert status == 400 and json.loads(text)["error"]["param"] == param, text
