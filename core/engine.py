@@ -43,6 +43,7 @@ class GenerationOutput:
     finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token) | "error"
     error: str | None = None   # why it failed (finish reason "error"; see RequestFailedError)
     logprobs: list | None = None   # with SamplingParams.logprobs: a TokenLogprobs per generated token
+    prompt_logprobs: list | None = None   # with SamplingParams.prompt_logprobs: one per prompt token after the first
 
 
 class InferEngine(EngineStartup, StepLoop):
@@ -128,7 +129,9 @@ class InferEngine(EngineStartup, StepLoop):
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
         outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error,
-                                    seq.logprobs if seq.sampling.logprobs is not None else None) for seq in seqs]
+                                    seq.logprobs if seq.sampling.logprobs is not None else None,
+                                    seq.prompt_logprobs if seq.sampling.prompt_logprobs is not None else None)
+                   for seq in seqs]
         failed = next((seq for seq in seqs if seq.finish_reason == "error"), None)
         if failed is not None:
             raise RequestFailedError(failed.index, failed.error, outputs)
@@ -202,7 +205,7 @@ class InferEngine(EngineStartup, StepLoop):
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
         return checked_prompt(index, ids, sampling, vocab=self.checkpoint.config.vocab_size,
                               max_model_len=self.max_model_len, block_size=self.config.block_size,
-                              num_blocks=self.num_blocks)
+                              num_blocks=self.num_blocks, max_batched_tokens=self.scheduler.max_num_batched_tokens)
 
     def _eos_ids(self) -> set[int]:
         eos = set(self.checkpoint.config.eos_token_ids or [])

@@ -9,13 +9,14 @@ true; other steps (prompts, prompt chunks beside decodes) replay piecewise graph
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .errors import EngineClosedError, SchedulerError
 from .micro_batches import micro_batch_bounds
-from .sched.logprobs import logprob_rows, unpack_logprobs
+from .sched.logprobs import StepLayout, step_layout, unpack_logprobs
 from .sched.sampling import ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Sequence, Status
 from .stats import count_step
@@ -45,13 +46,13 @@ class StepLoop:
                 return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
-            asking = logprob_rows(_row_params(plan))[0]
+            layout = step_layout(_row_params(plan), [0, *itertools.accumulate(plan.num_new)])
             built = time.perf_counter()
             ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
-                                     plan.num_tokens, decode, start, built, {row: i for i, row in enumerate(asking)})
+                                     plan.num_tokens, decode, start, built, _packed_spans(layout))
             if self.async_steps:
                 self._inflight = launched
             else:
@@ -67,15 +68,13 @@ class StepLoop:
         self._account(launched)
         got = []
         packed = getattr(tokens, "logprobs", None)
-        if packed is not None:
-            packed = unpack_logprobs(packed, (packed.shape[1] - 1) // 2)
+        packed = unpack_logprobs(packed) if packed is not None else None
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
                 if seq.status is not Status.FINISHED:
-                    if packed is not None and row in launched.logprob_rows and tokens[row] >= 0:
-                        lp = packed[launched.logprob_rows[row]]
-                        seq.logprobs.append(dataclasses.replace(lp, top=lp.top[:seq.sampling.logprobs]))
+                    if packed is not None and row in launched.logprob_spans and tokens[row] >= 0:
+                        _take_logprobs(seq, packed, *launched.logprob_spans[row])
                     self._append_token(seq, tokens[row])
                     got.append(seq)
         return got
@@ -152,7 +151,34 @@ class _Launched:
     decode: bool
     start: float
     built: float
-    logprob_rows: dict[int, int]     # row -> its index among the packed logprobs rows (rows that ask)
+    #: row -> (its prompt positions' packed rows as (first, end) or None, its sampled token's packed row or None)
+    logprob_spans: dict[int, tuple]
+
+
+def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
+    """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then its token)."""
+    spans, cursor = {}, 0
+    prompt = {row: count for row, _, count in layout.prompt}
+    output = set(layout.output)
+    for row in sorted(prompt.keys() | output):
+        first = cursor
+        cursor += prompt.get(row, 0)
+        mine = cursor if row in output else None
+        cursor += row in output
+        spans[row] = ((first, first + prompt[row]) if row in prompt else None, mine)
+    return spans
+
+
+def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, mine: int | None) -> None:
+    """Give ``seq`` its share of a step's logprobs, each top list cut to what it asked for."""
+    def cut(entry, k):
+        return dataclasses.replace(entry, top=entry.top[:k])
+
+    params = seq.sampling
+    if prompt is not None and seq.scores_prompt and prompt[1] - prompt[0] >= len(seq.prompt) - 1:
+        seq.prompt_logprobs = [cut(e, params.prompt_logprobs) for e in packed[prompt[0]:prompt[0] + len(seq.prompt) - 1]]
+    if mine is not None:
+        seq.logprobs.append(cut(packed[mine], params.logprobs))
 
 
 def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:

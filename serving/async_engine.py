@@ -95,6 +95,8 @@ class RequestStream:
     text: OutputText | None = None
     #: With ``sampling.logprobs``: a :class:`~anydev.core.sched.logprobs.TokenLogprobs` per output token.
     logprobs: list = field(default_factory=list)
+    #: With ``sampling.prompt_logprobs``: one per prompt token after the first (with the first tokens).
+    prompt_logprobs: list = field(default_factory=list)
     _steps: collections.deque = field(default_factory=collections.deque)   # output length after each step
 
     @property
@@ -324,6 +326,8 @@ class AsyncEngine:
                 stream.admitted = True
             if out.new_token_ids:
                 stopped = self._add_tokens(stream, out.new_token_ids)
+                if out.prompt_logprobs is not None:
+                    stream.prompt_logprobs = out.prompt_logprobs
                 if out.new_logprobs:
                     stream.logprobs += out.new_logprobs[:len(stream.output) - len(stream.logprobs)]
                 stream._steps.append(len(stream.output))

@@ -171,7 +171,9 @@ class EngineCore:
             tracked.sent = len(seq.output)
             reason = seq.finish_reason if seq.is_finished else None
             logprobs = _new_logprobs(seq, tracked.sent - len(new))
-            output = RequestOutput(tracked.request_id, new, reason, new_logprobs=logprobs) if reason != "error" else \
+            scored = seq.prompt_logprobs if tracked.sent == len(new) and seq.sampling.prompt_logprobs is not None else None
+            output = RequestOutput(tracked.request_id, new, reason, new_logprobs=logprobs, prompt_logprobs=scored) \
+                if reason != "error" else \
                 RequestOutput(tracked.request_id, new, error=seq.error, error_kind="failed")
             self._pending.setdefault(tracked.client, []).append(output)
             if reason is not None:

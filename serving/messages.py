@@ -54,7 +54,8 @@ class RequestOutput(msgspec.Struct, array_like=True):
     ``error_kind`` "queue_full" (retry later) or "invalid" (the request cannot run), or when it failed
     while running, with ``error_kind`` "failed" (its sampling failed; the engine goes on). An output
     with none of these is the acknowledgement that the request was admitted to the queue.
-    ``new_logprobs``: with ``SamplingParams.logprobs``, one per new token."""
+    ``new_logprobs``: with ``SamplingParams.logprobs``, one per new token; ``prompt_logprobs``: with
+    ``SamplingParams.prompt_logprobs``, one per prompt token after the first, in the first output."""
 
     request_id: str
     new_token_ids: list[int]
@@ -62,6 +63,7 @@ class RequestOutput(msgspec.Struct, array_like=True):
     error: str | None = None
     error_kind: str | None = None
     new_logprobs: list[TokenLogprobs] | None = None
+    prompt_logprobs: list[TokenLogprobs] | None = None   # with the first tokens, when the request scores its prompt
 
 
 class EngineStats(msgspec.Struct):

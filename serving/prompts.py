@@ -20,15 +20,21 @@ def tokenizer_of(state: ServerState):
     return tokenizer
 
 
-def completion_prompt_ids(state: ServerState, prompt) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        prompt = prompt[0]
+def completion_prompts(state: ServerState, prompt) -> list[tuple[list[int], str | None]]:
+    """Each prompt's token ids and, for one given as text, the text (what echo repeats)."""
+    many = isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+    return [completion_prompt_ids(state, p, f"prompt.{i}" if many else "prompt")
+            for i, p in enumerate(prompt if many else [prompt])]
+
+
+def completion_prompt_ids(state: ServerState, prompt, param: str = "prompt") -> tuple[list[int], str | None]:
+    """One prompt (text or token ids) as token ids, and its text when it was given as text."""
     if isinstance(prompt, str):
-        return tokenizer_of(state).encode(valid_unicode(prompt, "prompt"), add_special_tokens=True)
+        return tokenizer_of(state).encode(valid_unicode(prompt, param), add_special_tokens=True), prompt
     vocab = state.engine.info.vocab_size
     if not all(0 <= t < vocab for t in prompt):
-        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
-    return list(prompt)
+        raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param=param)
+    return list(prompt), None
 
 
 def valid_unicode(text: str, param: str) -> str:

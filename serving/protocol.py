@@ -36,7 +36,7 @@ def _only(*values) -> dict:
 
 def describe_limits(schema: dict, model_name: str, max_tokens: int, vocab_size: int) -> None:
     """Put the server's own limits into the OpenAPI ``schema`` (in place): the one model id it
-    serves, the largest ``max_tokens``, one prompt per request and the token ids' range, so that
+    serves, the largest ``max_tokens``, the most prompts per request and the token ids' range, so that
     what the schema calls valid is what it accepts."""
     bodies = schema.get("components", {}).get("schemas", {})
     for option in bodies.get("CompletionRequest", {}).get("properties", {}).get("prompt", {}).get("anyOf", []):
@@ -45,7 +45,11 @@ def describe_limits(schema: dict, model_name: str, max_tokens: int, vocab_size: 
             items.update(minimum=0, maximum=vocab_size - 1)
             option["minItems"] = 1
         elif items.get("type") == "string":
-            option.update(minItems=1, maxItems=1)
+            option.update(minItems=1, maxItems=MAX_PROMPTS)
+        elif items.get("type") == "array":      # a list of token-id lists
+            items.setdefault("items", {}).update(minimum=0, maximum=vocab_size - 1)
+            items["minItems"] = 1
+            option.update(minItems=1, maxItems=MAX_PROMPTS)
     for name, fields in (("CompletionRequest", ("max_tokens",)),
                          ("ChatRequest", ("max_tokens", "max_completion_tokens"))):
         properties = bodies.get(name, {}).get("properties", {})
@@ -122,10 +126,14 @@ class _Sampling(BaseModel):
         return None
 
 
+#: The most prompts one completions request may carry (a list of strings or of token-id lists).
+MAX_PROMPTS = 64
+
+
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int]
-    max_tokens: int | None = Field(16, ge=1)
-    echo: bool = Field(False, json_schema_extra=_only(False))
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=0, description="0 with echo: score the prompt, generate nothing")
+    echo: bool = Field(False, description="the prompt before the answer (with logprobs: the prompt's too)")
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="each output token's logprob and this many likeliest tokens' (0..20)")
     best_of: int | None = Field(None, json_schema_extra=_only(None, 1))
@@ -135,18 +143,34 @@ class CompletionRequest(_Sampling):
     def logprobs_asked(self) -> int | None:
         return self.logprobs
 
+    def sampling(self, max_tokens: int) -> SamplingParams:
+        params = super().sampling(max_tokens)
+        params.prompt_logprobs = self.logprobs if self.echo else None
+        return params
+
+    @property
+    def num_prompts(self) -> int:
+        batched = isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], (str, list))
+        return len(self.prompt) if batched else 1
+
     def check_unsupported(self) -> None:
         super().check_unsupported()
-        for name, neutral in (("echo", False), ("suffix", None)):
-            if getattr(self, name) != neutral:
-                raise APIError(400, f"'{name}' is not supported by this server", param=name,
-                               code="unsupported_parameter")
+        if self.suffix is not None:
+            raise APIError(400, "'suffix' is not supported by this server", param="suffix",
+                           code="unsupported_parameter")
         if self.best_of not in (None, 1):
             raise APIError(400, "'best_of' is not supported by this server (only 1)", param="best_of",
                            code="unsupported_parameter")
-        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) != 1:
-            raise APIError(400, "one prompt per request: batched prompts are not supported; send one request "
-                                "per prompt", param="prompt", code="unsupported_parameter")
+        if self.max_tokens == 0 and not self.echo:
+            raise APIError(400, "max_tokens 0 scores the prompt and needs echo=true", param="max_tokens")
+        if self.max_tokens == 0 and self.stream:
+            raise APIError(400, "max_tokens 0 (scoring a prompt) is not streamed; send stream=false",
+                           param="max_tokens", code="unsupported_parameter")
+        if self.num_prompts > MAX_PROMPTS:
+            raise APIError(400, f"at most {MAX_PROMPTS} prompts per request", param="prompt")
+        if self.num_prompts > 1 and self.stream:
+            raise APIError(400, "several prompts in one request are not streamed; send stream=false or one "
+                                "request per prompt", param="prompt", code="unsupported_parameter")
 
 
 class TextPart(BaseModel):

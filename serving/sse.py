@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 
 from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
-from .output import logprobs_writer
+from .output import Echo, logprobs_writer
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
 
 
 async def stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
-                        include_usage: bool, continuous_usage: bool):
+                        include_usage: bool, continuous_usage: bool, echo: Echo | None = None):
     """Server-sent events: a chunk per settled piece of text, the finish reason (with usage) last,
     then ``[DONE]``; with ``continuous_usage`` a chunk (with usage) for every step that gave the
     request a token, text or not. Leaving early (the client went away) aborts the request."""
@@ -36,6 +36,10 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
             yield event([choice("", None, first=True)])
         try:
             async for progress in stream.updates():
+                if echo is not None:      # the prompt first (its logprobs arrive with the first token)
+                    scores = logprobs.prompt(stream.prompt, stream.prompt_logprobs) if logprobs else None
+                    yield event([{"index": 0, "text": echo.text, "logprobs": scores, "finish_reason": None}])
+                    echo = None
                 if progress.finished:
                     text.finish()
                 delta = text.take()

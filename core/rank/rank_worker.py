@@ -33,7 +33,7 @@ from ..models.llama import LlamaRank
 from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
-from ..sched.logprobs import logprob_rows, pack_logprobs
+from ..sched.logprobs import StepLayout, pack_step, step_layout
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
 from ..timeline import Timeline
@@ -234,7 +234,7 @@ class RankWorker:
         kv_layers = [self.kv.layer(i) for i in range(len(self.stage.layers))]
         weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers)}
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
-        self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
+        self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes, s.max_step_rows + s.max_step_tokens)
         self.model = LlamaRank(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                self._all_reduce if tp else None, self._all_gather if tp else None, self.stage,
                                dtype=s.dtype)
@@ -273,15 +273,21 @@ class RankWorker:
         they are read back, at tp > 1) rank 0 shares them with every rank.
         Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
         given, the tokens of that earlier step (read after this one is launched)."""
+        layout = step_layout(sampling, batch.cu_seqlens_q.tolist())
+        token_logits = None
         with self.stream.torch_stream():
             step = self.io.put(batch)
-            if batch.real_rows is not None:
+            if layout.scores_prompt:      # every position's logits: eagerly (every rank, for the collectives)
+                token_logits = self.model.token_logits(step)
+                logits = token_logits.index_select(0, step.last_index)
+            elif batch.real_rows is not None:
                 logits = self.graphs.run(step)[:batch.real_rows]
             elif batch.real_tokens is not None:
                 logits = self.pieces.run(step)
             else:
                 logits = self.model.forward(step)
-            tokens, logprobs = self._sample(logits, sampling, seeds) if self.samples else (None, None)
+            tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch) \
+                if self.samples else (None, None)
             self.generators.drop(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
@@ -301,6 +307,7 @@ class RankWorker:
         tokens, logprobs = [], []
         with self.stream.torch_stream():
             for batch, params, keys in zip(micro_batches, sampling, seeds):
+                scored = step_layout(params, batch.cu_seqlens_q.tolist())
                 step = self.io.put(batch)
                 if stage.is_first:
                     x, residual = self.model.embed_tokens(step), None
@@ -313,9 +320,11 @@ class RankWorker:
                 if not stage.is_last:
                     comm.send(torch.stack((x, residual)), layout.next(self.rank), stream=self.stream)
                     continue
-                logits = self.model.head(x, residual, step)
+                token_logits = self.model.every_token_head(x, residual) if scored.scores_prompt else None
+                logits = token_logits.index_select(0, step.last_index) if scored.scores_prompt else \
+                    self.model.head(x, residual, step)
                 if self.samples:
-                    sampled, packed = self._sample(logits, params, keys)
+                    sampled, packed = self._sample(logits, params, keys, scored, token_logits, batch)
                     tokens.append(sampled)
                     logprobs += [packed] if packed is not None else []
             self.generators.drop(ended)
@@ -326,11 +335,15 @@ class RankWorker:
             return self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
-                seeds: list[tuple[int, int] | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device)."""
+                seeds: list[tuple[int, int] | None], layout: StepLayout, token_logits: torch.Tensor | None,
+                batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device;
+        see :mod:`~anydev.core.sched.logprobs`)."""
         tokens = sample_rows(logits, sampling, self.generators.rows(seeds))
-        rows, k = logprob_rows(sampling)
-        return tokens, (pack_logprobs(logits, tokens, rows, k) if rows else None)
+        if layout.empty:
+            return tokens, None
+        ids = batch.input_ids.tolist() if layout.scores_prompt else []
+        return tokens, pack_step(layout, logits, tokens, token_logits, ids)
 
     def seeded_sequences(self) -> list[int]:
         """The ids of the sequences whose generators this rank keeps (on the sampler)."""

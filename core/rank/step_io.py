@@ -49,10 +49,13 @@ class StepIO:
     """``num_prev`` token slots (the most rows a step has) and room for steps of up to
     ``max_step_bytes`` packed bytes. Call on the rank's thread; ``publish`` inside its torch stream."""
 
-    def __init__(self, device: Device, stream: Stream, num_prev: int, max_step_bytes: int):
+    def __init__(self, device: Device, stream: Stream, num_prev: int, max_step_bytes: int,
+                 max_logprob_rows: int | None = None):
         self.stream = stream
         self.num_prev = num_prev
         self.max_step_bytes = max_step_bytes
+        #: Packed logprobs rows a step may send back (its sampled rows and its prompts' positions).
+        self.max_logprob_rows = max_logprob_rows or num_prev
         self._objects = []
         try:
             self.buffer = self._own(device.alloc(8 * num_prev + max_step_bytes))
@@ -62,9 +65,10 @@ class StepIO:
             self._readback = [self._own(device.alloc_host(8 * num_prev)) for _ in range(2)]
             self._arrays = [host.numpy(np.int64) for host in self._readback]
             self._events = [self._own(device.create_event()) for _ in range(2)]
-            self._logprob_buffer = self._own(device.alloc(4 * num_prev * LOGPROB_WIDTH))
+            lp_bytes = 4 * self.max_logprob_rows * LOGPROB_WIDTH
+            self._logprob_buffer = self._own(device.alloc(lp_bytes))
             self._logprob_device = self._logprob_buffer.as_tensor().view(torch.float32)
-            self._logprob_readback = [self._own(device.alloc_host(4 * num_prev * LOGPROB_WIDTH)) for _ in range(2)]
+            self._logprob_readback = [self._own(device.alloc_host(lp_bytes)) for _ in range(2)]
             self._logprob_arrays = [host.numpy(np.float32) for host in self._logprob_readback]
         except BaseException:
             self.close()
@@ -103,6 +107,9 @@ class StepIO:
         shape = None
         if logprobs is not None and logprobs.numel():
             shape = tuple(logprobs.shape)
+            if shape[0] > self.max_logprob_rows:
+                raise ValueError(f"a step's {shape[0]} logprobs rows do not fit this rank's readback "
+                                 f"({self.max_logprob_rows} rows)")
             self._logprob_device[:logprobs.numel()].copy_(logprobs.reshape(-1))
             self.stream.memcpy_async(self._logprob_readback[slot], self._logprob_buffer, 4 * logprobs.numel())
         self.stream.record(self._events[slot])

@@ -44,6 +44,7 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)  # stop tokens besides the model's EOS
     ignore_eos: bool = False                                  # run to max_new_tokens past EOS (benchmarks)
     logprobs: int | None = None   # each output token's log-probability and this many likeliest tokens' (0..20)
+    prompt_logprobs: int | None = None   # the same for every prompt token after the first (0..20)
 
     @property
     def is_greedy(self) -> bool:
@@ -69,8 +70,10 @@ class SamplingParams:
             raise EngineConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         if not isinstance(self.ignore_eos, bool):
             raise EngineConfigError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
-        if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= 20):
-            raise EngineConfigError(f"logprobs must be an integer in 0..20 or None, got {self.logprobs!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or not 0 <= value <= 20):
+                raise EngineConfigError(f"{name} must be an integer in 0..20 or None, got {value!r}")
 
 
 def _is_int(value) -> bool:

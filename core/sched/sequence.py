@@ -46,6 +46,8 @@ class Sequence:
     text: object = None
     #: With ``sampling.logprobs``: each output token's :class:`~.logprobs.TokenLogprobs`, as read back.
     logprobs: list = field(default_factory=list)
+    #: With ``sampling.prompt_logprobs``: a TokenLogprobs for each prompt token after the first.
+    prompt_logprobs: list = field(default_factory=list)
 
     @property
     def tokens(self) -> list[int]:
@@ -65,6 +67,12 @@ class Sequence:
     def is_last_pending(self) -> bool:
         """Its pending token is its last one (it reaches ``max_new_tokens``): nothing left to feed."""
         return self.num_pending > 0 and len(self.output) + self.num_pending >= self.max_new_tokens
+
+    @property
+    def scores_prompt(self) -> bool:
+        """It asks for its prompt's logprobs and has not had them: it is computed whole, from its
+        first token (no prefix-cache hit, no chunks), so that every prompt position has its logits."""
+        return self.sampling.prompt_logprobs is not None and not self.prompt_logprobs
 
     @property
     def is_finished(self) -> bool:

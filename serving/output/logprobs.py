@@ -40,6 +40,17 @@ class LogprobsWriter:
                 "top_logprobs": [{self._token_text(i): v for i, v in lp.top} for _, lp in new],
                 "text_offset": offsets}
 
+    def prompt(self, tokens: list[int], prompt_logprobs: list) -> dict:
+        """Completions' object for an echoed prompt (written before the output's): its first token has
+        no logprob (None, as OpenAI gives it), each later one the engine's ``prompt_logprobs`` entry."""
+        texts = [self._token_text(t) for t in tokens]
+        offsets = _offsets(texts)
+        self._offset = offsets[-1] + len(texts[-1]) if texts else 0
+        scored = [None, *prompt_logprobs][:len(tokens)]
+        return {"tokens": texts, "token_logprobs": [lp.logprob if lp else None for lp in scored],
+                "top_logprobs": [{self._token_text(i): v for i, v in lp.top} if lp else None for lp in scored],
+                "text_offset": offsets}
+
     def _chat_entry(self, token: int, lp) -> dict:
         return {**self._described(token, lp.logprob), "top_logprobs": [self._described(i, v) for i, v in lp.top]}
 
@@ -51,6 +62,19 @@ class LogprobsWriter:
 def logprobs_writer(tokenizer, sampling, chat: bool) -> LogprobsWriter | None:
     """The writer of a request's logprobs, or None when its ``sampling`` asks for none."""
     return LogprobsWriter(tokenizer, chat) if sampling.logprobs is not None else None
+
+
+def joined(first: dict, then: dict) -> dict:
+    """Two completions logprobs objects, one after the other (an echoed prompt's, then the output's)."""
+    return {key: first[key] + then[key] for key in first}
+
+
+def _offsets(texts: list[str]) -> list[int]:
+    out, at = [], 0
+    for text in texts:
+        out.append(at)
+        at += len(text)
+    return out
 
 
 def _token_texts(tokenizer):

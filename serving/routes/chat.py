@@ -18,4 +18,4 @@ def add_chat_routes(app: FastAPI, state: ServerState, authorized: list, response
         prompt_ids = chat_prompt_ids(state, body)
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
-        return await serve(state, request, body, prompt_ids, body.requested_max_tokens, chat=True)
+        return await serve(state, request, body, prompt_ids, None, body.requested_max_tokens, chat=True)

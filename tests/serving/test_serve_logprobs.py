@@ -1,6 +1,8 @@
 """Logprobs through ``anydev serve`` (a subprocess on 127.0.0.1, the demo model on the cpu), driven by
 the ``openai`` client: chat's logprobs/top_logprobs and completions' logprobs N, whole and streamed,
-equal to the offline engine's (which tests/core/test_logprobs.py checks against HF transformers)."""
+and completions' echo with the prompt's logprobs (``max_tokens: 0`` scores prompts, several in one
+request, as lm-eval's local-completions asks), equal to the offline engine's (which
+tests/core/test_logprobs.py checks against HF transformers)."""
 from __future__ import annotations
 
 import pytest
@@ -30,8 +32,10 @@ def reference():
         chat_ids = tokenizer.encode(tokenizer.apply_chat_template(CHAT, add_generation_prompt=True),
                                     add_special_tokens=False)
         prompts = [tokenizer.encode(PROMPT, add_special_tokens=True), chat_ids]
-        outputs = engine.generate_ids(prompts, SamplingParams(max_new_tokens=8, logprobs=3))
-        yield {"completion": outputs[0], "chat": outputs[1], "decode": lambda i: tokenizer.decode([i], skip_special_tokens=False)}
+        outputs = engine.generate_ids(prompts, SamplingParams(max_new_tokens=8, logprobs=3, prompt_logprobs=2))
+        yield {"completion": outputs[0], "chat": outputs[1], "prompt_ids": prompts,
+               "decode": lambda i: tokenizer.decode([i], skip_special_tokens=False),
+               "decode_all": lambda ids: tokenizer.decode(ids, skip_special_tokens=False)}
 
 
 def test_completions_logprobs_equal_the_engine_s(server, reference):
@@ -77,5 +81,53 @@ def test_bad_logprobs_values_are_a_400_naming_the_field(server, body, param):
     import json
     path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
     status, _, text = request(f"{server.url}{path}", "POST", json.dumps({"model": MODEL, **body}).encode(),
+                              server.headers())
+    assert status == 400 and json.loads(text)["error"]["param"] == param, text
+
+
+def test_echo_with_max_tokens_0_scores_several_prompts_as_lm_eval_asks(server, reference):
+    """lm-eval's local-completions: token-id prompts, echo, max_tokens 0 (or 1), logprobs 1; the
+    prompt's token_logprobs (None first) are the engine's prompt logprobs."""
+    prompts = reference["prompt_ids"]
+    out = server.client().completions.create(model=MODEL, prompt=prompts, max_tokens=0, echo=True, logprobs=1,
+                                             temperature=0)
+    assert [c.index for c in out.choices] == [0, 1] and out.usage.completion_tokens == 0
+    assert out.usage.prompt_tokens == sum(len(p) for p in prompts)
+    for choice, prompt, expected in zip(out.choices, prompts, (reference["completion"], reference["chat"])):
+        scores = choice.logprobs
+        assert choice.text == reference["decode_all"](prompt)
+        assert len(scores.tokens) == len(prompt) and scores.token_logprobs[0] is None and scores.top_logprobs[0] is None
+        assert scores.token_logprobs[1:] == pytest.approx([lp.logprob for lp in expected.prompt_logprobs], abs=TOLERANCE)
+        for got, lp in zip(scores.top_logprobs[1:], expected.prompt_logprobs):
+            best = lp.top[0]
+            assert got == pytest.approx({reference["decode"](best[0]): best[1]}, abs=TOLERANCE)
+
+
+def test_echo_repeats_the_prompt_before_the_answer_whole_and_streamed(server, reference):
+    expected = reference["completion"]
+    client = server.client()
+    out = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, echo=True, logprobs=0, temperature=0)
+    choice = out.choices[0]
+    assert choice.text == PROMPT + expected.text
+    prompt_len = len(reference["prompt_ids"][0])
+    assert len(choice.logprobs.tokens) == prompt_len + len(expected.token_ids)
+    assert choice.logprobs.token_logprobs[prompt_len:] == pytest.approx([lp.logprob for lp in expected.logprobs],
+                                                                        abs=TOLERANCE)
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, echo=True, temperature=0,
+                                            stream=True))
+    assert chunks[0].choices[0].text == PROMPT
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == PROMPT + expected.text
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
+    ({"prompt": PROMPT, "max_tokens": 0, "echo": True, "stream": True}, "max_tokens"),
+    ({"prompt": [PROMPT, PROMPT], "stream": True}, "prompt"),
+    ({"prompt": [[1, 2], [3, 10**6]]}, "prompt.1"),
+    ({"prompt": [PROMPT] * 65}, "prompt"),
+])
+def test_unsupported_echo_and_batch_values_are_a_400_naming_the_field(server, body, param):
+    import json
+    status, _, text = request(f"{server.url}/v1/completions", "POST", json.dumps({"model": MODEL, **body}).encode(),
                               server.headers())
     assert status == 400 and json.loads(text)["error"]["param"] == param, text
