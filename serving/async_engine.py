@@ -103,6 +103,14 @@ class RequestStream:
     def is_finished(self) -> bool:
         return self.finish_reason is not None or self.error is not None
 
+    async def first_token(self) -> None:
+        """Wait until the request has a token (its prompt is computed) or has ended."""
+        while not self.output and not self.is_finished:
+            self._wake.clear()
+            await self._wake.wait()
+        if self.error is not None:
+            raise self.error
+
     async def updates(self):
         """A :class:`Progress` for each step that gave the request tokens, the last one
         ``finished``; raises :class:`EngineStoppedError` when the engine failed or the server

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 
@@ -9,9 +10,10 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from anydev.core.output import OutputText
+from anydev.core.sched.sampling import MAX_SEED
 
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
-from .output import Echo, joined, logprobs_writer, prompt_text
+from .output import Echo, best_answers, joined, logprobs_writer, prompt_text
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
@@ -27,10 +29,61 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
     echo = None
     if not chat and body.echo:
         echo = Echo(prompt if prompt is not None else prompt_text(state.tokenizer, prompt_ids), limit == 0)
+    samples = body.samples
+    if samples > body.n and sampling.logprobs is None:
+        sampling.logprobs = 0          # best_of ranks its samples by their logprobs
+    streams = []
     try:
-        stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
-                                                timeout=state.limits.request_timeout,
-                                                text=OutputText(state.tokenizer, sampling.stop))
+        streams.append(await _add_request(state, prompt_ids, sampling))
+        if samples > 1:
+            # The others start once the prompt is computed: its full KV blocks are in the prefix cache
+            # then, and every sample shares them (it computes only the prompt's last partial block).
+            await streams[0].first_token()
+            for i in range(1, samples):
+                streams.append(await _add_request(state, prompt_ids, _sibling(sampling, i)))
+    except BaseException as exc:
+        for stream in streams:
+            state.engine.abort(stream)
+        _raise_as_api_error(state, exc)
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if samples > 1:        # not streamed (the protocol's check)
+        answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, echo)
+                                         for s in streams), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            for stream in streams:
+                state.engine.abort(stream)
+            raise failed
+        return best_answers(answers, [s.logprobs for s in streams], body.n, keep_logprobs=body.logprobs_asked is not None)
+    stream = streams[0]
+    if body.stream:
+        options = body.stream_options
+        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
+                               bool(options and options.continuous_usage_stats), echo)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return await whole_answer(state, request, stream, request_id, created, chat, echo)
+
+
+async def _add_request(state: ServerState, prompt_ids: list[int], sampling) -> RequestStream:
+    return await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
+                                          timeout=state.limits.request_timeout,
+                                          text=OutputText(state.tokenizer, sampling.stop))
+
+
+def _sibling(sampling, i: int):
+    """Sample ``i`` of a request's n: its own seed (the request's + i), so that n samples with a seed
+    are reproducible and differ."""
+    seed = None if sampling.seed is None else (sampling.seed + i) % (MAX_SEED + 1)
+    return dataclasses.replace(sampling, seed=seed)
+
+
+def _raise_as_api_error(state: ServerState, error: BaseException):
+    """``error`` (of adding a request) raised again as the API's answer to it."""
+    try:
+        raise error
+    except FailedRequestError as exc:
+        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
@@ -38,14 +91,6 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
         raise APIError(503, str(exc), type="server_error") from exc
     except InvalidRequestError as exc:
         raise APIError(400, str(exc), param="prompt") from exc
-    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    if body.stream:
-        options = body.stream_options
-        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                               bool(options and options.continuous_usage_stats), echo)
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await whole_answer(state, request, stream, request_id, created, chat, echo)
 
 
 async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,

@@ -16,6 +16,12 @@ from anydev.core.sched.logprobs import MAX_LOGPROBS
 from anydev.core.sched.sampling import MAX_SEED
 
 
+#: The most prompts one completions request may carry (a list of strings or of token-id lists).
+MAX_PROMPTS = 64
+#: The most answers one request may sample (``n``, ``best_of``).
+MAX_SAMPLES = 16
+
+
 class APIError(Exception):
     """An HTTP error with the OpenAI error body ``{"error": {message, type, param, code}}``."""
 
@@ -93,19 +99,23 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False                      # extension, for benchmarks
+    n: int = Field(1, ge=1, le=MAX_SAMPLES, description="answers to sample for the prompt (not streamed when > 1)")
     # accepted only at their neutral value (check_unsupported); the schema says which
-    n: int = Field(1, json_schema_extra=_only(1))
     frequency_penalty: float = Field(0.0, json_schema_extra=_only(0))
     presence_penalty: float = Field(0.0, json_schema_extra=_only(0))
     logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
     user: str | None = None                       # accepted; unused
 
     def check_unsupported(self) -> None:
-        neutral = dict(n=1, frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None)
+        neutral = dict(frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None)
         for name, value in neutral.items():
             if getattr(self, name) not in (value, {}) :
                 raise APIError(400, f"'{name}' is not supported by this server (only {name}={value!r})",
                                param=name, code="unsupported_parameter")
+        if self.samples > 1 and self.stream:
+            name = "best_of" if self.samples > self.n else "n"
+            raise APIError(400, f"{name} > 1 is not streamed by this server; send stream=false",
+                           param=name, code="unsupported_parameter")
         stops = self.stop_list()
         if len(stops) > 4 or not all(stops):
             raise APIError(400, "'stop' takes at most 4 non-empty strings", param="stop")
@@ -125,9 +135,12 @@ class _Sampling(BaseModel):
         """How many alternatives each output token's logprobs list (None: no logprobs)."""
         return None
 
+    @property
+    def samples(self) -> int:
+        """How many answers run for the prompt (``best_of`` of them, the best ``n`` returned)."""
+        return self.n
 
-#: The most prompts one completions request may carry (a list of strings or of token-id lists).
-MAX_PROMPTS = 64
+
 
 
 class CompletionRequest(_Sampling):
@@ -136,7 +149,8 @@ class CompletionRequest(_Sampling):
     echo: bool = Field(False, description="the prompt before the answer (with logprobs: the prompt's too)")
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="each output token's logprob and this many likeliest tokens' (0..20)")
-    best_of: int | None = Field(None, json_schema_extra=_only(None, 1))
+    best_of: int | None = Field(None, ge=1, le=MAX_SAMPLES,
+                                description="samples to run, the n with the highest summed logprob returned")
     suffix: str | None = Field(None, json_schema_extra=_only(None))
 
     @property
@@ -149,6 +163,10 @@ class CompletionRequest(_Sampling):
         return params
 
     @property
+    def samples(self) -> int:
+        return max(self.n, self.best_of or 1)
+
+    @property
     def num_prompts(self) -> int:
         batched = isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], (str, list))
         return len(self.prompt) if batched else 1
@@ -158,9 +176,8 @@ class CompletionRequest(_Sampling):
         if self.suffix is not None:
             raise APIError(400, "'suffix' is not supported by this server", param="suffix",
                            code="unsupported_parameter")
-        if self.best_of not in (None, 1):
-            raise APIError(400, "'best_of' is not supported by this server (only 1)", param="best_of",
-                           code="unsupported_parameter")
+        if self.best_of is not None and self.best_of < self.n:
+            raise APIError(400, f"best_of ({self.best_of}) must be at least n ({self.n})", param="best_of")
         if self.max_tokens == 0 and not self.echo:
             raise APIError(400, "max_tokens 0 scores the prompt and needs echo=true", param="max_tokens")
         if self.max_tokens == 0 and self.stream:

@@ -213,7 +213,7 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
     ("/v1/completions", {**GOOD, "top_p": 1.5}, None, "top_p"),
     ("/v1/completions", {**GOOD, "top_k": -2}, None, "top_k"),
     ("/v1/completions", {**GOOD, "seed": -1}, None, "seed"),
-    ("/v1/completions", {**GOOD, "n": 2}, None, "n"),
+    ("/v1/completions", {**GOOD, "n": 2, "stream": True}, None, "n"),
     ("/v1/completions", {**GOOD, "logprobs": 21}, None, "logprobs"),
     ("/v1/completions", {**GOOD, "suffix": "x"}, None, "suffix"),
     ("/v1/completions", {**GOOD, "presence_penalty": 0.5}, None, "presence_penalty"),

@@ -131,3 +131,34 @@ def test_unsupported_echo_and_batch_values_are_a_400_naming_the_field(server, bo
     status, _, text = request(f"{server.url}/v1/completions", "POST", json.dumps({"model": MODEL, **body}).encode(),
                               server.headers())
     assert status == 400 and json.loads(text)["error"]["param"] == param, text
+
+
+def test_n_samples_share_the_prompt_s_kv_blocks_and_a_seed_reproduces_them(server):
+    """n=4 with a seed: four answers, the same four again for the same seed; the three after the
+    first take the prompt's full KV blocks from the prefix cache (the metrics count the hit tokens)."""
+    client = server.client()
+    prompt = "the device and the model and the user: " * 4          # a few full blocks
+    before = server.metrics().get("anydev_prefix_cache_hit_tokens_total", 0.0)
+    first = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=1.0, seed=11, n=4)
+    hits = server.metrics().get("anydev_prefix_cache_hit_tokens_total", 0.0) - before
+    again = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=1.0, seed=11, n=4)
+    texts = [c.text for c in first.choices]
+    assert [c.index for c in first.choices] == [0, 1, 2, 3] and len(set(texts)) > 1
+    assert texts == [c.text for c in again.choices]
+    alone = client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=1.0, seed=12)
+    assert alone.choices[0].text == texts[1]          # sample i is the request's seed + i
+    assert first.usage.prompt_tokens == alone.usage.prompt_tokens    # the prompt counts once
+    assert hits >= 3 * 16, hits          # 3 samples x at least one full 16-token block each
+
+
+def test_best_of_returns_the_likeliest_samples(server):
+    client = server.client()
+    prompt = "hello world number 5: "
+    every = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=1.0, seed=3, n=4,
+                                      logprobs=0)
+    totals = [sum(c.logprobs.token_logprobs) for c in every.choices]
+    best = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=1.0, seed=3, n=2,
+                                     best_of=4)
+    ranked = sorted(range(4), key=lambda i: -totals[i])[:2]
+    assert [c.text for c in best.choices] == [every.choices[i].text for i in ranked]
+    assert all(c.logprobs is None for c in best.choices) and best.usage.completion_tokens == every.usage.completion_tokens
