@@ -17,7 +17,8 @@ from typing import Callable
 from .errors import EngineClosedError, SchedulerError
 from .micro_batches import micro_batch_bounds
 from .sched.logprobs import StepLayout, step_layout, unpack_logprobs
-from .sched.sampling import ROW_FAILURES, SamplingParams
+from .sched.logits_processors import uses_history
+from .sched.sampling import NO_SEED, ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Sequence, Status
 from .stats import count_step
 from .step_padding import padded_step
@@ -112,7 +113,7 @@ class StepLoop:
         """Under the lock: the ids of the seeded sequences that ended since the last step was
         launched (the next step tells the sampler to drop their generators)."""
         ended, self.scheduler.ended = self.scheduler.ended, []
-        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None)
+        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None or uses_history(seq.sampling))
 
     def _run_step(self, batch, plan: ScheduledStep, read=None, ended: tuple[int, ...] = ()):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
@@ -120,8 +121,7 @@ class StepLoop:
         complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
         kept on the sampler (``seeds``: its id and seed); ``ended``: the sequences whose generators go."""
         params = _row_params(plan)
-        seeds = [(seq.seq_id, p.seed) if p is not None and p.seed is not None else None
-                 for seq, p in zip(plan.seqs, params)]
+        seeds = [_row_key(seq, p) for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
             return self._run_pipeline_step(plan, params, seeds, ended), None
         share = self.async_steps and len(self.workers) > 1
@@ -179,6 +179,14 @@ def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, 
         seq.prompt_logprobs = [cut(e, params.prompt_logprobs) for e in packed[prompt[0]:prompt[0] + len(seq.prompt) - 1]]
     if mine is not None:
         seq.logprobs.append(cut(packed[mine], params.logprobs))
+
+
+def _row_key(seq: Sequence, params: SamplingParams | None) -> tuple[int, int] | None:
+    """A sampled row's ``(sequence id, seed)`` for the sampler, where it keeps state for the sequence
+    (a seeded generator, a penalties' token record: seed ``NO_SEED`` then); None otherwise."""
+    if params is None or (params.seed is None and not uses_history(params)):
+        return None
+    return seq.seq_id, (params.seed if params.seed is not None else NO_SEED)
 
 
 def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:

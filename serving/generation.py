@@ -26,6 +26,10 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
     decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered."""
     limit = max_tokens(state, prompt_ids, requested)
     sampling = body.sampling(max(limit, 1))
+    vocab = state.engine.info.vocab_size
+    if sampling.logit_bias and max(sampling.logit_bias) >= vocab:
+        raise APIError(400, f"logit_bias names token {max(sampling.logit_bias)}; token ids are 0..{vocab - 1}",
+                       param="logit_bias")
     echo = None
     if not chat and body.echo:
         echo = Echo(prompt if prompt is not None else prompt_text(state.tokenizer, prompt_ids), limit == 0)

@@ -1,8 +1,9 @@
 """The OpenAI request bodies the server accepts, their checks, and the error body it answers with.
 
 Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
-(``n=1``, no penalties, no tools, ...); anything else is a 400 naming the field, never silently
-ignored. ``top_k`` and ``ignore_eos`` are accepted as extensions (as vLLM does). Logprobs: chat's
+(no tools, no response format, ...); anything else is a 400 naming the field, never silently
+ignored. ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
+(as vLLM does). Logprobs: chat's
 ``logprobs`` + ``top_logprobs`` (0..20), completions' ``logprobs`` N (0..20, OpenAI's limit is 5).
 """
 from __future__ import annotations
@@ -100,18 +101,18 @@ class _Sampling(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False                      # extension, for benchmarks
     n: int = Field(1, ge=1, le=MAX_SAMPLES, description="answers to sample for the prompt (not streamed when > 1)")
-    # accepted only at their neutral value (check_unsupported); the schema says which
-    frequency_penalty: float = Field(0.0, json_schema_extra=_only(0))
-    presence_penalty: float = Field(0.0, json_schema_extra=_only(0))
-    logit_bias: dict[str, float] | None = Field(None, json_schema_extra={"maxProperties": 0})
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)   # extension (HF's, as vLLM accepts it)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)                  # extension (as vLLM)
+    logit_bias: dict[str, float] | None = Field(None, description="token id (as a string) -> bias in [-100, 100]")
     user: str | None = None                       # accepted; unused
 
     def check_unsupported(self) -> None:
-        neutral = dict(frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None)
-        for name, value in neutral.items():
-            if getattr(self, name) not in (value, {}) :
-                raise APIError(400, f"'{name}' is not supported by this server (only {name}={value!r})",
-                               param=name, code="unsupported_parameter")
+        for key, value in (self.logit_bias or {}).items():
+            if not key.isdigit() or not -100 <= value <= 100:
+                raise APIError(400, f"logit_bias maps token ids (strings of digits) to biases in [-100, 100]; "
+                                    f"got {key!r}: {value!r}", param="logit_bias")
         if self.samples > 1 and self.stream:
             name = "best_of" if self.samples > self.n else "n"
             raise APIError(400, f"{name} > 1 is not streamed by this server; send stream=false",
@@ -128,7 +129,10 @@ class _Sampling(BaseModel):
     def sampling(self, max_tokens: int) -> SamplingParams:
         return SamplingParams(max_new_tokens=max_tokens, temperature=self.temperature,
                               top_k=max(self.top_k, 0), top_p=self.top_p, seed=self.seed,
-                              stop=self.stop_list(), ignore_eos=self.ignore_eos, logprobs=self.logprobs_asked)
+                              stop=self.stop_list(), ignore_eos=self.ignore_eos, logprobs=self.logprobs_asked,
+                              min_p=self.min_p, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
+                              logit_bias={int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None)
 
     @property
     def logprobs_asked(self) -> int | None:

@@ -33,6 +33,7 @@ from ..models.llama import LlamaRank
 from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
+from ..sched.logits_processors import TokenHistory, uses_history
 from ..sched.logprobs import StepLayout, pack_step, step_layout
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
@@ -132,6 +133,8 @@ class RankWorker:
         self.samples = setup.layout.sampler == self.rank
         #: On the sampler: the generator of every seeded sequence that sampled and has not ended.
         self.generators = SeededGenerators(setup.device.torch_device)
+        #: On the sampler: the token record of every penalized sequence that sampled and has not ended.
+        self.history = TokenHistory(setup.checkpoint.config.vocab_size, setup.device.torch_device)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
 
     def submit(self, fn, *args) -> Future:
@@ -288,7 +291,7 @@ class RankWorker:
                 logits = self.model.forward(step)
             tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch) \
                 if self.samples else (None, None)
-            self.generators.drop(ended)
+            self._drop_ended(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
             ticket = self.io.publish(tokens, read_back=self.samples, logprobs=logprobs) if tokens is not None else None
@@ -327,7 +330,7 @@ class RankWorker:
                     sampled, packed = self._sample(logits, params, keys, scored, token_logits, batch)
                     tokens.append(sampled)
                     logprobs += [packed] if packed is not None else []
-            self.generators.drop(ended)
+            self._drop_ended(ended)
             if not self.samples:
                 return None
             # the micro-batches' packed rows, in row order, as one step's (every one of the same width)
@@ -339,11 +342,41 @@ class RankWorker:
                 batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device;
         see :mod:`~anydev.core.sched.logprobs`)."""
-        tokens = sample_rows(logits, sampling, self.generators.rows(seeds))
+        histories = self._histories(sampling, seeds, batch)
+        generators = self.generators.rows(seeds)
+        tokens = sample_rows(logits, sampling, generators) if histories is None else \
+            sample_rows(logits, sampling, generators, histories)
+        if histories is not None:
+            for i, key in enumerate(seeds):
+                if histories[i] is not None:
+                    self.history.record(key[0], tokens[i:i + 1])
         if layout.empty:
             return tokens, None
         ids = batch.input_ids.tolist() if layout.scores_prompt else []
         return tokens, pack_step(layout, logits, tokens, token_logits, ids)
+
+    def _histories(self, sampling: list[SamplingParams | None], seeds: list[tuple[int, int] | None],
+                   batch: StepBatch) -> list | None:
+        """Each row's token record (None: its request has no penalty), a new sequence's started from its
+        prompt (this step computes the whole of it: see ``Sequence.computes_prompt_whole``)."""
+        if not any(p is not None and uses_history(p) for p in sampling):
+            return None
+        ids, starts, rows = batch.input_ids.tolist(), batch.cu_seqlens_q.tolist(), []
+        for i, (p, key) in enumerate(zip(sampling, seeds)):
+            if p is None or not uses_history(p):
+                rows.append(None)
+                continue
+            self.history.see(key[0], ids[starts[i]:starts[i + 1]] if p.repetition_penalty != 1.0 else [])
+            rows.append(self.history.counts(key[0]))
+        return rows
+
+    def _drop_ended(self, ended: tuple[int, ...]) -> None:
+        self.generators.drop(ended)
+        self.history.drop(ended)
+
+    def penalized_sequences(self) -> list[int]:
+        """The ids of the sequences whose token records this rank keeps (on the sampler)."""
+        return self.history.seq_ids()
 
     def seeded_sequences(self) -> list[int]:
         """The ids of the sequences whose generators this rank keeps (on the sampler)."""

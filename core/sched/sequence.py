@@ -70,9 +70,15 @@ class Sequence:
 
     @property
     def scores_prompt(self) -> bool:
-        """It asks for its prompt's logprobs and has not had them: it is computed whole, from its
-        first token (no prefix-cache hit, no chunks), so that every prompt position has its logits."""
+        """It asks for its prompt's logprobs and has not had them."""
         return self.sampling.prompt_logprobs is not None and not self.prompt_logprobs
+
+    @property
+    def computes_prompt_whole(self) -> bool:
+        """Its prompt is computed in one step from its first token (no prefix-cache hit, no chunks):
+        every prompt position then has its logits (prompt logprobs), or the sampler sees the whole
+        prompt in its first step (a repetition penalty's record of it)."""
+        return self.scores_prompt or (self.sampling.repetition_penalty != 1.0 and not self.output)
 
     @property
     def is_finished(self) -> bool:

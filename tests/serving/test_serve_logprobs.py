@@ -162,3 +162,20 @@ def test_best_of_returns_the_likeliest_samples(server):
     ranked = sorted(range(4), key=lambda i: -totals[i])[:2]
     assert [c.text for c in best.choices] == [every.choices[i].text for i in ranked]
     assert all(c.logprobs is None for c in best.choices) and best.usage.completion_tokens == every.usage.completion_tokens
+
+
+def test_penalties_bias_and_min_p_reach_the_engine(server):
+    """Each value changes the greedy answer as the engine's own sampling does (tests/core/
+    test_logits_processors.py checks those against HF's processors)."""
+    with InferEngine(demo_checkpoint(), EngineConfig(max_model_len=256, use_graphs=False)) as engine:
+        ids = engine.checkpoint.tokenizer.encode(PROMPT, add_special_tokens=True)
+        cases = [dict(frequency_penalty=1.5), dict(presence_penalty=-1.0, repetition_penalty=1.4),
+                 dict(logit_bias={"42": 8.0})]
+        for extra in cases:
+            params = {k: v for k, v in extra.items() if k != "logit_bias"}
+            bias = {int(k): v for k, v in extra.get("logit_bias", {}).items()} or None
+            expected = engine.generate_ids([ids], SamplingParams(max_new_tokens=8, logit_bias=bias, **params))[0].text
+            out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0,
+                                                     extra_body=extra if "repetition_penalty" in extra else None,
+                                                     **({} if "repetition_penalty" in extra else extra))
+            assert out.choices[0].text == expected, extra
