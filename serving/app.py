@@ -28,23 +28,27 @@ from .routes.chat import add_chat_routes
 from .routes.completions import add_completion_routes
 from .routes.info import add_info_routes
 from .state import ServerState
+from .tools import TOOL_PARSERS
 
 __all__ = ["ServerState", "create_app"]
 
 
 def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: ServerLimits | None = None,
-               api_key: str | None = None, tokenizer: Tokenizer | None = None) -> FastAPI:
+               api_key: str | None = None, tokenizer: Tokenizer | None = None,
+               tool_call_parser: str | None = None) -> FastAPI:
     """The app over an engine core's client (not connected yet: the app's lifespan connects it and,
     at shutdown, aborts what still runs and says goodbye), whose model's ``tokenizer`` it uses; or
     over an :class:`InferEngine` of this process, whose core then runs on a thread (the caller
-    closes the engine)."""
+    closes the engine). ``tool_call_parser``: a name in :data:`~.tools.TOOL_PARSERS` (chat requests with
+    tools are refused without one)."""
     limits = limits or ServerLimits()
     if isinstance(engine, InferEngine):
         tokenizer = engine.checkpoint.tokenizer
         engine = AsyncEngine.unstarted_over(engine)
     metrics = ServerMetrics(engine)
     engine.observer = metrics
-    state = ServerState(engine, tokenizer, metrics, model_name, limits, api_key)
+    parser = TOOL_PARSERS[tool_call_parser]() if tool_call_parser is not None else None
+    state = ServerState(engine, tokenizer, metrics, model_name, limits, api_key, parser)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -18,12 +18,14 @@ from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
 from .state import ServerState
+from .tools import ToolUse
 
 
 async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], prompt: str | None,
-                requested: int | None, chat: bool):
+                requested: int | None, chat: bool, tools: ToolUse | None = None):
     """One prompt's answer. Completions with ``echo`` repeat the prompt (its text ``prompt``, or its
-    decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered."""
+    decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered.
+    ``tools`` (chat): the answer is read for tool calls."""
     limit = max_tokens(state, prompt_ids, requested)
     sampling = body.sampling(max(limit, 1))
     vocab = state.engine.info.vocab_size
@@ -52,7 +54,7 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     created = int(time.time())
     if samples > 1:        # not streamed (the protocol's check)
-        answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, echo)
+        answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, echo, tools)
                                          for s in streams), return_exceptions=True)
         failed = next((a for a in answers if isinstance(a, BaseException)), None)
         if failed is not None:
@@ -64,9 +66,9 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
     if body.stream:
         options = body.stream_options
         events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                               bool(options and options.continuous_usage_stats), echo)
+                               bool(options and options.continuous_usage_stats), echo, tools)
         return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await whole_answer(state, request, stream, request_id, created, chat, echo)
+    return await whole_answer(state, request, stream, request_id, created, chat, echo, tools)
 
 
 async def _add_request(state: ServerState, prompt_ids: list[int], sampling) -> RequestStream:
@@ -98,7 +100,7 @@ def _raise_as_api_error(state: ServerState, error: BaseException):
 
 
 async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
-                       created: int, chat: bool, echo: Echo | None = None) -> dict:
+                       created: int, chat: bool, echo: Echo | None = None, tools: ToolUse | None = None) -> dict:
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -124,7 +126,9 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
     choice = {"index": 0, "logprobs": scores,
               "finish_reason": "length" if echo and echo.only else finish_reason(seq.finish_reason)}
     if chat:
-        choice["message"] = {"role": "assistant", "content": content}
+        choice["message"] = tools.message(content) if tools is not None else {"role": "assistant", "content": content}
+        if "tool_calls" in choice["message"] and choice["finish_reason"] == "stop":
+            choice["finish_reason"] = "tool_calls"
     else:
         choice["text"] = content
     return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,

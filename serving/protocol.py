@@ -1,8 +1,9 @@
 """The OpenAI request bodies the server accepts, their checks, and the error body it answers with.
 
 Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
-(no tools, no response format, ...); anything else is a 400 naming the field, never silently
-ignored. ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
+(no response format, no suffix); anything else is a 400 naming the field, never silently
+ignored. Tools: ``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role and an
+assistant's ``tool_calls``; a tool-call parser reads the answer (``serving/tools``). ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
 (as vLLM does). Logprobs: chat's
 ``logprobs`` + ``top_logprobs`` (0..20), completions' ``logprobs`` N (0..20, OpenAI's limit is 5).
 """
@@ -21,6 +22,8 @@ from anydev.core.sched.sampling import MAX_SEED
 MAX_PROMPTS = 64
 #: The most answers one request may sample (``n``, ``best_of``).
 MAX_SAMPLES = 16
+#: The most tools one chat request may offer (OpenAI's limit).
+MAX_TOOLS = 128
 
 
 class APIError(Exception):
@@ -200,14 +203,73 @@ class TextPart(BaseModel):
     text: str
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+    arguments: str = Field(description="the call's arguments: a JSON object, as text")
+
+
+class ToolCall(BaseModel):
+    """A call an assistant message made (sent back in the conversation)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[TextPart]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[TextPart] | None = Field(None, description="may be null only in an assistant message "
+                                                                   "with tool_calls")
     name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(None, description="assistant messages only")
+    tool_call_id: str | None = Field(None, description="tool messages only: the call this message answers")
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+    def check(self, index: int) -> None:
+        """A 400 naming the field when the message's fields do not fit its role."""
+        where = f"messages.{index}"
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise APIError(400, f"{where}: content is required (null only in an assistant message with "
+                                f"tool_calls)", param=f"{where}.content")
+        if self.tool_calls is not None and self.role != "assistant":
+            raise APIError(400, f"{where}: only assistant messages have tool_calls", param=f"{where}.tool_calls")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise APIError(400, f"{where}: a tool message needs tool_call_id (the call it answers)",
+                           param=f"{where}.tool_call_id")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise APIError(400, f"{where}: only tool messages have tool_call_id", param=f"{where}.tool_call_id")
+
+
+class FunctionDefinition(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = Field(None, description="the arguments' JSON schema")
+    strict: bool | None = Field(None, description="accepted; the output is not constrained to the schema")
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatRequest(_Sampling):
@@ -217,19 +279,43 @@ class ChatRequest(_Sampling):
     logprobs: bool = Field(False, description="return each output token's logprob")
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                      description="with logprobs: this many likeliest tokens per position (0..20)")
-    tools: list[dict] | None = Field(None, json_schema_extra=_only(None))
-    tool_choice: str | dict | None = Field(None, json_schema_extra=_only(None))
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS,
+                                     description="functions the model may call (needs --tool-call-parser)")
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
+        None, description="none, auto (the default with tools), required, or one named function; required and "
+                          "named are asked of the model through its prompt, not enforced")
+    parallel_tool_calls: bool | None = Field(None, description="false: the answer keeps its first call only")
     response_format: dict | None = Field(None, json_schema_extra=_only(None, {"type": "text"}))
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
         if self.top_logprobs is not None and not self.logprobs:
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-        for name, neutral in (("tools", None), ("tool_choice", None), ("response_format", None)):
-            value = getattr(self, name)
-            if value != neutral and not (name == "response_format" and value == {"type": "text"}):
-                raise APIError(400, f"'{name}' is not supported by this server", param=name,
-                               code="unsupported_parameter")
+        for i, message in enumerate(self.messages):
+            message.check(i)
+        if self.response_format not in (None, {"type": "text"}):
+            raise APIError(400, "'response_format' is not supported by this server", param="response_format",
+                           code="unsupported_parameter")
+        names = [tool.function.name for tool in self.tools or []]
+        if len(set(names)) != len(names):
+            raise APIError(400, "two tools have the same name", param="tools")
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise APIError(400, "tool_choice needs tools", param="tool_choice")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in names:
+            raise APIError(400, f"tool_choice names '{self.tool_choice.function.name}', which is not in tools",
+                           param="tool_choice")
+
+    @property
+    def calls_tools(self) -> bool:
+        """Whether the model is offered the tools and its answer read for calls (tools, and a choice but none)."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def required_tool(self) -> str | None:
+        """The function a named tool_choice asks for, "" for required (any), None when the answer may be text."""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.function.name
+        return "" if self.tool_choice == "required" and self.tools else None
 
     @property
     def logprobs_asked(self) -> int | None:
