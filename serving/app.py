@@ -69,7 +69,9 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
                   400: error_doc("a bad request: the error names the parameter"), **denied,
                   413: error_doc("the body is over --max-body-bytes"),
                   429: error_doc("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
-                  500: error_doc("this request failed while it ran (its sampling failed); the server serves on"),
+                  500: error_doc("this request failed while it ran (its sampling failed), or tool_choice required "
+                                      "or named and the answer holds no such call (tool_call_not_parsed); "
+                                      "the server serves on"),
                   503: error_doc("the server is shutting down or its engine failed")}
     add_info_routes(app, state, authorized, denied)
     add_completion_routes(app, state, authorized, generating)
