@@ -9,6 +9,7 @@ in :mod:`.engine_config`.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import sys
@@ -23,12 +24,12 @@ from .engine_config import EngineConfig
 from .engine_startup import EngineStartup
 from .errors import EngineClosedError, EngineConfigError, RequestFailedError
 from .executors.base import Executor
+from .output import OutputText
 from .request_checks import checked_prompt, checked_sampling, kind
 from .sched.sampling import SamplingParams
 from .sched.scheduler import Sequence
 from .stats import EngineCounters, GenerationStats, stats_since
 from .step_loop import StepLoop, _Launched
-from .stop_strings import cut_at_stop
 from .timeline import PhaseRecord
 
 __all__ = ["EngineConfig", "EngineCounters", "GenerationOutput", "GenerationStats", "InferEngine"]
@@ -41,6 +42,8 @@ class GenerationOutput:
     text: str
     finish_reason: str         # "eos" | "length" | "stop" (a stop string or stop token) | "error"
     error: str | None = None   # why it failed (finish reason "error"; see RequestFailedError)
+    logprobs: list | None = None   # with SamplingParams.logprobs: a TokenLogprobs per generated token
+    prompt_logprobs: list | None = None   # with SamplingParams.prompt_logprobs: one per prompt token after the first
 
 
 class InferEngine(EngineStartup, StepLoop):
@@ -130,7 +133,9 @@ class InferEngine(EngineStartup, StepLoop):
         self.last_stats = stats_since(before, self._stats)
         if any(seq.finish_reason == "closed" for seq in seqs):
             raise EngineClosedError("the engine was closed while this generate call was running")
-        outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error)
+        outputs = [GenerationOutput(seq.prompt, seq.output, self.output_text(seq), seq.finish_reason, seq.error,
+                                    seq.logprobs if seq.sampling.logprobs is not None else None,
+                                    seq.prompt_logprobs if seq.sampling.prompt_logprobs is not None else None)
                    for seq in seqs]
         failed = next((seq for seq in seqs if seq.finish_reason == "error"), None)
         if failed is not None:
@@ -152,6 +157,8 @@ class InferEngine(EngineStartup, StepLoop):
             seq = Sequence(index, ids, min(sampling.max_new_tokens, self.max_model_len - len(ids)), sampling=sampling,
                            eos_ids=frozenset() if sampling.ignore_eos else frozenset(self._eos_ids()),
                            seq_id=next(self._seq_ids))
+            if sampling.stop:
+                seq.text = OutputText(self.checkpoint.tokenizer, sampling.stop)
             self.scheduler.add(seq)
         return seq
 
@@ -185,7 +192,11 @@ class InferEngine(EngineStartup, StepLoop):
 
     def output_text(self, seq: Sequence) -> str:
         """The text of what ``seq`` generated so far, cut before the first stop string in it."""
-        return cut_at_stop(self.decode(seq.output), seq.sampling.stop)[0]
+        if seq.text is not None:
+            if seq.is_finished:
+                seq.text.finish()
+            return seq.text.text
+        return self.decode(seq.output)
 
     def decode(self, ids) -> str:
         """Token ids to text (special tokens skipped); "" when the model has no tokenizer."""
@@ -199,7 +210,7 @@ class InferEngine(EngineStartup, StepLoop):
         """``ids`` as a list, or :class:`EngineConfigError` saying why the prompt cannot run."""
         return checked_prompt(index, ids, sampling, vocab=self.checkpoint.config.vocab_size,
                               max_model_len=self.max_model_len, block_size=self.config.block_size,
-                              num_blocks=self.num_blocks)
+                              num_blocks=self.num_blocks, max_batched_tokens=self.scheduler.max_num_batched_tokens)
 
     def _eos_ids(self) -> set[int]:
         eos = set(self.checkpoint.config.eos_token_ids or [])

@@ -8,13 +8,17 @@ true; other steps (prompts, prompt chunks beside decodes) replay piecewise graph
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .errors import EngineClosedError, SchedulerError
 from .micro_batches import micro_batch_bounds
-from .sched.sampling import ROW_FAILURES
+from .sched.logprobs import StepLayout, step_layout, unpack_logprobs
+from .sched.logits_processors import uses_history
+from .sched.sampling import NO_SEED, ROW_FAILURES, SamplingParams
 from .sched.scheduler import ScheduledStep, Sequence, Status
 from .stats import count_step
 from .step_padding import padded_step
@@ -43,12 +47,13 @@ class StepLoop:
                 return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
+            layout = step_layout(_row_params(plan), [0, *itertools.accumulate(plan.num_new)])
             built = time.perf_counter()
             ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
-                                     plan.num_tokens, decode, start, built)
+                                     plan.num_tokens, decode, start, built, _packed_spans(layout))
             if self.async_steps:
                 self._inflight = launched
             else:
@@ -83,10 +88,14 @@ class StepLoop:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
         self._account(launched)
         got = []
+        packed = getattr(tokens, "logprobs", None)
+        packed = unpack_logprobs(packed) if packed is not None else None
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
                 if seq.status is not Status.FINISHED:
+                    if packed is not None and row in launched.logprob_spans and tokens[row] >= 0:
+                        _take_logprobs(seq, packed, *launched.logprob_spans[row])
                     self._append_token(seq, tokens[row])
                     got.append(seq)
         return got
@@ -99,7 +108,7 @@ class StepLoop:
         seq.output.append(token)
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
-        reason = finish_reason(seq, token, self.decode)
+        reason = finish_reason(seq, token)
         if reason:
             self.scheduler.finish(seq, reason)
 
@@ -126,17 +135,15 @@ class StepLoop:
         """Under the lock: the ids of the seeded sequences that ended since the last step was
         launched (the next step tells the sampler to drop their generators)."""
         ended, self.scheduler.ended = self.scheduler.ended, []
-        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None)
+        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None or uses_history(seq.sampling))
 
     def _run_step(self, batch, plan: ScheduledStep, read=None, ended: tuple[int, ...] = ()):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
         (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
         complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
         kept on the sampler (``seeds``: its id and seed); ``ended``: the sequences whose generators go."""
-        wants = [seq.num_cached + n == seq.num_tokens for seq, n in zip(plan.seqs, plan.num_new)]
-        params = [seq.sampling if want else None for seq, want in zip(plan.seqs, wants)]
-        seeds = [(seq.seq_id, p.seed) if p is not None and p.seed is not None else None
-                 for seq, p in zip(plan.seqs, params)]
+        params = _row_params(plan)
+        seeds = [_row_key(seq, p) for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
             return self._run_pipeline_step(plan, params, seeds, ended), None
         share = self.async_steps and len(self.workers) > 1
@@ -166,4 +173,45 @@ class _Launched:
     decode: bool
     start: float
     built: float
+    #: row -> (its prompt positions' packed rows as (first, end) or None, its sampled token's packed row or None)
+    logprob_spans: dict[int, tuple]
+
+
+def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
+    """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then its token)."""
+    spans, cursor = {}, 0
+    prompt = {row: count for row, _, count in layout.prompt}
+    output = set(layout.output)
+    for row in sorted(prompt.keys() | output):
+        first = cursor
+        cursor += prompt.get(row, 0)
+        mine = cursor if row in output else None
+        cursor += row in output
+        spans[row] = ((first, first + prompt[row]) if row in prompt else None, mine)
+    return spans
+
+
+def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, mine: int | None) -> None:
+    """Give ``seq`` its share of a step's logprobs, each top list cut to what it asked for."""
+    def cut(entry, k):
+        return dataclasses.replace(entry, top=entry.top[:k])
+
+    params = seq.sampling
+    if prompt is not None and seq.scores_prompt and prompt[1] - prompt[0] >= len(seq.prompt) - 1:
+        seq.prompt_logprobs = [cut(e, params.prompt_logprobs) for e in packed[prompt[0]:prompt[0] + len(seq.prompt) - 1]]
+    if mine is not None:
+        seq.logprobs.append(cut(packed[mine], params.logprobs))
+
+
+def _row_key(seq: Sequence, params: SamplingParams | None) -> tuple[int, int] | None:
+    """A sampled row's ``(sequence id, seed)`` for the sampler, where it keeps state for the sequence
+    (a seeded generator, a penalties' token record: seed ``NO_SEED`` then); None otherwise."""
+    if params is None or (params.seed is None and not uses_history(params)):
+        return None
+    return seq.seq_id, (params.seed if params.seed is not None else NO_SEED)
+
+
+def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:
+    """Each row's sampling parameters, None for a row that needs no token (a prompt chunk short of its end)."""
+    return [seq.sampling if seq.num_cached + n == seq.num_tokens else None for seq, n in zip(plan.seqs, plan.num_new)]
 

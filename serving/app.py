@@ -1,7 +1,8 @@
 """The app factory: the OpenAI-compatible HTTP API over the engine core (FastAPI), the front end.
 
-It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, turns the token
-ids that come back into text (stop strings included) and streams it.
+It tokenizes, hands token ids to the engine core through an :class:`AsyncEngine`, which turns the
+token ids that come back into text (an :class:`~anydev.core.output.OutputText`: stop strings
+included), and streams that text.
 
 ``/v1/completions`` and ``/v1/chat/completions`` (streamed as server-sent events or not), ``/v1/models``,
 ``/health`` and ``/metrics`` (Prometheus), in :mod:`.routes`. Every bad request is answered with an
@@ -27,23 +28,27 @@ from .routes.chat import add_chat_routes
 from .routes.completions import add_completion_routes
 from .routes.info import add_info_routes
 from .state import ServerState
+from .tools import TOOL_PARSERS
 
 __all__ = ["ServerState", "create_app"]
 
 
 def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: ServerLimits | None = None,
-               api_key: str | None = None, tokenizer: Tokenizer | None = None) -> FastAPI:
+               api_key: str | None = None, tokenizer: Tokenizer | None = None,
+               tool_call_parser: str | None = None) -> FastAPI:
     """The app over an engine core's client (not connected yet: the app's lifespan connects it and,
     at shutdown, aborts what still runs and says goodbye), whose model's ``tokenizer`` it uses; or
     over an :class:`InferEngine` of this process, whose core then runs on a thread (the caller
-    closes the engine)."""
+    closes the engine). ``tool_call_parser``: a name in :data:`~.tools.TOOL_PARSERS` (chat requests with
+    tools are refused without one)."""
     limits = limits or ServerLimits()
     if isinstance(engine, InferEngine):
         tokenizer = engine.checkpoint.tokenizer
         engine = AsyncEngine.unstarted_over(engine)
     metrics = ServerMetrics(engine)
     engine.observer = metrics
-    state = ServerState(engine, tokenizer, metrics, model_name, limits, api_key)
+    parser = TOOL_PARSERS[tool_call_parser]() if tool_call_parser is not None else None
+    state = ServerState(engine, tokenizer, metrics, model_name, limits, api_key, parser)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -65,7 +70,9 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
                   404: error_doc("the model is not served here (code model_not_found)"),
                   413: error_doc("the body is over --max-body-bytes"),
                   429: error_doc("the waiting queue is full (--max-waiting); retry after Retry-After seconds"),
-                  500: error_doc("this request failed while it ran (its sampling failed); the server serves on"),
+                  500: error_doc("this request failed while it ran (its sampling failed), or tool_choice required "
+                                      "or named and the answer holds no such call (tool_call_not_parsed); "
+                                      "the server serves on"),
                   503: error_doc("the server is shutting down or its engine failed")}
     add_info_routes(app, state, authorized, denied)
     add_completion_routes(app, state, authorized, generating)

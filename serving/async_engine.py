@@ -9,8 +9,9 @@ use to drive the engine the same way::
 
 ``launch`` spawns the core (multiprocessing's spawn), so a script that calls it needs the usual
 ``if __name__ == "__main__":`` guard. ``AsyncEngine.over(engine)`` does the same over an
-:class:`InferEngine` this process already has (the core then runs on a thread). Token ids only: text,
-stop strings and streaming are the caller's.
+:class:`InferEngine` this process already has (the core then runs on a thread). A request given an
+:class:`~anydev.core.output.OutputText` has its text made as its tokens arrive, stop strings found
+in it (the core stops on tokens only); streaming is the caller's.
 
 Liveness: the core's heartbeat (serving/engine_core.py) says its step loop runs. While the core has
 work, a silence of :data:`HEALTH_SILENCE_S` makes the client unhealthy (``/health``: 503) and one of
@@ -30,6 +31,7 @@ import zmq
 import zmq.asyncio
 
 from anydev.core import SamplingParams
+from anydev.core.output import OutputText
 from anydev.plugin_api.errors import AnydevError
 
 from .engine_core import HEARTBEAT_S, CoreLink, EngineCoreProcess, EngineCoreThread, client_identity
@@ -89,12 +91,25 @@ class RequestStream:
     last_token_time: float | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _admitted: asyncio.Future | None = None
-    _stop_check: object = None
+    #: The output as text (an :class:`~anydev.core.output.OutputText`), when the request was given one.
+    text: OutputText | None = None
+    #: With ``sampling.logprobs``: a :class:`~anydev.core.sched.logprobs.TokenLogprobs` per output token.
+    logprobs: list = field(default_factory=list)
+    #: With ``sampling.prompt_logprobs``: one per prompt token after the first (with the first tokens).
+    prompt_logprobs: list = field(default_factory=list)
     _steps: collections.deque = field(default_factory=collections.deque)   # output length after each step
 
     @property
     def is_finished(self) -> bool:
         return self.finish_reason is not None or self.error is not None
+
+    async def first_token(self) -> None:
+        """Wait until the request has a token (its prompt is computed) or has ended."""
+        while not self.output and not self.is_finished:
+            self._wake.clear()
+            await self._wake.wait()
+        if self.error is not None:
+            raise self.error
 
     async def updates(self):
         """A :class:`Progress` for each step that gave the request tokens, the last one
@@ -237,18 +252,18 @@ class AsyncEngine:
 
     # ---- requests ------------------------------------------------------------------------------
     async def add_request(self, prompt_ids: list[int], sampling: SamplingParams, max_waiting: int | None = None,
-                          timeout: float | None = None, stop_check=None) -> RequestStream:
+                          timeout: float | None = None, text: OutputText | None = None) -> RequestStream:
         """Send a request and wait until the core has queued it. Raises :class:`QueueFullError`
         (``max_waiting`` requests already wait), :class:`InvalidRequestError` (the engine refused
         it), :class:`EngineStoppedError` (stopping, or the core failed). ``timeout``: the core ends
-        it with finish reason "timeout" after that many seconds. ``stop_check(output, checked)``:
-        where ``sampling.stop`` is given, the output length at which a stop string first appears
-        (None: none yet); the request then ends there with finish reason "stop"."""
+        it with finish reason "timeout" after that many seconds. ``text``: takes every output token
+        as it arrives (its stop strings are ``sampling.stop``); once it finds a stop string the
+        output ends with that token and the request with finish reason "stop"."""
         if not self._serving:
             raise EngineStoppedError(self._why_stopped())
         if self.silence() > self.stall_timeout:
             raise EngineStalledError(self._stall_message(self.silence()))
-        stream = RequestStream(str(next(self._ids)), list(prompt_ids), sampling, _stop_check=stop_check)
+        stream = RequestStream(str(next(self._ids)), list(prompt_ids), sampling, text=text)
         stream._admitted = asyncio.get_running_loop().create_future()
         self._streams[stream.request_id] = stream
         # Stop strings are matched on the text, here; the core stops on tokens only.
@@ -267,6 +282,8 @@ class AsyncEngine:
         if self._streams.pop(stream.request_id, None) is None:
             return
         stream.finish_reason = reason
+        if stream.text is not None:
+            stream.text.finish()
         if self._socket is not None and self.failure is None:
             self._send(AbortRequests([stream.request_id], reason))
         if self.observer and stream.admitted:
@@ -316,23 +333,39 @@ class AsyncEngine:
                 stream._admitted.set_result(None)
                 stream.admitted = True
             if out.new_token_ids:
-                checked = len(stream.output)
-                stream.output += out.new_token_ids
+                stopped = self._add_tokens(stream, out.new_token_ids)
+                if out.prompt_logprobs is not None:
+                    stream.prompt_logprobs = out.prompt_logprobs
+                if out.new_logprobs:
+                    stream.logprobs += out.new_logprobs[:len(stream.output) - len(stream.logprobs)]
                 stream._steps.append(len(stream.output))
                 self._observe(stream, now)
-                stop = stream._stop_check(stream.output, checked) if stream._stop_check else None
-                if stop is not None:
-                    del stream.output[stop:]
+                if stopped:
                     self.abort(stream, "stop")
                     continue
             if out.finish_reason is not None or out.error is not None:
                 del self._streams[out.request_id]
                 stream.finish_reason = out.finish_reason or "error"
+                if stream.text is not None:
+                    stream.text.finish()
                 if out.error is not None:
                     stream.error = FailedRequestError(out.error)
                 if self.observer:
                     self.observer.finished(stream)
             stream._wake.set()
+
+    @staticmethod
+    def _add_tokens(stream: RequestStream, tokens: list[int]) -> bool:
+        """Append ``tokens`` to the output (through its text, if any); True when a stop string ends
+        it (the tokens after the one that completed it are dropped)."""
+        if stream.text is None:
+            stream.output += tokens
+            return False
+        for token in tokens:
+            stream.output.append(token)
+            if stream.text.add(token):
+                return True
+        return False
 
     def _observe(self, stream: RequestStream, now: float) -> None:
         if self.observer is not None:

@@ -173,7 +173,10 @@ class EngineCore:
             new = seq.output[tracked.sent:]
             tracked.sent = len(seq.output)
             reason = seq.finish_reason if seq.is_finished else None
-            output = RequestOutput(tracked.request_id, new, reason) if reason != "error" else \
+            logprobs = _new_logprobs(seq, tracked.sent - len(new))
+            scored = seq.prompt_logprobs if tracked.sent == len(new) and seq.sampling.prompt_logprobs is not None else None
+            output = RequestOutput(tracked.request_id, new, reason, new_logprobs=logprobs, prompt_logprobs=scored) \
+                if reason != "error" else \
                 RequestOutput(tracked.request_id, new, error=seq.error, error_kind="failed")
             self._pending.setdefault(tracked.client, []).append(output)
             if reason is not None:
@@ -188,7 +191,8 @@ class EngineCore:
         self._forget(tracked)
         if notify:
             new = tracked.seq.output[tracked.sent:]
-            self._pending.setdefault(tracked.client, []).append(RequestOutput(tracked.request_id, new, reason))
+            self._pending.setdefault(tracked.client, []).append(
+                RequestOutput(tracked.request_id, new, reason, new_logprobs=_new_logprobs(tracked.seq, tracked.sent)))
 
     def _forget(self, tracked: _Tracked) -> None:
         self._requests.pop((tracked.client, tracked.request_id), None)
@@ -219,6 +223,11 @@ class EngineCore:
 
     def stats(self) -> EngineStats:
         return EngineStats(**asdict(self.engine.stats()))   # the wire copy: same fields, same names
+
+
+def _new_logprobs(seq: Sequence, sent: int):
+    """The logprobs of ``seq``'s tokens from ``sent`` on, when its request asks for them."""
+    return seq.logprobs[sent:] if seq.sampling.logprobs is not None else None
 
 
 def engine_info(engine: InferEngine) -> EngineInfo:

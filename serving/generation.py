@@ -2,28 +2,94 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
+from anydev.core.output import OutputText
+from anydev.core.sched.sampling import MAX_SEED
+
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
+from .output import Echo, best_answers, joined, logprobs_writer, prompt_text
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
 from .state import ServerState
-from .text import OutputText, stop_finder
+from .tools import ToolUse
 
 
-async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], requested: int | None,
-                chat: bool):
+async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], prompt: str | None,
+                requested: int | None, chat: bool, tools: ToolUse | None = None):
+    """One prompt's answer. Completions with ``echo`` repeat the prompt (its text ``prompt``, or its
+    decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered.
+    ``tools`` (chat): the answer is read for tool calls."""
     limit = max_tokens(state, prompt_ids, requested)
-    sampling = body.sampling(limit)
+    sampling = body.sampling(max(limit, 1))
+    vocab = state.engine.info.vocab_size
+    if sampling.logit_bias and max(sampling.logit_bias) >= vocab:
+        raise APIError(400, f"logit_bias names token {max(sampling.logit_bias)}; token ids are 0..{vocab - 1}",
+                       param="logit_bias")
+    echo = None
+    if not chat and body.echo:
+        echo = Echo(prompt if prompt is not None else prompt_text(state.tokenizer, prompt_ids), limit == 0)
+    samples = body.samples
+    if samples > body.n and sampling.logprobs is None:
+        sampling.logprobs = 0          # best_of ranks its samples by their logprobs
+    streams = []
     try:
-        stream = await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
-                                                timeout=state.limits.request_timeout,
-                                                stop_check=stop_finder(state, sampling.stop) if sampling.stop else None)
+        streams.append(await _add_request(state, prompt_ids, sampling))
+        if samples > 1:
+            # The others start once the prompt is computed: its full KV blocks are in the prefix cache
+            # then, and every sample shares them (it computes only the prompt's last partial block).
+            await streams[0].first_token()
+            for i in range(1, samples):
+                streams.append(await _add_request(state, prompt_ids, _sibling(sampling, i)))
+    except BaseException as exc:
+        for stream in streams:
+            state.engine.abort(stream)
+        _raise_as_api_error(state, exc)
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    if samples > 1:        # not streamed (the protocol's check)
+        answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, echo, tools)
+                                         for s in streams), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            for stream in streams:
+                state.engine.abort(stream)
+            raise failed
+        return best_answers(answers, [s.logprobs for s in streams], body.n, keep_logprobs=body.logprobs_asked is not None)
+    stream = streams[0]
+    if body.stream:
+        options = body.stream_options
+        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
+                               bool(options and options.continuous_usage_stats), echo, tools)
+        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+    return await whole_answer(state, request, stream, request_id, created, chat, echo, tools)
+
+
+async def _add_request(state: ServerState, prompt_ids: list[int], sampling) -> RequestStream:
+    return await state.engine.add_request(prompt_ids, sampling, max_waiting=state.limits.max_waiting,
+                                          timeout=state.limits.request_timeout,
+                                          text=OutputText(state.tokenizer, sampling.stop))
+
+
+def _sibling(sampling, i: int):
+    """Sample ``i`` of a request's n: its own seed (the request's + i), so that n samples with a seed
+    are reproducible and differ."""
+    seed = None if sampling.seed is None else (sampling.seed + i) % (MAX_SEED + 1)
+    return dataclasses.replace(sampling, seed=seed)
+
+
+def _raise_as_api_error(state: ServerState, error: BaseException):
+    """``error`` (of adding a request) raised again as the API's answer to it."""
+    try:
+        raise error
+    except FailedRequestError as exc:
+        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
@@ -31,19 +97,10 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
         raise APIError(503, str(exc), type="server_error") from exc
     except InvalidRequestError as exc:
         raise APIError(400, str(exc), param="prompt") from exc
-    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    if body.stream:
-        options = body.stream_options
-        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                               bool(options and options.continuous_usage_stats))
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await whole_answer(state, request, stream, request_id, created, chat)
 
 
 async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
-                       created: int, chat: bool) -> dict:
-    text = OutputText(state, stream)
+                       created: int, chat: bool, echo: Echo | None = None, tools: ToolUse | None = None) -> dict:
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -59,14 +116,24 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
     finally:
         state.engine.abort(stream)     # no-op when it finished
     seq = stream
-    content = text.delta(len(seq.output), True)
-    choice = {"index": 0, "logprobs": None, "finish_reason": finish_reason(seq.finish_reason)}
+    seq.text.finish()
+    content = seq.text.take()
+    logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
+    scores = logprobs.take(seq.output, seq.logprobs, 0 if echo and echo.only else None) if logprobs else None
+    if echo is not None:
+        content = echo.text + ("" if echo.only else content)
+        scores = joined(logprobs.prompt(seq.prompt, seq.prompt_logprobs), scores) if logprobs else None
+    choice = {"index": 0, "logprobs": scores,
+              "finish_reason": "length" if echo and echo.only else finish_reason(seq.finish_reason)}
     if chat:
-        choice["message"] = {"role": "assistant", "content": content}
+        choice["message"] = tools.message(content) if tools is not None else {"role": "assistant", "content": content}
+        if "tool_calls" in choice["message"] and choice["finish_reason"] == "stop":
+            choice["finish_reason"] = "tool_calls"
     else:
         choice["text"] = content
     return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": state.model_name, "choices": [choice], "usage": usage(seq)}
+            "model": state.model_name, "choices": [choice],
+            "usage": usage(seq, 0 if echo and echo.only else None)}
 
 
 async def _collect(stream: RequestStream) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import msgspec
 
+from anydev.core.sched.logprobs import TokenLogprobs
 from anydev.core.sched.sampling import SamplingParams
 
 
@@ -52,13 +53,17 @@ class RequestOutput(msgspec.Struct, array_like=True):
     ("eos", "length", "stop", "abort", "timeout"); ``error`` when it was refused at once, with
     ``error_kind`` "queue_full" (retry later) or "invalid" (the request cannot run), or when it failed
     while running, with ``error_kind`` "failed" (its sampling failed; the engine goes on). An output
-    with none of these is the acknowledgement that the request was admitted to the queue."""
+    with none of these is the acknowledgement that the request was admitted to the queue.
+    ``new_logprobs``: with ``SamplingParams.logprobs``, one per new token; ``prompt_logprobs``: with
+    ``SamplingParams.prompt_logprobs``, one per prompt token after the first, in the first output."""
 
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None = None
     error: str | None = None
     error_kind: str | None = None
+    new_logprobs: list[TokenLogprobs] | None = None
+    prompt_logprobs: list[TokenLogprobs] | None = None   # with the first tokens, when the request scores its prompt
 
 
 class EngineStats(msgspec.Struct):

@@ -21,6 +21,7 @@ def document_errors_as_answered(app: FastAPI, model_name: str, limits: ServerLim
     def openapi() -> dict:
         schema = generate()
         describe_limits(schema, model_name, limits.max_tokens, vocab_size)
+        _describe_tool_parser(schema, app.state.anydev.tool_parser)
         for operations in schema.get("paths", {}).values():
             for operation in operations.values():
                 operation.get("responses", {}).pop("422", None)
@@ -29,3 +30,12 @@ def document_errors_as_answered(app: FastAPI, model_name: str, limits: ServerLim
         return schema
 
     app.openapi = openapi
+
+
+def _describe_tool_parser(schema: dict, parser) -> None:
+    """Say in ``tools``' description which parser reads the answers' calls, or that tools answer 400."""
+    tools = schema.get("components", {}).get("schemas", {}).get("ChatRequest", {}).get("properties", {}).get("tools")
+    if tools is not None:
+        note = (f"this server reads calls with the '{parser.name}' parser" if parser is not None else
+                "this server has no --tool-call-parser: tools (with tool_choice other than none) answer 400")
+        tools["description"] = f"{tools.get('description', '')}; {note}".lstrip("; ")

@@ -33,6 +33,11 @@ from pathlib import Path
 from anydev.core.errors import EngineConfigError
 
 
+#: ``--tool-call-parser``'s names: serving.tools.TOOL_PARSERS's keys (not imported here: the flags parse
+#: without the serving extra installed).
+TOOL_CALL_PARSERS = ("hermes", "llama3_json")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from anydev.core.engine_args import add_engine_arguments
 
@@ -47,6 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-need-key", action="store_true", help="/metrics needs the API key too")
     p.add_argument("--api-server-count", type=int, default=1,
                    help="HTTP front-end processes sharing the one engine core and the one port")
+    p.add_argument("--tool-call-parser", choices=TOOL_CALL_PARSERS, default=None,
+                   help="how answers' tool calls read: hermes (Qwen2.5/3, Hermes: <tool_call> blocks) or "
+                        "llama3_json (Llama 3.x JSON); without it, chat requests with tools answer 400")
     add_engine_arguments(p.add_argument_group("engine"), defaults={"max_num_seqs": 64})
     logs = p.add_argument_group("logs")
     logs.add_argument("--disable-log-requests", "--disable-uvicorn-access-log", action="store_true",
@@ -219,7 +227,8 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
                           request_timeout=args.request_timeout, metrics_need_key=args.metrics_need_key)
     client = AsyncEngine(link, client_index=index, stall_timeout=args.engine_stall_timeout)
     client.on_stall.append(_report_stall)
-    app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer)
+    app = create_app(client, _model_name(args), limits, args.api_key, tokenizer=tokenizer,
+                     tool_call_parser=args.tool_call_parser)
     state = app.state.anydev
     if not args.disable_log_requests:
         app.add_middleware(AccessLog)        # outermost: it sees every answer, 413s included

@@ -4,20 +4,26 @@ from __future__ import annotations
 import json
 
 from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
+from .output import Echo, logprobs_writer
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
-from .text import OutputText
+from .tools import ToolUse
 
 
 async def stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
-                        include_usage: bool, continuous_usage: bool):
+                        include_usage: bool, continuous_usage: bool, echo: Echo | None = None,
+                        tools: ToolUse | None = None):
     """Server-sent events: a chunk per settled piece of text, the finish reason last, then ``[DONE]``.
     Usage as OpenAI sends it: with ``include_usage`` every chunk has ``usage: null`` and one more
     chunk, with empty ``choices``, carries the usage before ``[DONE]``; without it no chunk has a
     usage field. With ``continuous_usage`` (an extension, as vLLM's) every chunk carries the usage
-    so far, and a chunk comes for every step that gave the request a token, text or not. Leaving
-    early (the client went away) aborts the request."""
-    text = OutputText(state, stream)
+    so far, and a chunk comes for every step that gave the request a token, text or not. With
+    ``tools`` (chat) the text goes through the tool-call parser: content deltas, a ``tool_calls``
+    delta per complete call, finish reason "tool_calls" when it found one. Leaving early (the client
+    went away) aborts the request."""
+    text = stream.text
+    logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
+    deltas = tools.stream() if tools is not None else None
     kind = "chat.completion.chunk" if chat else "text_completion"
 
     def event(choices: list[dict], usage: dict | None = None) -> str:
@@ -26,28 +32,55 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
             chunk["usage"] = usage
         return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
 
-    def choice(delta: str, reason: str | None, first: bool = False) -> dict:
+    def choice(message: dict, reason: str | None, upto: int | None = None) -> dict:
+        """A chunk's choice: a chat delta ``message`` ({"content": ...}, {"tool_calls": ...} or {}), or
+        completions' text (``message["content"]``); the logprobs of the tokens up to ``upto``."""
+        scores = logprobs.take(stream.output, stream.logprobs, upto) if logprobs else None
         if chat:
-            message = {"role": "assistant", "content": delta} if first else ({"content": delta} if delta else {})
-            return {"index": 0, "delta": message, "logprobs": None, "finish_reason": reason}
-        return {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+            return {"index": 0, "delta": message, "logprobs": scores, "finish_reason": reason}
+        return {"index": 0, "text": message.get("content", ""), "logprobs": scores, "finish_reason": reason}
+
+    def messages(delta: str, finished: bool) -> list[dict]:
+        """The delta messages a piece of settled text makes (none: an empty one)."""
+        if deltas is None:
+            return [{"content": delta}] if delta else [{}]
+        out = deltas.feed(delta) + (deltas.finish() if finished else [])
+        return out or [{}]
 
     try:
         if chat:
-            yield event([choice("", None, first=True)])
+            yield event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                          "finish_reason": None}])
         try:
             async for progress in stream.updates():
-                delta = text.delta(progress.num_tokens, progress.finished)
+                if echo is not None:      # the prompt first (its logprobs arrive with the first token)
+                    scores = logprobs.prompt(stream.prompt, stream.prompt_logprobs) if logprobs else None
+                    yield event([{"index": 0, "text": echo.text, "logprobs": scores, "finish_reason": None}])
+                    echo = None
+                if progress.finished:
+                    text.finish()
+                pieces = messages(text.take(), progress.finished)
                 if progress.finished:
                     seq = stream
-                    yield event([choice(delta, finish_reason(seq.finish_reason))],
-                                usage(seq) if continuous_usage else None)
+                    reason = finish_reason(seq.finish_reason)
+                    for piece in pieces[:-1]:
+                        yield event([choice(piece, None)])
+                    if deltas is not None:
+                        tools.check(deltas.calls)
+                        if deltas.calls and reason == "stop":
+                            reason = "tool_calls"
+                    yield event([choice(pieces[-1], reason)], usage(seq) if continuous_usage else None)
                     if include_usage:
                         yield event([], usage(seq))
                 elif continuous_usage:
-                    yield event([choice(delta, None)], usage(stream, progress.num_tokens))
-                elif delta:
-                    yield event([choice(delta, None)])
+                    for piece in pieces:
+                        yield event([choice(piece, None, upto=progress.num_tokens)], usage(stream, progress.num_tokens))
+                else:
+                    for piece in pieces:
+                        if piece or (logprobs and stream.logprobs):
+                            yield event([choice(piece, None, upto=progress.num_tokens)])
+        except APIError as error:
+            yield f"data: {json.dumps(error.body())}\n\n"
         except EngineStoppedError as exc:
             error = APIError(503, str(exc), type="server_error")
             yield f"data: {json.dumps(error.body())}\n\n"

@@ -1,4 +1,5 @@
-"""What every route reads: the engine core's client, the tokenizer, the metrics, the model name, the limits, the key."""
+"""What every route reads: the engine core's client, the tokenizer, the metrics, the model name, the limits,
+the key, the tool-call parser."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from anydev.core.loading.tokenizer import Tokenizer
 from .async_engine import AsyncEngine
 from .limits import ServerLimits
 from .metrics import ServerMetrics
+from .tools import ToolParser
 
 
 @dataclass
@@ -18,3 +20,4 @@ class ServerState:
     model_name: str
     limits: ServerLimits
     api_key: str | None
+    tool_parser: ToolParser | None = None     # --tool-call-parser: how answers' tool calls are read

@@ -104,10 +104,13 @@ class Tokenizer:
         except jinja2.exceptions.TemplateSyntaxError as err:
             raise ChatTemplateError(f"the model's chat template does not parse: {err}") from err
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        """The prompt text for ``messages`` ([{"role": ..., "content": ...}, ...]), as HF renders it."""
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            tools: list[dict] | None = None) -> str:
+        """The prompt text for ``messages`` ([{"role": ..., "content": ...}, ...]) and the ``tools``
+        offered (JSON schemas of functions, OpenAI's ``{"type": "function", "function": {...}}``), as
+        HF renders them (``apply_chat_template(..., tools=tools)``)."""
         try:
             return self._template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                         tools=None, documents=None, **self.special_tokens)
+                                         tools=tools, documents=None, **self.special_tokens)
         except jinja2.exceptions.TemplateError as err:
             raise ChatTemplateError(f"chat template failed: {err}") from err

@@ -78,7 +78,11 @@ class LlamaRank:
     def token_logits(self, batch: StepBatch) -> torch.Tensor:
         """Logits [T, vocab] after every token of a step, not only each sequence's last (teacher-forced
         scoring: a prompt's log-probabilities, perplexity). A rank that holds the whole model only."""
-        x, residual = self.run_layers(self.embed_tokens(batch), None, batch)
+        return self.every_token_head(*self.run_layers(self.embed_tokens(batch), None, batch))
+
+    def every_token_head(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """Logits [T, vocab] of every token from the last layer's (hidden, residual): the final norm
+        and the lm_head of every row (:meth:`head` applies them to each sequence's last token only)."""
         self.kernels.fused_add_rms_norm(x, residual, self.norm, self.config.rms_norm_eps)
         return self.logits(x)
 

@@ -35,6 +35,8 @@ from ..models.registry import family_of
 from ..models.pipeline import RankLayout, Stage
 from ..models.rope import inverse_frequencies
 from ..models.sharding import RankShard
+from ..sched.logits_processors import TokenHistory, uses_history
+from ..sched.logprobs import StepLayout, pack_step, step_layout
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
 from ..timeline import Timeline
@@ -141,6 +143,8 @@ class RankWorker:
         self.generators = SeededGenerators(setup.device.torch_device)
         if self.samples and setup.seed is not None:
             torch.manual_seed(setup.seed)   # the default generators, which unseeded rows draw from
+        #: On the sampler: the token record of every penalized sequence that sampled and has not ended.
+        self.history = TokenHistory(setup.checkpoint.config.vocab_size, setup.device.torch_device)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"anydev-rank{self.rank}")
 
     def submit(self, fn, *args) -> Future:
@@ -254,7 +258,7 @@ class RankWorker:
         family = family_of(config)
         weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers, family.fusions)}
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
-        self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes)
+        self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes, s.max_step_rows + s.max_step_tokens)
         self.model = family.rank_class(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                        self._all_reduce if tp else None, self._all_gather if tp else None,
                                        self.stage, dtype=s.dtype)
@@ -321,20 +325,26 @@ class RankWorker:
         they are read back, at tp > 1) rank 0 shares them with every rank.
         Returns rank 0's ticket for reading them back (None on other ranks) and, when ``read`` is
         given, the tokens of that earlier step (read after this one is launched)."""
+        layout = step_layout(sampling, batch.cu_seqlens_q.tolist())
+        token_logits = None
         with self.stream.torch_stream():
             step = self.io.put(batch)
-            if batch.real_rows is not None and self.graphs.has(batch.B):
+            if layout.scores_prompt:      # every position's logits: eagerly (every rank, for the collectives)
+                token_logits = self.model.token_logits(step)
+                logits = token_logits.index_select(0, step.last_index)
+            elif batch.real_rows is not None and self.graphs.has(batch.B):
                 logits = self.graphs.run(step)[:batch.real_rows]
             elif batch.real_tokens is not None and self.pieces is not None and self.pieces.has(batch.T):
                 logits = self.pieces.run(step)
             else:   # eager; a bucket not captured yet runs its padded step so: the kernels and shapes of its graphs
                 logits = self.model.forward(step)
                 logits = logits[:batch.real_rows] if batch.real_rows is not None else logits
-            tokens = self._sample(logits, sampling, seeds) if self.samples else None
-            self.generators.drop(ended)
+            tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch) \
+                if self.samples else (None, None)
+            self._drop_ended(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
-            ticket = self.io.publish(tokens, read_back=self.samples) if tokens is not None else None
+            ticket = self.io.publish(tokens, read_back=self.samples, logprobs=logprobs) if tokens is not None else None
         return ticket, (self.io.read(read) if read is not None else None)
 
     def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
@@ -347,9 +357,10 @@ class RankWorker:
         micro-batch i. Returns the sampler's ticket (None elsewhere)."""
         stage, comm, layout = self.stage, self.setup.pipe_comm, self.setup.layout
         hidden = self.setup.checkpoint.config.hidden_size
-        tokens = []
+        tokens, logprobs = [], []
         with self.stream.torch_stream():
             for batch, params, keys in zip(micro_batches, sampling, seeds):
+                scored = step_layout(params, batch.cu_seqlens_q.tolist())
                 step = self.io.put(batch)
                 if stage.is_first:
                     x, residual = self.model.embed_tokens(step), None
@@ -362,15 +373,60 @@ class RankWorker:
                 if not stage.is_last:
                     comm.send(torch.stack((x, residual)), layout.next(self.rank), stream=self.stream)
                     continue
-                logits = self.model.head(x, residual, step)
+                token_logits = self.model.every_token_head(x, residual) if scored.scores_prompt else None
+                logits = token_logits.index_select(0, step.last_index) if scored.scores_prompt else \
+                    self.model.head(x, residual, step)
                 if self.samples:
-                    tokens.append(self._sample(logits, params, keys))
-            self.generators.drop(ended)
-            return self.io.publish(torch.cat(tokens), read_back=True) if self.samples else None
+                    sampled, packed = self._sample(logits, params, keys, scored, token_logits, batch)
+                    tokens.append(sampled)
+                    logprobs += [packed] if packed is not None else []
+            self._drop_ended(ended)
+            if not self.samples:
+                return None
+            # the micro-batches' packed rows, in row order, as one step's (every one of the same width)
+            packed = _same_width(logprobs) if logprobs else None
+            return self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
-                seeds: list[tuple[int, int] | None]) -> torch.Tensor:
-        return sample_rows(logits, sampling, self.generators.rows(seeds))
+                seeds: list[tuple[int, int] | None], layout: StepLayout, token_logits: torch.Tensor | None,
+                batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device;
+        see :mod:`~anydev.core.sched.logprobs`)."""
+        histories = self._histories(sampling, seeds, batch)
+        generators = self.generators.rows(seeds)
+        tokens = sample_rows(logits, sampling, generators) if histories is None else \
+            sample_rows(logits, sampling, generators, histories)
+        if histories is not None:
+            for i, key in enumerate(seeds):
+                if histories[i] is not None:
+                    self.history.record(key[0], tokens[i:i + 1])
+        if layout.empty:
+            return tokens, None
+        ids = batch.input_ids.tolist() if layout.scores_prompt else []
+        return tokens, pack_step(layout, logits, tokens, token_logits, ids)
+
+    def _histories(self, sampling: list[SamplingParams | None], seeds: list[tuple[int, int] | None],
+                   batch: StepBatch) -> list | None:
+        """Each row's token record (None: its request has no penalty), a new sequence's started from its
+        prompt (this step computes the whole of it: see ``Sequence.computes_prompt_whole``)."""
+        if not any(p is not None and uses_history(p) for p in sampling):
+            return None
+        ids, starts, rows = batch.input_ids.tolist(), batch.cu_seqlens_q.tolist(), []
+        for i, (p, key) in enumerate(zip(sampling, seeds)):
+            if p is None or not uses_history(p):
+                rows.append(None)
+                continue
+            self.history.see(key[0], ids[starts[i]:starts[i + 1]] if p.repetition_penalty != 1.0 else [])
+            rows.append(self.history.counts(key[0]))
+        return rows
+
+    def _drop_ended(self, ended: tuple[int, ...]) -> None:
+        self.generators.drop(ended)
+        self.history.drop(ended)
+
+    def penalized_sequences(self) -> list[int]:
+        """The ids of the sequences whose token records this rank keeps (on the sampler)."""
+        return self.history.seq_ids()
 
     def seeded_sequences(self) -> list[int]:
         """The ids of the sequences whose generators this rank keeps (on the sampler)."""
@@ -416,6 +472,23 @@ class RankWorker:
     def shutdown(self) -> None:
         """Join this rank's thread (after its queued commands finish)."""
         self._executor.shutdown(wait=True)
+
+
+def _same_width(packed: list[torch.Tensor]) -> torch.Tensor:
+    """Packed logprobs rows of several micro-batches as one block, the narrower ones' top lists
+    widened (with log-probability -inf, id 0) to the widest."""
+    k = max((p.shape[1] - 1) // 2 for p in packed)
+
+    def widened(p: torch.Tensor) -> torch.Tensor:
+        have = (p.shape[1] - 1) // 2
+        if have == k:
+            return p
+        pad = k - have
+        values = torch.cat((p[:, 1:1 + have], p.new_full((p.shape[0], pad), float("-inf"))), dim=1)
+        ids = torch.cat((p[:, 1 + have:], p.new_zeros((p.shape[0], pad))), dim=1)
+        return torch.cat((p[:, :1], values, ids), dim=1)
+
+    return torch.cat([widened(p) for p in packed])
 
 
 def _with_blocks(layout: KVLayout, num_blocks: int) -> KVLayout:

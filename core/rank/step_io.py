@@ -7,7 +7,9 @@ replay, reads its inputs there, and a token the host has not read back yet is ta
 part on the device (``token_src``). A step's bytes go in through a ring of two pinned host buffers
 (the host fills one while the device may still copy out of the other); sampled tokens come back
 through another ring of two, each with an event, so the engine reads step N's tokens after it has
-launched step N+1. Everything goes through the device API (alloc, alloc_host, memcpy_async, events).
+launched step N+1; a step whose requests ask for logprobs sends its packed rows
+(:mod:`~anydev.core.sched.logprobs`) back beside its tokens, through a third ring of two.
+Everything goes through the device API (alloc, alloc_host, memcpy_async, events).
 """
 from __future__ import annotations
 
@@ -20,24 +22,40 @@ from anydev.plugin_api import Device, Stream
 
 from ..models.batch import StepBatch
 from ..loading.staging import PinnedStaging
+from ..sched.logprobs import MAX_LOGPROBS
+
+#: The float32 values of one packed logprobs row at most (see ``sched.logprobs.pack_logprobs``).
+LOGPROB_WIDTH = 1 + 2 * MAX_LOGPROBS
 
 
 @dataclass(frozen=True)
 class TokenTicket:
-    """Where a launched step's sampled tokens arrive: readback buffer ``slot``, ``rows`` tokens."""
+    """Where a launched step's sampled tokens arrive: readback buffer ``slot``, ``rows`` tokens, and
+    the shape of its packed logprobs (None: no row asked for them)."""
 
     slot: int
     rows: int
+    logprobs: tuple[int, int] | None = None
+
+
+class SampledTokens(list):
+    """A step's sampled tokens (a list of ints, row by row) and, in ``logprobs``, its packed logprobs
+    rows ([rows that asked, width] float32) or None."""
+
+    logprobs: np.ndarray | None = None
 
 
 class StepIO:
     """``num_prev`` token slots (the most rows a step has) and room for steps of up to
     ``max_step_bytes`` packed bytes. Call on the rank's thread; ``publish`` inside its torch stream."""
 
-    def __init__(self, device: Device, stream: Stream, num_prev: int, max_step_bytes: int):
+    def __init__(self, device: Device, stream: Stream, num_prev: int, max_step_bytes: int,
+                 max_logprob_rows: int | None = None):
         self.stream = stream
         self.num_prev = num_prev
         self.max_step_bytes = max_step_bytes
+        #: Packed logprobs rows a step may send back (its sampled rows and its prompts' positions).
+        self.max_logprob_rows = max_logprob_rows or num_prev
         self._objects = []
         try:
             self.buffer = self._own(device.alloc(8 * num_prev + max_step_bytes))
@@ -47,6 +65,11 @@ class StepIO:
             self._readback = [self._own(device.alloc_host(8 * num_prev)) for _ in range(2)]
             self._arrays = [host.numpy(np.int64) for host in self._readback]
             self._events = [self._own(device.create_event()) for _ in range(2)]
+            lp_bytes = 4 * self.max_logprob_rows * LOGPROB_WIDTH
+            self._logprob_buffer = self._own(device.alloc(lp_bytes))
+            self._logprob_device = self._logprob_buffer.as_tensor().view(torch.float32)
+            self._logprob_readback = [self._own(device.alloc_host(lp_bytes)) for _ in range(2)]
+            self._logprob_arrays = [host.numpy(np.float32) for host in self._logprob_readback]
         except BaseException:
             self.close()
             raise
@@ -69,24 +92,37 @@ class StepIO:
         self.staging.release(index, self.stream)
         return batch.placed(self.inputs)
 
-    def publish(self, tokens: torch.Tensor, read_back: bool) -> TokenTicket | None:
+    def publish(self, tokens: torch.Tensor, read_back: bool, logprobs: torch.Tensor | None = None) -> TokenTicket | None:
         """Store a step's sampled ``tokens`` [rows] (int64, on the device) where the next step takes
         them; with ``read_back``, also start copying them to the host (see :meth:`read`). A negative
         token (a row whose sampling failed: see ``sampling.ROW_FAILURES``) is kept and read back as it
-        is; the next step embeds token 0 in its place (``StepBatch.embedding_ids``)."""
+        is; the next step embeds token 0 in its place (``StepBatch.embedding_ids``). ``logprobs``: the
+        step's packed logprobs rows (on the device), read back with the tokens."""
         rows = tokens.shape[0]
         self.prev_tokens[:rows].copy_(tokens)
         if not read_back:
             return None
         slot, self._next = self._next, self._next ^ 1
         self.stream.memcpy_async(self._readback[slot], self.buffer, 8 * rows)
+        shape = None
+        if logprobs is not None and logprobs.numel():
+            shape = tuple(logprobs.shape)
+            if shape[0] > self.max_logprob_rows:
+                raise ValueError(f"a step's {shape[0]} logprobs rows do not fit this rank's readback "
+                                 f"({self.max_logprob_rows} rows)")
+            self._logprob_device[:logprobs.numel()].copy_(logprobs.reshape(-1))
+            self.stream.memcpy_async(self._logprob_readback[slot], self._logprob_buffer, 4 * logprobs.numel())
         self.stream.record(self._events[slot])
-        return TokenTicket(slot, rows)
+        return TokenTicket(slot, rows, shape)
 
-    def read(self, ticket: TokenTicket) -> list[int]:
+    def read(self, ticket: TokenTicket) -> SampledTokens:
         """The tokens of a published step, once the device has them (waits for that step only)."""
         self._events[ticket.slot].synchronize()
-        return self._arrays[ticket.slot][:ticket.rows].tolist()
+        tokens = SampledTokens(self._arrays[ticket.slot][:ticket.rows].tolist())
+        if ticket.logprobs is not None:
+            rows, width = ticket.logprobs
+            tokens.logprobs = self._logprob_arrays[ticket.slot][:rows * width].reshape(rows, width).copy()
+        return tokens
 
     def close(self) -> None:
         """Wait for the copies in flight, then free everything (the first error raised after all)."""

@@ -84,7 +84,7 @@ class BlockManager:
         tokens up to ``budget`` of them (all of them or none when ``whole``). Returns how many tokens
         to compute now; 0 (nothing changed) when they do not fit in the budget or the free blocks."""
         tokens = seq.tokens
-        hits = self.match_prefix(tokens)
+        hits = [] if seq.computes_prompt_whole else self.match_prefix(tokens)
         hit_tokens = len(hits) * self.block_size
         pending = len(tokens) - hit_tokens
         count = min(pending, budget)

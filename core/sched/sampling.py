@@ -1,4 +1,5 @@
-"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p), per row of a step.
+"""Sampling parameters and the next-token choice (greedy, temperature, top-k, top-p, min-p; a request's
+logit bias and penalties first: :mod:`.logits_processors`), per row of a step.
 
 A row whose token cannot be drawn (its logits hold NaN or infinity, its seed seeds no generator)
 gets a negative code instead of a token (:data:`ROW_FAILURES`): the engine fails that request alone,
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import EngineConfigError
+from .logits_processors import changes_logits, apply_to_row, min_p_filter
 
 
 GREEDY_BELOW = 1e-5
@@ -43,6 +45,13 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)           # stop strings (not part of the text returned)
     stop_token_ids: list[int] = field(default_factory=list)  # stop tokens besides the model's EOS
     ignore_eos: bool = False                                  # run to max_new_tokens past EOS (benchmarks)
+    logprobs: int | None = None   # each output token's log-probability and this many likeliest tokens' (0..20)
+    prompt_logprobs: int | None = None   # the same for every prompt token after the first (0..20)
+    min_p: float = 0.0                # drop tokens less likely than min_p x the likeliest's probability
+    presence_penalty: float = 0.0     # OpenAI's: minus this for every token the output has (-2..2)
+    frequency_penalty: float = 0.0    # OpenAI's: minus this x how often the output has the token (-2..2)
+    repetition_penalty: float = 1.0   # HF's: a seen token's (prompt or output) logit divided by it (> 0)
+    logit_bias: dict[int, float] | None = None   # added to those tokens' logits (-100..100)
 
     @property
     def is_greedy(self) -> bool:
@@ -68,6 +77,21 @@ class SamplingParams:
             raise EngineConfigError(f"stop_token_ids must be a list of token ids, got {self.stop_token_ids!r}")
         if not isinstance(self.ignore_eos, bool):
             raise EngineConfigError(f"ignore_eos must be true or false, got {self.ignore_eos!r}")
+        if not _is_number(self.min_p) or not 0 <= self.min_p <= 1:
+            raise EngineConfigError(f"min_p must be in [0, 1] (0 = off), got {self.min_p!r}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_number(value) or not -2 <= value <= 2:
+                raise EngineConfigError(f"{name} must be in [-2, 2] (0 = off), got {value!r}")
+        if not _is_number(self.repetition_penalty) or not 0 < self.repetition_penalty <= 10:
+            raise EngineConfigError(f"repetition_penalty must be in (0, 10] (1 = off), got {self.repetition_penalty!r}")
+        if self.logit_bias is not None and (not isinstance(self.logit_bias, dict) or not all(
+                _is_int(k) and k >= 0 and _is_number(v) and -100 <= v <= 100 for k, v in self.logit_bias.items())):
+            raise EngineConfigError(f"logit_bias must map token ids to numbers in [-100, 100], got {self.logit_bias!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or not 0 <= value <= 20):
+                raise EngineConfigError(f"{name} must be an integer in 0..20 or None, got {value!r}")
 
 
 def _is_int(value) -> bool:
@@ -95,12 +119,14 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         drop[..., 0] = False        # the likeliest token always stays (a top_p that rounds to 0 included)
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    if params.min_p > 0:
+        logits = min_p_filter(logits, torch.tensor([[params.min_p]], device=logits.device))
     probs = logits.softmax(dim=-1)
     return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
 
 
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
-                generators: list) -> torch.Tensor:
+                generators: list, histories: list | None = None) -> torch.Tensor:
     """Next token of each row of ``logits`` [B, V] with that row's own parameters (a row whose
     params are None needs no token, e.g. a prefill chunk short of its prompt's end: it gets the
     argmax). Greedy rows take one argmax together; sampled rows without a generator are drawn together
@@ -109,7 +135,14 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     +inf, or only -inf, gets :data:`NON_FINITE_LOGITS`, one whose generator is :data:`UNSEEDED` gets
     :data:`UNSEEDABLE`; the engine ignores the codes of rows that need no token. The check is on the
     device (no host sync) and reads only each row's largest logit, which NaN and +inf always are:
-    greedy decoding, the hot path, pays three tiny kernels for it. Returns [B] int64."""
+    greedy decoding, the hot path, pays three tiny kernels for it. A row whose request biases or
+    penalizes its logits has them changed first (``histories[i]``: its token record, see
+    :class:`~.logits_processors.TokenHistory`). Returns [B] int64."""
+    changed = [i for i, p in enumerate(params) if p is not None and changes_logits(p)]
+    if changed:
+        logits = logits.to(torch.float32, copy=True)     # the model's logits stay as they are (logprobs read them)
+        for i in changed:
+            logits[i] = apply_to_row(logits[i], params[i], histories[i] if histories else None)
     best, tokens = logits.max(dim=-1)
     failed = (best - best).isnan()     # inf - inf and NaN - NaN are NaN: the fewest host ops found
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
@@ -131,6 +164,9 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
 
 #: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
 UNSEEDED = object()
+#: The seed in a row's ``(sequence id, seed)`` key of a sequence without a seed (its key names it
+#: for its token record: see :class:`~.logits_processors.TokenHistory`).
+NO_SEED = -1
 
 
 class SeededGenerators:
@@ -143,9 +179,10 @@ class SeededGenerators:
         self._by_seq: dict[int, torch.Generator] = {}
 
     def rows(self, seeds: list[tuple[int, int] | None]) -> list:
-        """Each row's generator: its ``(sequence id, seed)``, or None for torch's default one;
-        :data:`UNSEEDED` where the seed seeds none (that row fails, not the step)."""
-        return [None if key is None else self._get(*key) for key in seeds]
+        """Each row's generator: its ``(sequence id, seed)``, or None for torch's default one (no key,
+        or the key of an unseeded sequence, seed -1, sent for its token record); :data:`UNSEEDED`
+        where the seed seeds none (that row fails, not the step)."""
+        return [None if key is None or key[1] == NO_SEED else self._get(*key) for key in seeds]
 
     def _get(self, seq_id: int, seed: int):
         generator = self._by_seq.get(seq_id)
@@ -186,4 +223,6 @@ def _sample_together(logits: torch.Tensor, params: list[SamplingParams]) -> torc
         drop[:, 0] = False          # the likeliest token always stays (a top_p that rounds to 0 included)
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+    if any(p.min_p > 0 for p in params):
+        logits = min_p_filter(logits, torch.tensor([p.min_p for p in params], device=device)[:, None])
     return torch.multinomial(logits.softmax(dim=-1), num_samples=1).squeeze(-1)

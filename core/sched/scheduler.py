@@ -141,7 +141,7 @@ class Scheduler:
     def _admit(self, step: ScheduledStep, budget: int, chunks: bool) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             seq = self.waiting[0]
-            count = self.blocks.admit(seq, budget, whole=not chunks)
+            count = self.blocks.admit(seq, budget, whole=not chunks or seq.computes_prompt_whole)
             if not count:
                 break
             self.waiting.popleft()

@@ -42,6 +42,12 @@ class Sequence:
     num_pending: int = 0
     pending_row: int = -1
     arrival_time: float = field(default_factory=time.monotonic)
+    #: Its output as text while it has stop strings to find (an ``anydev.core.output.OutputText``, set by the engine).
+    text: object = None
+    #: With ``sampling.logprobs``: each output token's :class:`~.logprobs.TokenLogprobs`, as read back.
+    logprobs: list = field(default_factory=list)
+    #: With ``sampling.prompt_logprobs``: a TokenLogprobs for each prompt token after the first.
+    prompt_logprobs: list = field(default_factory=list)
 
     @property
     def tokens(self) -> list[int]:
@@ -61,6 +67,18 @@ class Sequence:
     def is_last_pending(self) -> bool:
         """Its pending token is its last one (it reaches ``max_new_tokens``): nothing left to feed."""
         return self.num_pending > 0 and len(self.output) + self.num_pending >= self.max_new_tokens
+
+    @property
+    def scores_prompt(self) -> bool:
+        """It asks for its prompt's logprobs and has not had them."""
+        return self.sampling.prompt_logprobs is not None and not self.prompt_logprobs
+
+    @property
+    def computes_prompt_whole(self) -> bool:
+        """Its prompt is computed in one step from its first token (no prefix-cache hit, no chunks):
+        every prompt position then has its logits (prompt logprobs), or the sampler sees the whole
+        prompt in its first step (a repetition penalty's record of it)."""
+        return self.scores_prompt or (self.sampling.repetition_penalty != 1.0 and not self.output)
 
     @property
     def is_finished(self) -> bool:

@@ -1,10 +1,13 @@
 """The ``/v1/completions`` route: a text prompt (or token ids) completed, whole or streamed."""
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import FastAPI, Request
 
 from ..generation import serve
-from ..prompts import check_model, completion_prompt_ids
+from ..output import merged_answer
+from ..prompts import check_model, completion_prompts
 from ..protocol import CompletionRequest
 from ..state import ServerState
 
@@ -15,5 +18,12 @@ def add_completion_routes(app: FastAPI, state: ServerState, authorized: list, re
     async def completions(body: CompletionRequest, request: Request):
         body.check_unsupported()
         check_model(state, body.model)
-        prompt_ids = completion_prompt_ids(state, body.prompt)
-        return await serve(state, request, body, prompt_ids, body.max_tokens, chat=False)
+        prompts = completion_prompts(state, body.prompt)
+        if len(prompts) == 1:
+            return await serve(state, request, body, *prompts[0], body.max_tokens, chat=False)
+        answers = await asyncio.gather(*(serve(state, request, body, ids, text, body.max_tokens, chat=False)
+                                         for ids, text in prompts), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed
+        return merged_answer(answers)

@@ -134,8 +134,11 @@ def test_the_openapi_schema_describes_the_bodies_and_every_error_answer(engine):
         assert operation["security"] == [{"HTTPBearer": []}]
         properties = bodies[body]["properties"]
         assert properties["model"]["enum"] == [MODEL]
-        assert {"type": "integer", "minimum": 1, "maximum": 8} in properties["max_tokens"]["anyOf"]
-        assert properties["n"]["enum"] == [1] and properties["temperature"]["maximum"] == 2
+        least = 0 if body == "CompletionRequest" else 1      # completions: 0 with echo scores the prompt
+        assert {"type": "integer", "minimum": least, "maximum": 8} in properties["max_tokens"]["anyOf"]
+        assert properties["n"]["maximum"] == 16 and properties["temperature"]["maximum"] == 2
+        logprobs = properties["top_logprobs" if body == "ChatRequest" else "logprobs"]["anyOf"]
+        assert {"type": "integer", "minimum": 0, "maximum": 20} in logprobs
     assert "messages" in bodies["ChatRequest"]["required"] and "prompt" in bodies["CompletionRequest"]["required"]
     assert "security" not in schema["paths"]["/health"]["get"]
     keyless = client(engine, api_key=None).get("/openapi.json").json()

@@ -1,0 +1,116 @@
+"""Log-probabilities computed on the device by the sampling rank, packed small: of the sampled tokens
+and, for requests that score their prompt, of every prompt token after the first.
+
+Only what an answer needs comes back to the host: per scored position, the log-probability of its
+token (the sampled one, or the prompt's next token) and its ``k`` likeliest tokens with theirs (``k``
+the most any row of the step asks), as one float32 row ``[chosen, top values (k), top ids (k)]``
+(ids below 2**24 are exact in float32). A step's rows are packed row by row in the step's order: a
+row's prompt positions first, then its sampled token (:func:`step_layout`), so the packed rows of
+pipeline micro-batches, joined, are the whole step's. The log-softmax is of the model's logits as
+they are (before temperature, top-k and top-p), as vLLM's and OpenAI's logprobs are.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: The most alternatives a request may ask for (OpenAI's top_logprobs maximum).
+MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One token's log-probability and its position's likeliest tokens (id, log-probability), best first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """Which of a step's positions are scored: ``prompt[i] = (row, first token index in the step,
+    count)`` for a row that scores its prompt (its positions but the last: the last one's token is
+    the sampled one), ``output`` the rows whose sampled token is; ``order`` puts the packed prompt rows
+    (0..P-1) and output rows (P..) into the step's order; ``k`` the width of the top lists."""
+
+    prompt: tuple[tuple[int, int, int], ...]
+    output: tuple[int, ...]
+    order: tuple[int, ...]
+    k: int
+
+    @property
+    def empty(self) -> bool:
+        return not self.prompt and not self.output
+
+    @property
+    def scores_prompt(self) -> bool:
+        return bool(self.prompt)
+
+
+def step_layout(params: list, starts: list[int]) -> StepLayout:
+    """The layout of a step whose row i has sampling ``params[i]`` (None: it needs no token) and
+    feeds tokens ``starts[i]..starts[i + 1] - 1`` of the step."""
+    prompt, output, order, k = [], [], [], 0
+    num_prompt = sum(starts[i + 1] - starts[i] - 1 for i, p in enumerate(params)
+                     if p is not None and p.prompt_logprobs is not None)
+    seen_prompt = 0
+    for i, p in enumerate(params):
+        if p is None:
+            continue
+        if p.prompt_logprobs is not None and starts[i + 1] - starts[i] > 1:
+            count = starts[i + 1] - starts[i] - 1
+            prompt.append((i, starts[i], count))
+            order += range(seen_prompt, seen_prompt + count)
+            seen_prompt += count
+            k = max(k, p.prompt_logprobs)
+        if p.logprobs is not None:
+            order.append(num_prompt + len(output))
+            output.append(i)
+            k = max(k, p.logprobs)
+    return StepLayout(tuple(prompt), tuple(output), tuple(order), k)
+
+
+def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int) -> torch.Tensor:
+    """``[len(index), 1 + 2k]`` float32 on the device: for the logits rows ``index`` (None: every
+    row), the log-probability of ``targets`` (a failed row's negative token code reads token 0), then
+    the top ``k`` log-probabilities and their ids."""
+    logp = (logits if index is None else logits.index_select(0, index)).float().log_softmax(dim=-1)
+    chosen = logp.gather(1, targets.clamp(min=0)[:, None])
+    if k == 0:
+        return chosen
+    top = logp.topk(k, dim=-1)
+    return torch.cat((chosen, top.values, top.indices.float()), dim=1)
+
+
+def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
+              input_ids: list[int]) -> torch.Tensor:
+    """The step's packed rows (see the module): ``logits`` [rows, vocab] and ``tokens`` [rows] the
+    sampled ones, ``token_logits`` [step tokens, vocab] (needed when some row scores its prompt) and
+    ``input_ids`` the step's token ids (on the host: the prompts' next tokens are the targets)."""
+    device, parts = logits.device, []
+    if layout.prompt:
+        positions = [start + j for _, start, count in layout.prompt for j in range(count)]
+        targets = [input_ids[p + 1] for p in positions]
+        parts.append(pack_logprobs(token_logits, torch.tensor(positions, device=device),
+                                   torch.tensor(targets, device=device), layout.k))
+    if layout.output == tuple(range(logits.shape[0])):      # every row asks: no index to copy to the device
+        parts.append(pack_logprobs(logits, None, tokens, layout.k))
+    elif layout.output:
+        rows = torch.tensor(layout.output, device=device)
+        parts.append(pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k))
+    packed = torch.cat(parts) if len(parts) > 1 else parts[0]
+    if layout.prompt and layout.output:
+        packed = packed.index_select(0, torch.tensor(layout.order, device=device))
+    return packed
+
+
+def unpack_logprobs(packed: np.ndarray) -> list[TokenLogprobs]:
+    """The host side of :func:`pack_step`: one :class:`TokenLogprobs` per packed row."""
+    k = (packed.shape[1] - 1) // 2
+    out = []
+    for row in packed.tolist():
+        top = tuple((int(i), v) for v, i in zip(row[1:1 + k], row[1 + k:1 + 2 * k]))
+        out.append(TokenLogprobs(row[0], top))
+    return out
