@@ -18,9 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
+from ._gguf_int_gemv import block32_int_gemv, q4_k_int_block, q6_k_int_block
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -52,13 +53,15 @@ class Plan:
         return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages)
 
 
-def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
+def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
     """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
     (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
-    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
+    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
+    ``dtype`` bfloat16 by the integer dots of :mod:`._gguf_int_gemv`, 64 rows a program over 256 inputs
+    (the activations' rounding to int8 is paid once a step for all of its rows). ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
@@ -67,7 +70,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
         return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
-    if M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
+    if M == 1 and dtype is not None and int_dots(weight_format, dtype):
+        block_m, block_n, block_k, num_warps = 1, 64, 256, 4
+    elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
         block_m, block_n, block_k, num_warps = 1, 32, 128, 4
@@ -88,16 +93,21 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr):
+                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, ASM: tl.constexpr = False):
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
     # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
-    # a tile of the step's shape and sum once after the loop. Each is the faster of the two.
+    # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
+    # INT_DOT (GGUF blocks, bfloat16 activations) the steps are integer dots (:mod:`._gguf_int_gemv`).
     if BLOCK_M == 1 and FORMAT == 6:
         acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, 2, 2), dtype=tl.float32)
+    elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5) and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:
         acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
     elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
@@ -108,7 +118,15 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
         k = k_start + k0 + tl.arange(0, BLOCK_K)
-        if BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
+        if BLOCK_M == 1 and FORMAT == 6 and INT_DOT:
+            acc += q4_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, ROW_BYTES, BLOCK_N, ASM)
+        elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
+            acc += q6_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N,
+                                  ASM)
+        elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5) and INT_DOT:
+            acc += block32_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
+                                    BLOCK_K // 32, ASM)
+        elif BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
             acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1 and FORMAT == 7:
             acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
@@ -132,7 +150,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
-    if BLOCK_M == 1 and FORMAT == 6:
+    if BLOCK_M == 1 and (FORMAT == 6 or (INT_DOT and FORMAT != 7)):
         acc = tl.sum(acc, axis=1)
     elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
@@ -143,6 +161,18 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     else:
         store_summed(acc, out_ptr, partial_ptr, counters_ptr, m[:, None] * N + n[None, :],
                      (m[:, None] < M) & (n[None, :] < N), M, N, SLICES)
+
+
+def int_dots(weight_format: str, dtype: torch.dtype) -> bool:
+    """True where the batch-1 GEMV multiplies int8 activations by the weights' codes (:mod:`._int_dot`):
+    GGUF blocks with bfloat16 activations (the rounding fits bfloat16's tolerance only)."""
+    return weight_format in BLOCK_FORMATS and dtype == torch.bfloat16
+
+
+def ptx_dp4a(device: torch.device) -> bool:
+    """True where the kernel is compiled for an NVIDIA GPU, whose PTX has ``dp4a`` (torch's ROCm build
+    also names its devices "cuda": not there)."""
+    return device.type == "cuda" and torch.version.hip is None
 
 
 def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
@@ -157,7 +187,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
         return out
-    p = p or plan(M, N, K, weight_format, x.device)
+    p = p or plan(M, N, K, weight_format, x.device, x.dtype)
     if weight_format in K_QUANTS and p.block_k != 256:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
@@ -169,7 +199,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
-        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
+        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
+        INT_DOT=p.block_m == 1 and int_dots(weight_format, x.dtype), ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out
