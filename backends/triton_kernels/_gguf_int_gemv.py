@@ -4,12 +4,13 @@ scaled once. Same steps and partial sums as the float GEMVs of :mod:`._gguf_tile
 :mod:`anydev.plugin_api.weight_formats`).
 
 Word loads: ``q4_k``'s nibbles (at byte 16 of a 144-byte super-block) and ``q4_1``'s (byte 4 of a
-20-byte block) are 4-byte aligned; ``q8_0``'s 34-byte, ``q4_0``'s 18-byte and ``q6_k``'s 210-byte
-blocks only 2-byte aligned, so their words are read as two halves."""
+20-byte block) are 4-byte aligned, and so is a pair of ``q8_0``'s 34-byte blocks (read as 17 words);
+``q4_0``'s 18-byte and ``q6_k``'s 210-byte blocks only 2-byte aligned, so their words are read as two
+halves."""
 from __future__ import annotations
 
 from ._common import tl, triton
-from ._gguf_tiles import q4_k_header
+from ._gguf_tiles import q4_k_scale_min
 from ._int_dot import NIBBLES, dp4a, pack4, quantized_pairs, quantized_rows, row_codes
 from ._weight_tiles import f16
 
@@ -33,6 +34,12 @@ def _dots(words, x_words, AXIS: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
+def _chained(a, x_a, b, x_b, ASM: tl.constexpr):
+    """``dp4a(b, x_b, dp4a(a, x_a, 0))`` elementwise (two words of one scale, one integer sum)."""
+    return dp4a(b, x_b, dp4a(a, x_a, tl.zeros_like(a), ASM), ASM)
+
+
+@triton.jit
 def q4_k_int_block(w_ptr, x_ptr, n, kb, N, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
     """Super-block ``kb`` of ``q4_k`` rows as ``[BLOCK_N, 4]`` sums (as ``q4_k_gemv_block``): word ``8p + j``
     of the nibbles holds values ``64p + 4j ..`` in its low nibbles and ``64p + 32 + 4j ..`` in its high
@@ -49,18 +56,47 @@ def q4_k_int_block(w_ptr, x_ptr, n, kb, N, ROW_BYTES, BLOCK_N: tl.constexpr, ASM
     q = tl.load(words[:, None, None] + at[None, :, :], mask=valid[:, None, None], other=0)   # [BLOCK_N, 4, 8]
     low = _dots(q & NIBBLES, xw_low[None, :, :], 2, ASM).to(tl.float32)                  # [BLOCK_N, 4]
     high = _dots((q >> 4) & NIBBLES, xw_high[None, :, :], 2, ASM).to(tl.float32)
-    d, dmin, sc_low, m_low, sc_high, m_high = q4_k_header(w_ptr, base, valid)
+    d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_header_words(w_ptr, base, valid)
     mins = m_low * tl.sum(x_low, axis=1)[None, :] + m_high * tl.sum(x_high, axis=1)[None, :]
     return d * (sc_low * dx_low[None, :] * low + sc_high * dx_high[None, :] * high) - dmin * mins
 
 
 @triton.jit
+def q8_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, PAIRS: tl.constexpr,
+                  ASM: tl.constexpr):
+    """The ``2 * PAIRS`` ``q8_0`` blocks from input ``k0`` (a multiple of 64; ``K`` too, so that a row
+    and a pair of 34-byte blocks start 4-byte aligned) of rows ``n`` times the inputs, ``[BLOCK_N, PAIRS,
+    8]`` partial sums (the caller adds them up after its loop: summing a step's words would move data
+    between threads). A pair is 17 words: the even block's ``d`` in the low half of word 0, its codes
+    from the high half of word 0 to the low half of word 8; the odd block's ``d`` in the high half of
+    word 8, its codes words 9-16."""
+    pair = k0 // 64 + tl.arange(0, PAIRS)
+    inputs = pair[:, None] * 64 + tl.arange(0, 32)[None, :]                          # [PAIRS, 32]
+    x_even = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_odd = tl.load(x_ptr + inputs + 32, mask=inputs + 32 < K, other=0.0).to(tl.float32)
+    xw_even, dx_even = quantized_rows(x_even)                                        # [PAIRS, 8], [PAIRS]
+    xw_odd, dx_odd = quantized_rows(x_odd)
+    valid = (n[:, None] < N) & (pair * 64 < K)[None, :]                              # [BLOCK_N, PAIRS]
+    at = n[:, None] * ROW_BYTES + pair[None, :] * 68
+    words = (w_ptr + at).to(tl.pointer_type(tl.int32))[:, :, None]
+    i = tl.arange(0, 8)[None, None, :]
+    mask = valid[:, :, None]
+    even = ((tl.load(words + i, mask=mask, other=0) >> 16) & 0xFFFF) | (tl.load(words + i + 1, mask=mask, other=0) << 16)
+    odd = tl.load(words + 9 + i, mask=mask, other=0)
+    zero = tl.zeros_like(even)
+    scale_even = (f16(w_ptr, at, valid) * dx_even[None, :])[:, :, None]
+    scale_odd = (f16(w_ptr, at + 34, valid) * dx_odd[None, :])[:, :, None]
+    return scale_even * dp4a(even, xw_even[None], zero, ASM).to(tl.float32) \
+        + scale_odd * dp4a(odd, xw_odd[None], zero, ASM).to(tl.float32)
+
+
+@triton.jit
 def block32_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
                      BLOCKS: tl.constexpr, ASM: tl.constexpr):
-    """The ``BLOCKS`` 32-value blocks from input ``k0`` of ``q8_0`` (3), ``q4_0`` (4) or ``q4_1`` (5) rows
-    ``n`` times the inputs, ``[BLOCK_N, BLOCKS]`` sums; 0 past ``N`` and ``K``. A block's values 0-15 and
-    16-31 are four words each (``q8_0``: its 32 bytes; the nibble formats: the low, then the high
-    nibbles of their 16 bytes)."""
+    """The ``BLOCKS`` 32-value blocks from input ``k0`` of ``q4_0`` (4) or ``q4_1`` (5) rows ``n`` times
+    the inputs, ``[BLOCK_N, BLOCKS, 4]`` partial sums (added up by the caller after its loop, as
+    :func:`q8_0_int_gemv`'s); 0 past ``N`` and ``K``. A block's 16 bytes are four words whose low
+    nibbles are its values 0-15, their high nibbles values 16-31."""
     blk = k0 // 32 + tl.arange(0, BLOCKS)
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [BLOCKS, 16]
     x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
@@ -69,23 +105,19 @@ def block32_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr,
     valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
     mask = valid[:, :, None]
     j = tl.arange(0, 4)[None, None, :]
-    if FORMAT == 3:                                                                  # q8_0: d, then 32 int8
-        at = n[:, None] * ROW_BYTES + blk[None, :] * 34
-        halves = (w_ptr + at + 2).to(tl.pointer_type(tl.int16))[:, :, None]
-        dots = _dots(_halves(halves, 2 * j, mask), xw_low[None], 2, ASM) \
-            + _dots(_halves(halves, 8 + 2 * j, mask), xw_high[None], 2, ASM)
-        return f16(w_ptr, at, valid) * dx[None, :] * dots.to(tl.float32)
-    elif FORMAT == 4:                                                                # q4_0: d, then 16 bytes
+    if FORMAT == 4:                                                                  # q4_0: d, then 16 bytes
         at = n[:, None] * ROW_BYTES + blk[None, :] * 18
         q = _halves((w_ptr + at + 2).to(tl.pointer_type(tl.int16))[:, :, None], 2 * j, mask)
-        dots = _dots(q & NIBBLES, xw_low[None], 2, ASM) + _dots((q >> 4) & NIBBLES, xw_high[None], 2, ASM)
-        return f16(w_ptr, at, valid) * dx[None, :] * (dots - 8 * code_sums[None, :]).to(tl.float32)
+        dots = _chained(q & NIBBLES, xw_low[None], (q >> 4) & NIBBLES, xw_high[None], ASM) \
+            - (8 * code_sums)[None, :, None] * (j == 0)                              # q - 8, summed exactly
+        return (f16(w_ptr, at, valid) * dx[None, :])[:, :, None] * dots.to(tl.float32)
     else:                                                                            # q4_1: d, m, then 16 bytes
         at = n[:, None] * ROW_BYTES + blk[None, :] * 20
         q = tl.load((w_ptr + at + 4).to(tl.pointer_type(tl.int32))[:, :, None] + j, mask=mask, other=0)
-        dots = _dots(q & NIBBLES, xw_low[None], 2, ASM) + _dots((q >> 4) & NIBBLES, xw_high[None], 2, ASM)
+        dots = _chained(q & NIBBLES, xw_low[None], (q >> 4) & NIBBLES, xw_high[None], ASM)
         x_sums = tl.sum(x_low, axis=1) + tl.sum(x_high, axis=1)
-        return f16(w_ptr, at, valid) * dx[None, :] * dots.to(tl.float32) + f16(w_ptr, at + 2, valid) * x_sums[None, :]
+        return (f16(w_ptr, at, valid) * dx[None, :])[:, :, None] * dots.to(tl.float32) \
+            + (f16(w_ptr, at + 2, valid) * x_sums[None, :])[:, :, None] * (j == 0)
 
 
 @triton.jit
@@ -128,3 +160,29 @@ def q6_k_int_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, 
         acc += scales * dx[None, :, None] * (dots - 32 * group_sums[None, :, :]).to(tl.float32)
     return d * acc
 
+
+
+@triton.jit
+def _column(words, i: tl.constexpr):
+    """Column ``i`` of ``[R, 4]`` int32 ``words`` (the row's 4 words are one thread's: no data moves)."""
+    return tl.sum(tl.where(tl.arange(0, 4)[None, :] == i, words, 0), axis=1)
+
+
+@triton.jit
+def _f16_bits(bits):
+    """The float16 whose bits are the low 16 of int32 ``bits``, as float32."""
+    return (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _q4_k_header_words(w_ptr, base, valid):
+    """``q4_k_header`` from the super-blocks' first 16 bytes read as one 4-word load a row (``d`` and
+    ``dmin``, then the 12 scale bytes): fewer loads, each converted once to the layout of its use."""
+    header = tl.load((w_ptr + base).to(tl.pointer_type(tl.int32))[:, None] + tl.arange(0, 4)[None, :],
+                     mask=valid[:, None], other=0)                                    # [BLOCK_N, 4]
+    first = _column(header, 0)
+    a, b, c = _column(header, 1)[:, None], _column(header, 2)[:, None], _column(header, 3)[:, None]
+    pair = tl.arange(0, 4)
+    sc_low, m_low = q4_k_scale_min(a, b, c, 2 * pair)
+    sc_high, m_high = q4_k_scale_min(a, b, c, 2 * pair + 1)
+    return _f16_bits(first)[:, None], _f16_bits(first >> 16)[:, None], sc_low, m_low, sc_high, m_high

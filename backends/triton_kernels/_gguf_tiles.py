@@ -17,7 +17,7 @@ from ._weight_tiles import byte, exact_float, f16, int8_float
 
 
 @triton.jit
-def _q4_k_scale_min(a, b, c, sub):
+def q4_k_scale_min(a, b, c, sub):
     """Sub-block ``sub``'s 6-bit scale and min (llama.cpp's ``get_scale_min_k4``) from the 12 scale
     bytes read as three little-endian words ``a``, ``b``, ``c`` ``[BLOCK_N, 1]``; ``sub`` ``[S]``."""
     shift = (8 * (sub % 4))[None, :]
@@ -54,8 +54,8 @@ def q4_k_header(w_ptr, base, valid):
     c = tl.load(words + 2, mask=valid, other=0)[:, None]
     d = f16(w_ptr, base, valid)[:, None]
     dmin = f16(w_ptr, base + 2, valid)[:, None]
-    sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)
-    sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
+    sc_low, m_low = q4_k_scale_min(a, b, c, 2 * pair)
+    sc_high, m_high = q4_k_scale_min(a, b, c, 2 * pair + 1)
     return d, dmin, sc_low, m_low, sc_high, m_high
 
 

@@ -21,7 +21,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
-from ._gguf_int_gemv import block32_int_gemv, q4_k_int_block, q6_k_int_block
+from ._gguf_int_gemv import block32_int_gemv, q4_k_int_block, q6_k_int_block, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -60,8 +60,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
-    ``dtype`` bfloat16 by the integer dots of :mod:`._gguf_int_gemv`, 64 rows a program over 256 inputs
-    (the activations' rounding to int8 is paid once a step for all of its rows). ``M > 1``:
+    ``dtype`` bfloat16 by the integer dots of :mod:`._gguf_int_gemv`, 64 rows a program (``q4_k`` 128)
+    over 256 inputs (the activations' rounding to int8 is paid once a step for all of its rows; the
+    fewest instructions a value without spilling registers, in the sm_90 SASS). ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
@@ -70,8 +71,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
         return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
-    if M == 1 and dtype is not None and int_dots(weight_format, dtype):
-        block_m, block_n, block_k, num_warps = 1, 64, 256, 4
+    if M == 1 and dtype is not None and int_dots(weight_format, dtype, K):
+        block_m, block_n, block_k, num_warps = 1, 128 if weight_format == "q4_k" else 64, 256, 4
     elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
@@ -106,8 +107,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
         acc = tl.zeros((BLOCK_N, 2, 2), dtype=tl.float32)
-    elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5) and INT_DOT:
-        acc = tl.zeros((BLOCK_N, BLOCK_K // 32), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 8), dtype=tl.float32)
+    elif BLOCK_M == 1 and (FORMAT == 4 or FORMAT == 5) and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:
         acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
     elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
@@ -123,7 +126,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
             acc += q6_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N,
                                   ASM)
-        elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5) and INT_DOT:
+        elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
+            acc += q8_0_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
+                                 BLOCK_K // 64, ASM)
+        elif BLOCK_M == 1 and (FORMAT == 4 or FORMAT == 5) and INT_DOT:
             acc += block32_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
                                     BLOCK_K // 32, ASM)
         elif BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
@@ -150,7 +156,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
-    if BLOCK_M == 1 and (FORMAT == 6 or (INT_DOT and FORMAT != 7)):
+    if BLOCK_M == 1 and FORMAT == 6:
         acc = tl.sum(acc, axis=1)
     elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
@@ -163,10 +169,11 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                      (m[:, None] < M) & (n[None, :] < N), M, N, SLICES)
 
 
-def int_dots(weight_format: str, dtype: torch.dtype) -> bool:
+def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
     """True where the batch-1 GEMV multiplies int8 activations by the weights' codes (:mod:`._int_dot`):
-    GGUF blocks with bfloat16 activations (the rounding fits bfloat16's tolerance only)."""
-    return weight_format in BLOCK_FORMATS and dtype == torch.bfloat16
+    GGUF blocks with bfloat16 activations (the rounding fits bfloat16's tolerance only); ``q8_0`` with
+    ``K`` a multiple of 64 (its blocks read in aligned pairs)."""
+    return weight_format in BLOCK_FORMATS and dtype == torch.bfloat16 and (weight_format != "q8_0" or K % 64 == 0)
 
 
 def ptx_dp4a(device: torch.device) -> bool:
@@ -200,7 +207,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.block_m == 1 and int_dots(weight_format, x.dtype), ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
+        INT_DOT=p.block_m == 1 and int_dots(weight_format, x.dtype, K), ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out
