@@ -147,16 +147,15 @@ def table(args, kernels, dev, models) -> list[dict]:
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
     (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
-    GEMV 64 to 256 outputs, K split up to 8); above, the
+    GEMV 64 to 256 outputs over 256 inputs, K split up to 8: 24 plans); above, the
     ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1 and fmt in BLOCK_FORMATS:     # the integer-dot GEMV (bf16 activations): wider programs
-        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256)
-        for bn, bk, warps, split in itertools.product((64, 128, 256), widths, (4, 8), (1, 2, 4, 8)):
-            yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
+        for bn, warps, split in itertools.product((64, 128, 256), (4, 8), (1, 2, 4, 8)):
+            yield triton_linear.Plan.sliced(1, K, 1, bn, 256, split, warps)
         return
     if M == 1:
         widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
