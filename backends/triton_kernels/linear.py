@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_int_gemv import block32_int_gemv, q4_k_int_block, q6_k_int_block, q8_0_int_gemv
@@ -169,11 +169,17 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                      (m[:, None] < M) & (n[None, :] < N), M, N, SLICES)
 
 
+#: The GGUF formats whose batch-1 GEMV runs on int8 activations. ``q4_0`` and ``q6_k`` have integer
+#: steps too (:mod:`._gguf_int_gemv`), read in 16-bit halves, which the H200 ran slower than their
+#: float GEMVs: they keep those.
+INT_DOT_FORMATS = ("q4_k", "q8_0", "q4_1")
+
+
 def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
     """True where the batch-1 GEMV multiplies int8 activations by the weights' codes (:mod:`._int_dot`):
-    GGUF blocks with bfloat16 activations (the rounding fits bfloat16's tolerance only); ``q8_0`` with
-    ``K`` a multiple of 64 (its blocks read in aligned pairs)."""
-    return weight_format in BLOCK_FORMATS and dtype == torch.bfloat16 and (weight_format != "q8_0" or K % 64 == 0)
+    :data:`INT_DOT_FORMATS` with bfloat16 activations (the rounding fits bfloat16's tolerance only);
+    ``q8_0`` with ``K`` a multiple of 64 (its blocks read in aligned pairs)."""
+    return weight_format in INT_DOT_FORMATS and dtype == torch.bfloat16 and (weight_format != "q8_0" or K % 64 == 0)
 
 
 def ptx_dp4a(device: torch.device) -> bool:
@@ -207,7 +213,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.block_m == 1 and int_dots(weight_format, x.dtype, K), ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
+        INT_DOT=p.block_m == 1 and p.block_k % 64 == 0 and int_dots(weight_format, x.dtype, K), ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out

@@ -76,7 +76,7 @@ def test_the_integer_gemv_on_activations_int8_holds_exactly():
             codes = torch.randint(-127, 128, (K // 32, 32), generator=gen)
             codes[:, 0] = 127 * torch.where(torch.rand(K // 32, generator=gen) < 0.5, -1, 1)
             x = (codes.float().view(1, K) * 2 ** -6).bfloat16()
-            assert linear.int_dots(fmt, x.dtype, K)
+            assert linear.int_dots(fmt, x.dtype, K) == (fmt in linear.INT_DOT_FORMATS)
             got = linear.quantized_linear(x, weight, scales, fmt).double()
             want = x.double() @ dequantize(weight, scales, fmt, K).double().T
             # the interpreter rounds bfloat16 toward zero: within one unit in the last place, 2**-7
