@@ -4,9 +4,12 @@ scaled once. Same steps and partial sums as the float GEMVs of :mod:`._gguf_tile
 :mod:`anydev.plugin_api.weight_formats`).
 
 Word loads: ``q4_k``'s nibbles (at byte 16 of a 144-byte super-block) and ``q4_1``'s (byte 4 of a
-20-byte block) are 4-byte aligned, and so is a pair of ``q8_0``'s 34-byte blocks (read as 17 words);
-``q4_0``'s 18-byte and ``q6_k``'s 210-byte blocks only 2-byte aligned, so their words are read as two
-halves."""
+20-byte block) are 4-byte aligned. ``q8_0``'s 34-byte and ``q4_0``'s 18-byte blocks, and ``q6_k``'s
+210-byte super-blocks, are only 2-byte aligned one by one but 4-byte aligned two by two (where a row
+holds an even number of them): those steps take an aligned pair, the odd one's words each from the
+two words it straddles. The steps of ``q4_0`` and ``q6_k`` issue their weight loads before the
+activations' rounding (whose reductions and layout change wait at a barrier), so that the loads are
+in flight meanwhile."""
 from __future__ import annotations
 
 from ._common import tl, triton
@@ -16,14 +19,6 @@ from ._weight_tiles import f16
 
 #: The two high bits of each byte's 6-bit ``q6_k`` code, in place (bits 4-5 of every byte).
 _HIGH_BITS = tl.constexpr(0x30303030)
-
-
-@triton.jit
-def _halves(halves_ptr, at, mask):
-    """The words whose low halves are int16 ``at`` of ``halves_ptr`` (2-byte aligned), as int32."""
-    low = tl.load(halves_ptr + at, mask=mask, other=0).to(tl.int32) & 0xFFFF
-    high = tl.load(halves_ptr + at + 1, mask=mask, other=0).to(tl.int32)
-    return low | (high << 16)
 
 
 @triton.jit
@@ -91,11 +86,11 @@ def q8_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, P
 
 
 @triton.jit
-def block32_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCKS: tl.constexpr, ASM: tl.constexpr):
-    """The ``BLOCKS`` 32-value blocks from input ``k0`` of ``q4_0`` (4) or ``q4_1`` (5) rows ``n`` times
-    the inputs, ``[BLOCK_N, BLOCKS, 4]`` partial sums (added up by the caller after its loop, as
-    :func:`q8_0_int_gemv`'s); 0 past ``N`` and ``K``. A block's 16 bytes are four words whose low
+def q4_1_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
+                  ASM: tl.constexpr):
+    """The ``BLOCKS`` ``q4_1`` blocks from input ``k0`` of rows ``n`` times the inputs, ``[BLOCK_N,
+    BLOCKS, 4]`` partial sums (added up by the caller after its loop, as :func:`q8_0_int_gemv`'s); 0
+    past ``N`` and ``K``. A block's 16 code bytes (after ``d`` and ``m``) are four words whose low
     nibbles are its values 0-15, their high nibbles values 16-31."""
     blk = k0 // 32 + tl.arange(0, BLOCKS)
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [BLOCKS, 16]
@@ -105,61 +100,146 @@ def block32_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr,
     valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
     mask = valid[:, :, None]
     j = tl.arange(0, 4)[None, None, :]
-    if FORMAT == 4:                                                                  # q4_0: d, then 16 bytes
-        at = n[:, None] * ROW_BYTES + blk[None, :] * 18
-        q = _halves((w_ptr + at + 2).to(tl.pointer_type(tl.int16))[:, :, None], 2 * j, mask)
-        dots = _chained(q & NIBBLES, xw_low[None], (q >> 4) & NIBBLES, xw_high[None], ASM) \
-            - (8 * code_sums)[None, :, None] * (j == 0)                              # q - 8, summed exactly
-        return (f16(w_ptr, at, valid) * dx[None, :])[:, :, None] * dots.to(tl.float32)
-    else:                                                                            # q4_1: d, m, then 16 bytes
-        at = n[:, None] * ROW_BYTES + blk[None, :] * 20
-        q = tl.load((w_ptr + at + 4).to(tl.pointer_type(tl.int32))[:, :, None] + j, mask=mask, other=0)
-        dots = _chained(q & NIBBLES, xw_low[None], (q >> 4) & NIBBLES, xw_high[None], ASM)
-        x_sums = tl.sum(x_low, axis=1) + tl.sum(x_high, axis=1)
-        return (f16(w_ptr, at, valid) * dx[None, :])[:, :, None] * dots.to(tl.float32) \
-            + (f16(w_ptr, at + 2, valid) * x_sums[None, :])[:, :, None] * (j == 0)
+    at = n[:, None] * ROW_BYTES + blk[None, :] * 20
+    q = tl.load((w_ptr + at + 4).to(tl.pointer_type(tl.int32))[:, :, None] + j, mask=mask, other=0)
+    dots = _chained(q & NIBBLES, xw_low[None], (q >> 4) & NIBBLES, xw_high[None], ASM)
+    x_sums = tl.sum(x_low, axis=1) + tl.sum(x_high, axis=1)
+    return (f16(w_ptr, at, valid) * dx[None, :])[:, :, None] * dots.to(tl.float32) \
+        + (f16(w_ptr, at + 2, valid) * x_sums[None, :])[:, :, None] * (j == 0)
 
 
 @triton.jit
-def q6_k_int_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
-    """Super-block ``kb`` of ``q6_k`` rows times the inputs, ``[BLOCK_N, 2, 2]`` sums (half ``h``, group
-    ``g``). For word ``j = 4g + i`` of a half, ``QL0``/``QL1`` the ``ql`` words at bytes ``64h + 4j`` and
-    ``64h + 32 + 4j`` and ``QH`` the ``qh`` word at ``32h + 4j``: quarter ``t`` of the half (values
-    ``128h + 32t + 4j ..``, scale ``8h + 2t + g``) is ``QL0``'s low nibbles (t 0), ``QL1``'s low (1),
-    ``QL0``'s high (2), ``QL1``'s high (3), its two high bits those at ``2t`` in ``QH``."""
-    valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
-    base = n * ROW_BYTES + kb * 210
-    halves = (w_ptr + base).to(tl.pointer_type(tl.int16))[:, None, None, None]
-    h = tl.arange(0, 2)[None, :, None, None]
-    g = tl.arange(0, 2)[None, None, :, None]
-    j = 4 * g + tl.arange(0, 4)[None, None, None, :]                                  # [1, 2, 2, 4]
-    mask = valid[:, None, None, None]
-    ql0 = _halves(halves, 32 * h + 2 * j, mask)                                      # [BLOCK_N, 2, 2, 4]
-    ql1 = _halves(halves, 32 * h + 16 + 2 * j, mask)
-    qh = _halves(halves, 64 + 16 * h + 2 * j, mask)
-    d = f16(w_ptr, base + 208, valid)[:, None, None]
-    scale_at = (base + 192)[:, None, None] + (8 * tl.arange(0, 2))[None, :, None] + tl.arange(0, 2)[None, None, :]
-    scale_mask = valid[:, None, None]
-    acc = tl.zeros((BLOCK_N, 2, 2), dtype=tl.float32)
-    for t in tl.static_range(4):
-        inputs = kb * 256 + (128 * tl.arange(0, 2))[:, None] + 32 * t + tl.arange(0, 32)[None, :]   # [2, 32]
-        x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
-        codes, dx = row_codes(x)                                                      # [2, 32], [2]
-        x_words = tl.reshape(pack4(codes), (2, 2, 4))
-        group_sums = tl.sum(tl.reshape(codes, (2, 2, 16)), axis=2)                    # [2, 2]
-        if t == 0:
-            q = (ql0 & NIBBLES) | ((qh << 4) & _HIGH_BITS)
-        elif t == 1:
-            q = (ql1 & NIBBLES) | ((qh << 2) & _HIGH_BITS)
-        elif t == 2:
-            q = ((ql0 >> 4) & NIBBLES) | (qh & _HIGH_BITS)
-        else:
-            q = ((ql1 >> 4) & NIBBLES) | ((qh >> 2) & _HIGH_BITS)
-        dots = _dots(q, x_words[None, :, :, :], 3, ASM)                                    # [BLOCK_N, 2, 2]
-        scales = tl.load(w_ptr + scale_at + 2 * t, mask=scale_mask, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-        acc += scales * dx[None, :, None] * (dots - 32 * group_sums[None, :, :]).to(tl.float32)
-    return d * acc
+def _straddled(first, second):
+    """The words that start 2 bytes into words ``first`` and end 2 bytes into ``second``."""
+    return ((first >> 16) & 0xFFFF) | (second << 16)
 
+
+@triton.jit
+def q4_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, PAIRS: tl.constexpr,
+                  ASM: tl.constexpr):
+    """The ``2 * PAIRS`` ``q4_0`` blocks from input ``k0`` (a multiple of 64; ``K`` too, so that a row
+    and a pair of 18-byte blocks start 4-byte aligned) of rows ``n`` times the inputs, ``[BLOCK_N, PAIRS,
+    4]`` partial sums (added up by the caller after its loop). A pair is 9 words: the even block's ``d``
+    in the low half of word 0, its 16 code bytes from the high half of word 0 to the low half of word 4;
+    the odd block's ``d`` in the high half of word 4, its codes words 5-8. A block's word ``i`` holds
+    its values ``4i ..`` in the low nibbles and ``16 + 4i ..`` in the high ones; a value is its nibble
+    minus 8, summed exactly as ``dp4a(nibbles) - 8 * sum(activation codes)``."""
+    pair = k0 // 64 + tl.arange(0, PAIRS)
+    valid = (n[:, None] < N) & (pair * 64 < K)[None, :]                              # [BLOCK_N, PAIRS]
+    mask = valid[:, :, None]
+    at = n[:, None] * ROW_BYTES + pair[None, :] * 36
+    words = (w_ptr + at).to(tl.pointer_type(tl.int32))[:, :, None]
+    i = tl.arange(0, 4)[None, None, :]
+    even = _straddled(tl.load(words + i, mask=mask, other=0), tl.load(words + 1 + i, mask=mask, other=0))
+    odd = tl.load(words + 5 + i, mask=mask, other=0)                                 # [BLOCK_N, PAIRS, 4]
+    d_even = f16(w_ptr, at, valid)
+    d_odd = f16(w_ptr, at + 18, valid)
+    blk = k0 // 32 + tl.arange(0, 2 * PAIRS)                                         # even, odd, even, ...
+    inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [2 * PAIRS, 16]
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 16, mask=inputs + 16 < K, other=0.0).to(tl.float32)
+    xw_low, xw_high, dx, code_sums = quantized_pairs(x_low, x_high)                  # [2 * PAIRS, 4], [2 * PAIRS]
+    xe_low, xo_low = tl.split(tl.permute(tl.reshape(xw_low, (PAIRS, 2, 4)), (0, 2, 1)))
+    xe_high, xo_high = tl.split(tl.permute(tl.reshape(xw_high, (PAIRS, 2, 4)), (0, 2, 1)))
+    dx_even, dx_odd = tl.split(tl.reshape(dx, (PAIRS, 2)))
+    sums_even, sums_odd = tl.split(tl.reshape(code_sums, (PAIRS, 2)))
+    first = i == 0
+    dots_even = _chained(even & NIBBLES, xe_low[None], (even >> 4) & NIBBLES, xe_high[None], ASM) \
+        - (8 * sums_even)[None, :, None] * first
+    dots_odd = _chained(odd & NIBBLES, xo_low[None], (odd >> 4) & NIBBLES, xo_high[None], ASM) \
+        - (8 * sums_odd)[None, :, None] * first
+    return (d_even * dx_even[None, :])[:, :, None] * dots_even.to(tl.float32) \
+        + (d_odd * dx_odd[None, :])[:, :, None] * dots_odd.to(tl.float32)
+
+
+@triton.jit
+def _q6_k_words(words, at, mask, ODD: tl.constexpr):
+    """Words ``at`` of the even (``ODD`` False) or odd super-block of the pair from int32 ``words``: the
+    odd one starts 2 bytes into the pair's word 52."""
+    if ODD:
+        return _straddled(tl.load(words + 52 + at, mask=mask, other=0), tl.load(words + 53 + at, mask=mask, other=0))
+    else:
+        return tl.load(words + at, mask=mask, other=0)
+
+
+@triton.jit
+def _q6_k_loads(words, valid, ODD: tl.constexpr):
+    """Of the pairs at int32 ``words`` ``[BLOCK_N]``, one super-block's code words and scale words: ``ql0``, ``ql1`` and ``qh`` ``[BLOCK_N, 2, 2, 4]``
+    (half ``h``, group ``g``, word ``i``; ``j = 4g + i``): the ``ql`` words at bytes ``64h + 4j`` and
+    ``64h + 32 + 4j``, the ``qh`` word at ``128 + 32h + 4j``; the 16 scale bytes' words ``2h`` and
+    ``2h + 1`` (of bytes 192-207) as ``[BLOCK_N, 2, 1]``."""
+    h = tl.arange(0, 2)[None, :, None, None]
+    j = 4 * tl.arange(0, 2)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]   # [1, 1, 2, 4]
+    codes, mask = words[:, None, None, None], valid[:, None, None, None]
+    ql0 = _q6_k_words(codes, 16 * h + j, mask, ODD)
+    ql1 = _q6_k_words(codes, 16 * h + 8 + j, mask, ODD)
+    qh = _q6_k_words(codes, 32 + 8 * h + j, mask, ODD)
+    scales, scale_at, scale_mask = words[:, None, None], 48 + 2 * tl.arange(0, 2)[None, :, None], valid[:, None, None]
+    return ql0, ql1, qh, _q6_k_words(scales, scale_at, scale_mask, ODD), \
+        _q6_k_words(scales, scale_at + 1, scale_mask, ODD)
+
+
+@triton.jit
+def _quarters(v):
+    """``v`` ``[2, 2, 2, C]`` of rows ``4h + 2a + b`` as its four quarters ``t = 2a + b``, each ``[2, C]``
+    (half ``h``), by splits (no reduction)."""
+    b0, b1 = tl.split(tl.permute(v, (0, 1, 3, 2)))
+    t0, t2 = tl.split(tl.permute(b0, (0, 2, 1)))
+    t1, t3 = tl.split(tl.permute(b1, (0, 2, 1)))
+    return t0, t1, t2, t3
+
+
+@triton.jit
+def _q6_k_quarter(ql0, ql1, qh, scale_words, x_words, group_sums, dx, t: tl.constexpr, ASM: tl.constexpr):
+    """Quarter ``t`` of both halves (:func:`_q6_k_dots`) as ``[BLOCK_N, 2, 2]`` sums, without ``d``."""
+    if t == 0:
+        q = (ql0 & NIBBLES) | ((qh << 4) & _HIGH_BITS)
+    elif t == 1:
+        q = (ql1 & NIBBLES) | ((qh << 2) & _HIGH_BITS)
+    elif t == 2:
+        q = ((ql0 >> 4) & NIBBLES) | (qh & _HIGH_BITS)
+    else:
+        q = ((ql1 >> 4) & NIBBLES) | ((qh >> 2) & _HIGH_BITS)
+    dots = _dots(q, tl.reshape(x_words, (2, 2, 4))[None, :, :, :], 3, ASM)           # [BLOCK_N, 2, 2]
+    g = tl.arange(0, 2)[None, None, :]
+    scales = ((scale_words << (24 - 8 * (2 * (t % 2) + g))) >> 24).to(tl.float32)     # byte 2 (t % 2) + g, signed
+    return scales * tl.reshape(dx, (2,))[None, :, None] * (dots - 32 * group_sums[None, :, :]).to(tl.float32)
+
+
+@triton.jit
+def _q6_k_dots(ql0, ql1, qh, scales_low, scales_high, x_ptr, kb, K, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+    """Super-block ``kb`` of the loaded words (:func:`_q6_k_loads`) times the inputs, without ``d``:
+    ``[BLOCK_N, 2, 2]`` sums (half ``h``, group ``g``). Quarter ``t`` of a half (values ``128h + 32t +
+    4j ..``, scale byte ``8h + 2t + g``) is ``ql0``'s low nibbles (t 0), ``ql1``'s low (1), ``ql0``'s
+    high (2), ``ql1``'s high (3), its two high bits those at ``2t`` in ``qh``; a value is its code minus
+    32, summed exactly as ``dp4a(codes) - 32 * sum(activation codes)``. The super-block's inputs are
+    rounded to int8 together, rows ``4h + t`` of 32."""
+    inputs = kb * 256 + 32 * tl.arange(0, 8)[:, None] + tl.arange(0, 32)[None, :]    # [8, 32]
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    codes, dx = row_codes(x)                                                          # [8, 32], [8]
+    w0, w1, w2, w3 = _quarters(tl.reshape(pack4(codes), (2, 2, 2, 8)))                # [2, 8] each
+    s0, s1, s2, s3 = _quarters(tl.sum(tl.reshape(codes, (2, 2, 2, 2, 16)), axis=4))  # [2, 2] each
+    d0, d1, d2, d3 = _quarters(tl.reshape(dx, (2, 2, 2, 1)))                          # [2, 1] each
+    return _q6_k_quarter(ql0, ql1, qh, scales_low, w0, s0, d0, 0, ASM) \
+        + _q6_k_quarter(ql0, ql1, qh, scales_low, w1, s1, d1, 1, ASM) \
+        + _q6_k_quarter(ql0, ql1, qh, scales_high, w2, s2, d2, 2, ASM) \
+        + _q6_k_quarter(ql0, ql1, qh, scales_high, w3, s3, d3, 3, ASM)
+
+
+@triton.jit
+def q6_k_int_pair(w_ptr, x_ptr, n, pair, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+    """Super-blocks ``2 * pair`` and ``2 * pair + 1`` of ``q6_k`` rows ``n`` (``K`` a multiple of 512, so
+    that a row and a pair of 210-byte super-blocks start 4-byte aligned) times the inputs, ``[BLOCK_N,
+    2, 2]`` sums (as :func:`_q6_k_dots`, the two super-blocks added)."""
+    valid = (n < N) & (pair * 512 + tl.zeros_like(n) < K)
+    base = n * ROW_BYTES + pair * 420
+    words = (w_ptr + base).to(tl.pointer_type(tl.int32))
+    ql0_even, ql1_even, qh_even, low_even, high_even = _q6_k_loads(words, valid, False)
+    ql0_odd, ql1_odd, qh_odd, low_odd, high_odd = _q6_k_loads(words, valid, True)
+    d_even = f16(w_ptr, base + 208, valid)[:, None, None]
+    d_odd = f16(w_ptr, base + 418, valid)[:, None, None]
+    return d_even * _q6_k_dots(ql0_even, ql1_even, qh_even, low_even, high_even, x_ptr, 2 * pair, K, BLOCK_N, ASM) \
+        + d_odd * _q6_k_dots(ql0_odd, ql1_odd, qh_odd, low_odd, high_odd, x_ptr, 2 * pair + 1, K, BLOCK_N, ASM)
 
 
 @triton.jit

@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
     kernel = linear._linear_kernel
     cases = [(1, 16, 256, False), (32, 64, 256, False)]
     if fmt not in ("dense", "int8", "fp8_e4m3"):
-        cases.append((1, 32, 256, True))        # the integer-dot GEMV, dp4a by PTX
+        cases.append((1, 32, 512 if fmt == "q6_k" else 256, True))     # the integer-dot GEMV, dp4a by PTX
     for block_m, block_n, block_k, int_dot in cases:
         signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
                      "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
