@@ -115,25 +115,52 @@ def _straddled(first, second):
 
 
 @triton.jit
+def _words4(words):
+    """``words`` ``[R, 4]`` (a block's four words) as four ``[R]``, by splits."""
+    low, high = tl.split(tl.reshape(words, (words.shape[0], 2, 2)))                  # words 2c + e: e split
+    w0, w2 = tl.split(low)
+    w1, w3 = tl.split(high)
+    return w0, w1, w2, w3
+
+
+@triton.jit
+def _q4_0_dots(q0, q1, q2, q3, x_low, x_high, ASM: tl.constexpr):
+    """``dp4a`` of a ``q4_0`` block's four code words ``[BLOCK_N, PAIRS]`` (low nibbles then high) with the
+    activations' words ``[PAIRS, 4]``, chained into one integer sum a block."""
+    l0, l1, l2, l3 = _words4(x_low)
+    h0, h1, h2, h3 = _words4(x_high)
+    dots = dp4a(q0 & NIBBLES, l0[None], dp4a((q0 >> 4) & NIBBLES, h0[None], tl.zeros_like(q0), ASM), ASM)
+    dots = dp4a(q1 & NIBBLES, l1[None], dp4a((q1 >> 4) & NIBBLES, h1[None], dots, ASM), ASM)
+    dots = dp4a(q2 & NIBBLES, l2[None], dp4a((q2 >> 4) & NIBBLES, h2[None], dots, ASM), ASM)
+    return dp4a(q3 & NIBBLES, l3[None], dp4a((q3 >> 4) & NIBBLES, h3[None], dots, ASM), ASM)
+
+
+@triton.jit
 def q4_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, PAIRS: tl.constexpr,
                   ASM: tl.constexpr):
     """The ``2 * PAIRS`` ``q4_0`` blocks from input ``k0`` (a multiple of 64; ``K`` too, so that a row
     and a pair of 18-byte blocks start 4-byte aligned) of rows ``n`` times the inputs, ``[BLOCK_N, PAIRS,
-    4]`` partial sums (added up by the caller after its loop). A pair is 9 words: the even block's ``d``
-    in the low half of word 0, its 16 code bytes from the high half of word 0 to the low half of word 4;
-    the odd block's ``d`` in the high half of word 4, its codes words 5-8. A block's word ``i`` holds
-    its values ``4i ..`` in the low nibbles and ``16 + 4i ..`` in the high ones; a value is its nibble
-    minus 8, summed exactly as ``dp4a(nibbles) - 8 * sum(activation codes)``."""
+    2]`` partial sums (even block, odd block; added up by the caller after its loop). A pair is 9 words:
+    the even block's ``d`` in the low half of word 0, its 16 code bytes from the high half of word 0 to
+    the low half of word 4; the odd block's ``d`` in the high half of word 4, its codes words 5-8. A
+    block's word ``i`` holds its values ``4i ..`` in the low nibbles and ``16 + 4i ..`` in the high ones;
+    a value is its nibble minus 8, summed exactly as ``dp4a(nibbles) - 8 * sum(activation codes)``. Each
+    word is a tensor of its own, so that a block's ``dp4a`` chain in one thread."""
     pair = k0 // 64 + tl.arange(0, PAIRS)
     valid = (n[:, None] < N) & (pair * 64 < K)[None, :]                              # [BLOCK_N, PAIRS]
-    mask = valid[:, :, None]
     at = n[:, None] * ROW_BYTES + pair[None, :] * 36
-    words = (w_ptr + at).to(tl.pointer_type(tl.int32))[:, :, None]
-    i = tl.arange(0, 4)[None, None, :]
-    even = _straddled(tl.load(words + i, mask=mask, other=0), tl.load(words + 1 + i, mask=mask, other=0))
-    odd = tl.load(words + 5 + i, mask=mask, other=0)                                 # [BLOCK_N, PAIRS, 4]
-    d_even = f16(w_ptr, at, valid)
-    d_odd = f16(w_ptr, at + 18, valid)
+    words = (w_ptr + at).to(tl.pointer_type(tl.int32))
+    w0 = tl.load(words, mask=valid, other=0)
+    w1 = tl.load(words + 1, mask=valid, other=0)
+    w2 = tl.load(words + 2, mask=valid, other=0)
+    w3 = tl.load(words + 3, mask=valid, other=0)
+    w4 = tl.load(words + 4, mask=valid, other=0)
+    o0 = tl.load(words + 5, mask=valid, other=0)
+    o1 = tl.load(words + 6, mask=valid, other=0)
+    o2 = tl.load(words + 7, mask=valid, other=0)
+    o3 = tl.load(words + 8, mask=valid, other=0)
+    d_even = _f16_bits(w0)
+    d_odd = _f16_bits(w4 >> 16)
     blk = k0 // 32 + tl.arange(0, 2 * PAIRS)                                         # even, odd, even, ...
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [2 * PAIRS, 16]
     x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
@@ -143,13 +170,10 @@ def q4_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, P
     xe_high, xo_high = tl.split(tl.permute(tl.reshape(xw_high, (PAIRS, 2, 4)), (0, 2, 1)))
     dx_even, dx_odd = tl.split(tl.reshape(dx, (PAIRS, 2)))
     sums_even, sums_odd = tl.split(tl.reshape(code_sums, (PAIRS, 2)))
-    first = i == 0
-    dots_even = _chained(even & NIBBLES, xe_low[None], (even >> 4) & NIBBLES, xe_high[None], ASM) \
-        - (8 * sums_even)[None, :, None] * first
-    dots_odd = _chained(odd & NIBBLES, xo_low[None], (odd >> 4) & NIBBLES, xo_high[None], ASM) \
-        - (8 * sums_odd)[None, :, None] * first
-    return (d_even * dx_even[None, :])[:, :, None] * dots_even.to(tl.float32) \
-        + (d_odd * dx_odd[None, :])[:, :, None] * dots_odd.to(tl.float32)
+    dots_even = _q4_0_dots(_straddled(w0, w1), _straddled(w1, w2), _straddled(w2, w3), _straddled(w3, w4),
+                           xe_low, xe_high, ASM) - 8 * sums_even[None, :]
+    dots_odd = _q4_0_dots(o0, o1, o2, o3, xo_low, xo_high, ASM) - 8 * sums_odd[None, :]
+    return tl.join(d_even * dx_even[None, :] * dots_even.to(tl.float32), d_odd * dx_odd[None, :] * dots_odd.to(tl.float32))
 
 
 @triton.jit
@@ -164,19 +188,23 @@ def _q6_k_words(words, at, mask, ODD: tl.constexpr):
 
 @triton.jit
 def _q6_k_loads(words, valid, ODD: tl.constexpr):
-    """Of the pairs at int32 ``words`` ``[BLOCK_N]``, one super-block's code words and scale words: ``ql0``, ``ql1`` and ``qh`` ``[BLOCK_N, 2, 2, 4]``
-    (half ``h``, group ``g``, word ``i``; ``j = 4g + i``): the ``ql`` words at bytes ``64h + 4j`` and
-    ``64h + 32 + 4j``, the ``qh`` word at ``128 + 32h + 4j``; the 16 scale bytes' words ``2h`` and
-    ``2h + 1`` (of bytes 192-207) as ``[BLOCK_N, 2, 1]``."""
-    h = tl.arange(0, 2)[None, :, None, None]
-    j = 4 * tl.arange(0, 2)[None, None, :, None] + tl.arange(0, 4)[None, None, None, :]   # [1, 1, 2, 4]
-    codes, mask = words[:, None, None, None], valid[:, None, None, None]
-    ql0 = _q6_k_words(codes, 16 * h + j, mask, ODD)
-    ql1 = _q6_k_words(codes, 16 * h + 8 + j, mask, ODD)
-    qh = _q6_k_words(codes, 32 + 8 * h + j, mask, ODD)
-    scales, scale_at, scale_mask = words[:, None, None], 48 + 2 * tl.arange(0, 2)[None, :, None], valid[:, None, None]
-    return ql0, ql1, qh, _q6_k_words(scales, scale_at, scale_mask, ODD), \
-        _q6_k_words(scales, scale_at + 1, scale_mask, ODD)
+    """Of the pairs at int32 ``words`` ``[BLOCK_N]``, one super-block's code words and scale words: ``ql0``,
+    ``ql1`` and ``qh`` as tuples of four ``[BLOCK_N, 2, 2]`` (word ``i`` of half ``h``, group ``g``; ``j
+    = 4g + i``): the ``ql`` words at bytes ``64h + 4j`` and ``64h + 32 + 4j``, the ``qh`` word at ``128 +
+    32h + 4j``; the 16 scale bytes' words ``2h`` and ``2h + 1`` (of bytes 192-207) as ``[BLOCK_N, 2,
+    1]``. Each word a tensor of its own: a row's words then chain their ``dp4a`` in one thread, where
+    a word axis would lie across threads and its sum take shuffles."""
+    codes, mask = words[:, None, None], valid[:, None, None]
+    j = 16 * tl.arange(0, 2)[None, :, None] + 4 * tl.arange(0, 2)[None, None, :]      # 16h + 4g: [1, 2, 2]
+    ql0 = (_q6_k_words(codes, j, mask, ODD), _q6_k_words(codes, j + 1, mask, ODD),
+           _q6_k_words(codes, j + 2, mask, ODD), _q6_k_words(codes, j + 3, mask, ODD))
+    ql1 = (_q6_k_words(codes, j + 8, mask, ODD), _q6_k_words(codes, j + 9, mask, ODD),
+           _q6_k_words(codes, j + 10, mask, ODD), _q6_k_words(codes, j + 11, mask, ODD))
+    jh = 32 + 8 * tl.arange(0, 2)[None, :, None] + 4 * tl.arange(0, 2)[None, None, :]  # 32 + 8h + 4g
+    qh = (_q6_k_words(codes, jh, mask, ODD), _q6_k_words(codes, jh + 1, mask, ODD),
+          _q6_k_words(codes, jh + 2, mask, ODD), _q6_k_words(codes, jh + 3, mask, ODD))
+    scale_at = 48 + 2 * tl.arange(0, 2)[None, :, None]
+    return ql0, ql1, qh, _q6_k_words(codes, scale_at, mask, ODD), _q6_k_words(codes, scale_at + 1, mask, ODD)
 
 
 @triton.jit
@@ -190,8 +218,8 @@ def _quarters(v):
 
 
 @triton.jit
-def _q6_k_quarter(ql0, ql1, qh, scale_words, x_words, group_sums, dx, t: tl.constexpr, ASM: tl.constexpr):
-    """Quarter ``t`` of both halves (:func:`_q6_k_dots`) as ``[BLOCK_N, 2, 2]`` sums, without ``d``."""
+def _q6_k_codes(ql0, ql1, qh, t: tl.constexpr):
+    """The 6-bit codes of quarter ``t`` in one word of each of ``ql0``, ``ql1``, ``qh``."""
     if t == 0:
         q = (ql0 & NIBBLES) | ((qh << 4) & _HIGH_BITS)
     elif t == 1:
@@ -200,7 +228,20 @@ def _q6_k_quarter(ql0, ql1, qh, scale_words, x_words, group_sums, dx, t: tl.cons
         q = ((ql0 >> 4) & NIBBLES) | (qh & _HIGH_BITS)
     else:
         q = ((ql1 >> 4) & NIBBLES) | ((qh >> 2) & _HIGH_BITS)
-    dots = _dots(q, tl.reshape(x_words, (2, 2, 4))[None, :, :, :], 3, ASM)           # [BLOCK_N, 2, 2]
+    return q
+
+
+@triton.jit
+def _q6_k_quarter(ql0, ql1, qh, scale_words, x_words, group_sums, dx, t: tl.constexpr, ASM: tl.constexpr):
+    """Quarter ``t`` of both halves (:func:`_q6_k_dots`) as ``[BLOCK_N, 2, 2]`` sums, without ``d``: the
+    four words' ``dp4a`` chained, word ``i = 2c + e`` of the activations split out of ``x_words``."""
+    e0, e1 = tl.split(tl.reshape(x_words, (2, 2, 2, 2)))                             # (h, g, c) each
+    x0, x2 = tl.split(e0)
+    x1, x3 = tl.split(e1)
+    dots = dp4a(_q6_k_codes(ql0[0], ql1[0], qh[0], t), x0[None], tl.zeros_like(qh[0]), ASM)
+    dots = dp4a(_q6_k_codes(ql0[1], ql1[1], qh[1], t), x1[None], dots, ASM)
+    dots = dp4a(_q6_k_codes(ql0[2], ql1[2], qh[2], t), x2[None], dots, ASM)
+    dots = dp4a(_q6_k_codes(ql0[3], ql1[3], qh[3], t), x3[None], dots, ASM)          # [BLOCK_N, 2, 2]
     g = tl.arange(0, 2)[None, None, :]
     scales = ((scale_words << (24 - 8 * (2 * (t % 2) + g))) >> 24).to(tl.float32)     # byte 2 (t % 2) + g, signed
     return scales * tl.reshape(dx, (2,))[None, :, None] * (dots - 32 * group_sums[None, :, :]).to(tl.float32)

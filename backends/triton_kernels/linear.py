@@ -64,7 +64,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
     ``dtype`` bfloat16 where :func:`int_dots` allows, by the integer dots of :mod:`._gguf_int_gemv`, 64
-    rows a program (``q4_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
+    rows a program (``q4_k``/``q6_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
     activations' rounding to int8 is paid once a step for all of its rows; the fewest instructions a
     value without spilling registers, in the sm_90 SASS). ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
@@ -78,7 +78,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages,
                            int_dot and int_dot_tile(weight_format, block_k))
     if int_dot:
-        block_m, block_n, num_warps = 1, 128 if weight_format == "q4_k" else 64, 4
+        block_m, block_n, num_warps = 1, 128 if weight_format in K_QUANTS else 64, 4
         block_k = 512 if weight_format == "q6_k" else 256
     elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
@@ -117,7 +117,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
         acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 8), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 4 and INT_DOT:
-        acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 4), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 2), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 5 and INT_DOT:
         acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:
