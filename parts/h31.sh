@@ -9,7 +9,9 @@
 #      after in one run, us and TB/s;
 #   4. with LLAMA_BIN (a folder holding llama.cpp's llama-bench and llama-batched-bench): both engines on
 #      the same files, batch 1 and 32 (benchmarks/gguf_peer_bench.py), one file a call so that a call cut
-#      short keeps the files before it. Skipped when LLAMA_BIN is unset.
+#      short keeps the files before it: Q4_K and Q8_0, then (5.) the batch-1 plan sweep of q6_k and q4_0
+#      (RECORDED entries for linear_plans, $OUT/r/h31-plans-b1.txt), then Q6_K and Q4_0 as time allows.
+#      The peer steps are skipped when LLAMA_BIN is unset.
 # Run from the repo root on the GPU machine; writes $OUT/r/h31-* and logs to $OUT/h31.log. H31_TINY=1 runs
 # every step at tiny shapes on --device cpu under Triton's interpreter (how it was checked off the GPU).
 set -uo pipefail
@@ -55,22 +57,29 @@ step conf-linear 180 python3 -m anydev.conformance --device $DEV "${CONF[@]}" --
 step linear 60 python3 benchmarks/linear_bench.py --device $DEV "${LB[@]}" --batches 1 --float-gemv \
   --formats dense,q4_k,q8_0,q6_k,q4_0,q4_1 --out $R/h31-linear.json
 
-# 4. llama.cpp beside anydev on the same files
+# 4. llama.cpp beside anydev on the same files (Q4_K, Q8_0 first: the targets), 5. between them the
+# batch-1 plan sweep of q6_k and q4_0 (their integer-dot plans have no recorded ones yet)
+peer() {
+  local t=$1 w=$SECONDS
+  while [[ ! -e $G/$t.done ]] && (( SECONDS - T0 < BUDGET - 20 )); do sleep 2; done
+  echo "waited $((SECONDS - w)) s for $t" >> $LOG
+  [[ -s $G/llama-8b-$t.gguf ]] || { echo "no file for $t" | tee -a $LOG; return; }
+  step peer-$t 100 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$t.gguf "${PEER[@]}" --llamacpp /tmp/h31-llama \
+    --out $R/h31-peer-$t.json
+}
 if [[ -n "${LLAMA_BIN:-}" ]]; then
   mkdir -p /tmp/h31-llama && ln -sfn "$LLAMA_BIN" /tmp/h31-llama/bin     # gguf_peer_bench wants BUILD/bin/
-  for t in "${FORMATS[@]}"; do
-    w=$SECONDS; while [[ ! -e $G/$t.done ]] && (( SECONDS - T0 < BUDGET - 20 )); do sleep 2; done
-    echo "waited $((SECONDS - w)) s for $t" >> $LOG
-    [[ -s $G/llama-8b-$t.gguf ]] || { echo "no file for $t" | tee -a $LOG; continue; }
-    step peer-$t 110 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$t.gguf "${PEER[@]}" --llamacpp /tmp/h31-llama \
-      --out $R/h31-peer-$t.json
-  done
+  peer Q4_K; peer Q8_0
 else
   echo "LLAMA_BIN unset: the llama.cpp comparison (step 4) skipped" | tee -a $LOG
 fi
+step sweep 50 python3 benchmarks/linear_bench.py --device $DEV "${LB[@]}" --skip-table --sweep --sweep-formats q6_k,q4_0 \
+  --table-out $R/h31-plans-b1.txt --out $R/h31-sweep.json
+[[ -n "${LLAMA_BIN:-}" ]] && { peer Q6_K; peer Q4_0; }
 wait
 ls -la $G >> $LOG 2>&1
 grep -h "passed\|failed" $R/h31-conf-linear.txt | tail -3 | tee -a $LOG
 grep -h "^== \|GEMMs per token\|^qkv\|^o \|^gate_up\|^down\|^lm_head" $R/h31-linear.txt | tee -a $LOG
+grep -h "heuristic" $R/h31-sweep.txt 2>/dev/null | cut -c1-220 | tee -a $LOG
 for t in "${FORMATS[@]}"; do tail -4 $R/h31-peer-$t.txt 2>/dev/null | tee -a $LOG; done
 echo "h31 done in $((SECONDS - T0)) s" | tee -a $LOG
