@@ -5,6 +5,7 @@ bandwidth (weight bytes + activations over the time), and per model the GEMMs' t
 
     python benchmarks/linear_bench.py --device nvidia                         # the table
     python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
+    python benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --float-gemv  # GGUF int dots vs float
     python benchmarks/linear_bench.py --device nvidia --models 8B --skip-table --sweep --sweep-batches 32 \\
         --sweep-formats int8 --table-out plans.txt                              # batch-32 tl.dot tiles
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
@@ -106,14 +107,27 @@ def copies_of(fmt, N, K, dev, tiny):
     return [make_weight(fmt, N, K, dev) for _ in range(count)]
 
 
-def methods(kernels, formats):
-    """(column name, format, call(x, weight, scales)) of ``formats`` ("dense": torch's and the backend's)."""
+def methods(kernels, formats, float_gemv=False):
+    """(column name, format, call(x, weight, scales)) of ``formats`` ("dense": torch's and the backend's);
+    with ``float_gemv`` also "FMT float" beside each GGUF format: the Triton kernel's plan without the
+    integer dots (its float GEMV at batch 1), the before of an integer-dot plan in the same run."""
     if "dense" in formats:
         yield "torch bf16", "dense", lambda x, w, s: F.linear(x, w)
         yield "anydev bf16", "dense", lambda x, w, s: kernels.linear(x, w)
     for fmt in WEIGHT_FORMATS:
         if fmt in formats:
             yield fmt, fmt, lambda x, w, s, fmt=fmt: kernels.quantized_linear(x, w, s, fmt)
+            if float_gemv and fmt in BLOCK_FORMATS:
+                yield f"{fmt} float", fmt, lambda x, w, s, fmt=fmt: float_plan_call(x, w, s, fmt)
+
+
+def float_plan_call(x, weight, scales, fmt):
+    """The Triton kernel on ``fmt`` with the plan it takes for activations other than bfloat16 (no
+    integer dots)."""
+    from anydev.backends.triton_kernels import linear as triton_linear
+
+    M, K = x.shape
+    return triton_linear.run(x, weight, scales, fmt, triton_linear.plan(M, weight.shape[0], K, fmt, x.device))
 
 
 def table(args, kernels, dev, models) -> list[dict]:
@@ -125,7 +139,7 @@ def table(args, kernels, dev, models) -> list[dict]:
         for name, N, K in gemms(model):
             x = torch.randn(batch, K, device=dev).bfloat16()
             cells = []
-            for column, fmt, call in methods(kernels, args.formats):
+            for column, fmt, call in methods(kernels, args.formats, args.float_gemv and batch == 1):
                 weights = copies_of(fmt, N, K, dev, args.tiny)
                 us = timer([lambda w=w, s=s: call(x, w, s) for w, s in weights])
                 moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
@@ -146,12 +160,18 @@ def table(args, kernels, dev, models) -> list[dict]:
 
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
-    (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile); above, the
+    (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
+    GEMV 64 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks), K split up to 8: 24 plans); above, the
     ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
+    if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
+        block_k = 512 if fmt == "q6_k" else 256
+        for bn, warps, split in itertools.product((64, 128, 256), (4, 8), (1, 2, 4, 8)):
+            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
+        return
     if M == 1:
         widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
         for bn, bk, warps, split in itertools.product((16, 32, 64), widths, (4, 8), (1, 2, 4, 8, 16)):
@@ -184,7 +204,7 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
                 def timed(p):
                     return timer([lambda w=w, s=s: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
 
-                chosen = triton_linear.plan(batch, N, K, fmt, dev)
+                chosen = triton_linear.plan(batch, N, K, fmt, dev, x.dtype)
                 want = triton_linear.run(x, *weights[0], fmt, chosen).float()
                 results, wrong = {chosen: timed(chosen)}, 0
                 for p in candidates(batch, K, fmt):
@@ -231,6 +251,8 @@ def parse_args(argv=None):
     p.add_argument("--models", type=lambda s: s.split(","), default=list(MODELS), help=f"of {','.join(MODELS)}")
     p.add_argument("--formats", type=lambda s: s.split(","), default=["dense", *WEIGHT_FORMATS],
                    help="the table's columns: dense (torch's and the backend's bf16) and weight formats")
+    p.add_argument("--float-gemv", action="store_true",
+                   help="at batch 1 also time each GGUF format's float GEMV plan (the Triton kernel's, no integer dots)")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],

@@ -1,5 +1,5 @@
 """Where a decode step's time goes: the kernels of a few decode steps of the engine, by device time
-(torch.profiler), for the 1B llama shape with random weights.
+(torch.profiler), for the 1B llama shape with random weights (``--model``: a checkpoint, e.g. a GGUF file).
 
     python benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256
     python benchmarks/step_profile.py --tiny --context 16 --steps 2                       # cpu smoke
@@ -47,6 +47,7 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=4, help="decode steps profiled")
     p.add_argument("--graphs", action="store_true", help="replay decode graphs (default: eager)")
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--model", help="profile this checkpoint (an HF directory or a .gguf file) instead of random weights")
     p.add_argument("--rows", type=int, default=25, help="table rows")
     p.add_argument("--mixed", type=int, default=0,
                    help="also profile the mixed steps that prefill a prompt of this many tokens beside the decodes")
@@ -64,8 +65,14 @@ def run(args) -> int:
     # the decodes keep running through the timed decode steps and the three prompts' mixed steps
     extra = args.steps + 3 * (_MIXED_STEPS + 2) if args.mixed else 0
     context = max(args.context + extra, args.mixed) + args.steps + 32
-    model = llama_config(max_position_embeddings=context, **(LLAMA_TINY if args.tiny else {}))
-    checkpoint = random_checkpoint(model)
+    if args.model:
+        from anydev.core.loading.checkpoint import open_checkpoint
+
+        checkpoint = open_checkpoint(args.model)
+        model = checkpoint.config
+    else:
+        model = llama_config(max_position_embeddings=context, **(LLAMA_TINY if args.tiny else {}))
+        checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context), generator=generator).tolist()
     long_prompt = torch.randint(2, model.vocab_size, (args.mixed,), generator=generator).tolist()

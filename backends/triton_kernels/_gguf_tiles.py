@@ -17,7 +17,7 @@ from ._weight_tiles import byte, exact_float, f16, int8_float
 
 
 @triton.jit
-def _q4_k_scale_min(a, b, c, sub):
+def q4_k_scale_min(a, b, c, sub):
     """Sub-block ``sub``'s 6-bit scale and min (llama.cpp's ``get_scale_min_k4``) from the 12 scale
     bytes read as three little-endian words ``a``, ``b``, ``c`` ``[BLOCK_N, 1]``; ``sub`` ``[S]``."""
     shift = (8 * (sub % 4))[None, :]
@@ -38,15 +38,25 @@ def _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
     pair = tl.arange(0, 4)
     lane = tl.arange(0, 32)
     q = byte(w_ptr, base[:, None, None] + 16 + (32 * pair)[None, :, None] + lane[None, None, :], valid[:, None, None])
+    d, dmin, sc_low, m_low, sc_high, m_high = q4_k_header(w_ptr, base, valid)
+    return q, d, dmin, sc_low, m_low, sc_high, m_high
+
+
+@triton.jit
+def q4_k_header(w_ptr, base, valid):
+    """The ``q4_k`` super-blocks at bytes ``base`` ``[BLOCK_N]``: ``d`` and ``dmin`` ``[BLOCK_N, 1]``
+    and the sub-blocks' scales and mins ``[BLOCK_N, 4]`` (low, then high, of each pair); the 12
+    scale bytes are read as three words."""
+    pair = tl.arange(0, 4)
     words = (w_ptr + base + 4).to(tl.pointer_type(tl.int32))
     a = tl.load(words, mask=valid, other=0)[:, None]
     b = tl.load(words + 1, mask=valid, other=0)[:, None]
     c = tl.load(words + 2, mask=valid, other=0)[:, None]
     d = f16(w_ptr, base, valid)[:, None]
     dmin = f16(w_ptr, base + 2, valid)[:, None]
-    sc_low, m_low = _q4_k_scale_min(a, b, c, 2 * pair)
-    sc_high, m_high = _q4_k_scale_min(a, b, c, 2 * pair + 1)
-    return q, d, dmin, sc_low, m_low, sc_high, m_high
+    sc_low, m_low = q4_k_scale_min(a, b, c, 2 * pair)
+    sc_high, m_high = q4_k_scale_min(a, b, c, 2 * pair + 1)
+    return d, dmin, sc_low, m_low, sc_high, m_high
 
 
 @triton.jit

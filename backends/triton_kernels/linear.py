@@ -21,6 +21,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
+from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -34,8 +35,9 @@ K_QUANTS = ("q4_k", "q6_k")
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps and
-    the software pipeline's stages (None: Triton's default)."""
+    """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps, the
+    software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
+    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen)."""
     block_m: int
     block_n: int
     block_k: int
@@ -43,31 +45,42 @@ class Plan:
     k_per_split: int
     num_warps: int = 4
     num_stages: int | None = None
+    int_dot: bool = False
 
     @classmethod
     def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
-               num_stages: int | None = None) -> "Plan":
+               num_stages: int | None = None, int_dot: bool = False) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
-        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages)
+        return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages,
+                   int_dot)
 
 
-def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Plan:
+def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
     """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
     (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
-    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks. ``M > 1``:
+    ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
+    ``dtype`` bfloat16 where :func:`int_dots` allows, by the integer dots of :mod:`._gguf_int_gemv`, 64
+    rows a program (``q4_k``/``q6_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
+    activations' rounding to int8 is paid once a step for all of its rows; the fewest instructions a
+    value without spilling registers, in the sm_90 SASS). ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
+    int_dot = M == 1 and dtype is not None and int_dots(weight_format, dtype, K)
     recorded = recorded_plan(M, N, K, weight_format, device)
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
-        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages)
-    if M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
+        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages,
+                           int_dot and int_dot_tile(weight_format, block_k))
+    if int_dot:
+        block_m, block_n, num_warps = 1, 128 if weight_format in K_QUANTS else 64, 4
+        block_k = 512 if weight_format == "q6_k" else 256
+    elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
         block_m, block_n, block_k, num_warps = 1, 32, 128, 4
@@ -81,23 +94,32 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device) -> Pl
     split = 1
     while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
         split *= 2
-    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps)
+    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, int_dot=int_dot)
 
 
 @triton.jit
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr):
+                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, ASM: tl.constexpr = False):
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
     # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
-    # a tile of the step's shape and sum once after the loop. Each is the faster of the two.
+    # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
+    # INT_DOT (GGUF blocks, bfloat16 activations) the steps are integer dots (:mod:`._gguf_int_gemv`).
     if BLOCK_M == 1 and FORMAT == 6:
         acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, 2, 2), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 8), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 4 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 64, 2), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 5 and INT_DOT:
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7:
         acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
     elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
@@ -108,7 +130,21 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
         k = k_start + k0 + tl.arange(0, BLOCK_K)
-        if BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
+        if BLOCK_M == 1 and FORMAT == 6 and INT_DOT:
+            acc += q4_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, ROW_BYTES, BLOCK_N, ASM)
+        elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:     # q6_k: BLOCK_K 512, a pair of super-blocks
+            acc += q6_k_int_pair(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 512, N, K, ROW_BYTES, BLOCK_N,
+                                 ASM)
+        elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
+            acc += q8_0_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
+                                 BLOCK_K // 64, ASM)
+        elif BLOCK_M == 1 and FORMAT == 4 and INT_DOT:
+            acc += q4_0_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
+                                 BLOCK_K // 64, ASM)
+        elif BLOCK_M == 1 and FORMAT == 5 and INT_DOT:
+            acc += q4_1_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
+                                 BLOCK_K // 32, ASM)
+        elif BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
             acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1 and FORMAT == 7:
             acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
@@ -145,6 +181,34 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                      (m[:, None] < M) & (n[None, :] < N), M, N, SLICES)
 
 
+#: The GGUF formats whose batch-1 GEMV runs on int8 activations, each with the inputs its step takes:
+#: a multiple of 64 where the blocks are read in aligned pairs (``q8_0``, ``q4_0``), 512 for a pair of
+#: ``q6_k`` super-blocks.
+INT_DOT_TILE = {"q4_k": 256, "q8_0": 64, "q4_0": 64, "q4_1": 32, "q6_k": 512}
+INT_DOT_FORMATS = tuple(INT_DOT_TILE)
+
+
+def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
+    """True where the batch-1 GEMV multiplies int8 activations by the weights' codes (:mod:`._int_dot`):
+    :data:`INT_DOT_FORMATS` with bfloat16 activations (the rounding fits bfloat16's tolerance only) and
+    ``K`` a multiple of the format's :data:`INT_DOT_TILE` (rows and block pairs 4-byte aligned)."""
+    return weight_format in INT_DOT_TILE and dtype == torch.bfloat16 and K % INT_DOT_TILE[weight_format] == 0
+
+
+def int_dot_tile(weight_format: str, block_k: int) -> bool:
+    """True where a plan's ``block_k`` suits the integer-dot step of ``weight_format``: exactly its
+    :data:`INT_DOT_TILE` for the super-block formats (``q4_k`` one, ``q6_k`` a pair a step), else a
+    multiple of it and of 64."""
+    tile = INT_DOT_TILE[weight_format]
+    return block_k == tile if weight_format in K_QUANTS else block_k % max(tile, 64) == 0
+
+
+def ptx_dp4a(device: torch.device) -> bool:
+    """True where the kernel is compiled for an NVIDIA GPU, whose PTX has ``dp4a`` (torch's ROCm build
+    also names its devices "cuda": not there)."""
+    return device.type == "cuda" and torch.version.hip is None
+
+
 def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
         p: Plan | None = None) -> torch.Tensor:
     """``x @ W.T`` by this kernel family with plan ``p`` (default: :func:`plan`'s); ``weight_format``
@@ -157,8 +221,13 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
         return out
-    p = p or plan(M, N, K, weight_format, x.device)
-    if weight_format in K_QUANTS and p.block_k != 256:
+    p = p or plan(M, N, K, weight_format, x.device, x.dtype)
+    if p.int_dot and not (M == 1 and p.block_m == 1 and int_dots(weight_format, x.dtype, K)
+                          and int_dot_tile(weight_format, p.block_k)):
+        raise InvalidArgumentError(f"{weight_format}: an integer-dot plan needs one bfloat16 row, K a multiple of "
+                                   f"{INT_DOT_TILE.get(weight_format)} and a block_k that suits it "
+                                   f"(linear.int_dot_tile), got {p} for {x.dtype} [{M}, {K}]")
+    if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
     split_k = p.split > 1
@@ -169,7 +238,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
-        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=p.num_warps,
+        PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
+        INT_DOT=p.int_dot, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out

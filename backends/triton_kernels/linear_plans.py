@@ -3,7 +3,7 @@ heuristic: the best of ``benchmarks/linear_bench.py --sweep --table-out`` per de
 weight format and GEMM shape. A shape, format or device missing here runs the heuristic's plan.
 
 To record a device: run the sweep on it with ``--table-out FILE`` and paste FILE's entries into
-``RECORDED`` (with the results/ folder of that run named in a comment above them).
+``RECORDED``; the run itself (date, commit, command, the sweep's output) goes in results/.
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import torch
 ROW_BUCKETS = (1, 16, 32, 64)
 
 #: (device name, rows bucket, weight format or "dense", N, K) ->
-#: (block_m, block_n, block_k, split, num_warps, num_stages)
+#: (block_m, block_n, block_k, split, num_warps, num_stages). A GGUF format's batch-1 plans are those of
+#: the integer-dot GEMV (bfloat16 activations).
 RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, int]] = {
-    # results/2026-12-02-nvidia-h200-x1-session7/ (run 11: linear_bench --sweep, batch 1, main 5fce8a6)
     ('NVIDIA H200', 1, 'dense', 4096, 4096): (1, 16, 512, 1, 8, None),
     ('NVIDIA H200', 1, 'dense', 16384, 2048): (1, 16, 256, 1, 4, None),
     ('NVIDIA H200', 1, 'dense', 28672, 4096): (1, 64, 128, 1, 8, None),
@@ -29,31 +29,8 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'int8', 4096, 4096): (1, 16, 512, 1, 8, None),
     ('NVIDIA H200', 1, 'int8', 4096, 14336): (1, 16, 512, 14, 4, None),
     ('NVIDIA H200', 1, 'int8', 28672, 4096): (1, 16, 512, 1, 4, None),
-    ('NVIDIA H200', 1, 'q4_k', 2048, 2048): (1, 16, 256, 1, 8, None),
-    ('NVIDIA H200', 1, 'q4_k', 6144, 4096): (1, 64, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 2048, 2048): (1, 32, 256, 4, 8, None),
-    ('NVIDIA H200', 1, 'q6_k', 2048, 8192): (1, 16, 256, 8, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 3072, 2048): (1, 32, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 4096, 4096): (1, 16, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 4096, 14336): (1, 16, 256, 14, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 16, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 16384, 2048): (1, 16, 256, 1, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 16, 256, 1, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 2048, 2048): (1, 16, 512, 1, 8, None),
-    ('NVIDIA H200', 1, 'q8_0', 2048, 8192): (1, 16, 256, 4, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 3072, 2048): (1, 16, 512, 1, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 4096, 4096): (1, 16, 512, 1, 8, None),
-    ('NVIDIA H200', 1, 'q8_0', 4096, 14336): (1, 16, 256, 8, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 6144, 4096): (1, 16, 512, 1, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 16384, 2048): (1, 16, 256, 1, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 28672, 4096): (1, 16, 256, 1, 4, None),
-    # run 14: the q4_k GEMV summing each step (variant q4kb there); int8's batch-32 tl.dot tiles (48-plan grid)
-    ('NVIDIA H200', 1, 'q4_k', 3072, 2048): (1, 64, 256, 8, 4, None),
-    ('NVIDIA H200', 1, 'q4_k', 4096, 14336): (1, 64, 256, 14, 4, None),
-    ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 8, 4, None),
     ('NVIDIA H200', 32, 'int8', 28672, 4096): (32, 128, 256, 1, 4, 3),
     ('NVIDIA H200', 32, 'int8', 128256, 4096): (32, 128, 256, 1, 4, 3),
-    # results/2026-12-02-nvidia-h200-x1-session8/ (run 16: the batch-32 tile sweep with K split up to 8)
     ('NVIDIA H200', 32, 'int8', 4096, 4096): (32, 64, 128, 4, 4, 3),
     ('NVIDIA H200', 32, 'int8', 4096, 14336): (32, 64, 128, 8, 4, 3),
     ('NVIDIA H200', 32, 'int8', 6144, 4096): (32, 64, 128, 4, 4, 3),
@@ -69,6 +46,11 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 32, 'q8_0', 6144, 4096): (32, 64, 256, 4, 4, 3),
     ('NVIDIA H200', 32, 'q8_0', 28672, 4096): (32, 64, 128, 1, 4, 3),
     ('NVIDIA H200', 32, 'q8_0', 128256, 4096): (32, 64, 128, 1, 4, 3),
+    ('NVIDIA H200', 1, 'q4_k', 4096, 4096): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 4096, 14336): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 6144, 4096): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 2, 4, None),
+    ('NVIDIA H200', 1, 'q8_0', 4096, 4096): (1, 64, 256, 8, 4, None),
 }
 
 

@@ -204,21 +204,31 @@ _RANDOM_BLOCKS = {"Q8_0": ((0,), 127), "Q4_0": ((0,), 8), "Q4_1": ((0, 2), 15), 
 GGUF_TYPES = ("F32", "F16", *_RANDOM_BLOCKS)
 
 
-def gguf_writer(path, config):
+#: GGUF's token type of a token no text encodes to (llama.cpp's ``LLAMA_TOKEN_TYPE_UNUSED``).
+_UNUSED_TOKEN = 5
+
+
+def gguf_writer(path, config, pad_tokens: bool = False):
     """A ``gguf.GGUFWriter`` for ``path`` holding the metadata of a llama ``config`` model with the demo
     tokenizer; the caller adds the tensors (HF names through ``gguf_loader.gguf_name``; llama.cpp's
-    q/k row order) and writes the file (``write_gguf``)."""
+    q/k row order) and writes the file (``write_gguf``). ``pad_tokens``: the token list padded with
+    unused tokens to ``config.vocab_size``, as llama.cpp needs (it sizes the token embedding from the
+    list)."""
     import json
 
     from .demo_model import BOS, EOS, build_demo_tokenizer
 
     tokenizer = json.loads(build_demo_tokenizer().to_str())["model"]
     tokens = sorted(tokenizer["vocab"], key=tokenizer["vocab"].get)
+    types = [3 if t in (BOS, EOS) else 1 for t in tokens]
+    if pad_tokens and config.vocab_size > len(tokens):
+        padding = [f"<unused_{i}>" for i in range(len(tokens), config.vocab_size)]
+        tokens, types = tokens + padding, types + [_UNUSED_TOKEN] * len(padding)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["merges"]]
     writer = gguf_model_writer(path, "llama", config, rope_theta=config.rope_theta, head_dim=config.head_dim)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokens)
-    writer.add_token_types([3 if t in (BOS, EOS) else 1 for t in tokens])
+    writer.add_token_types(types)
     writer.add_token_merges(merges)
     writer.add_bos_token_id(tokenizer["vocab"][BOS])
     writer.add_eos_token_id(tokenizer["vocab"][EOS])
@@ -226,7 +236,8 @@ def gguf_writer(path, config):
 
 
 def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> int:
-    """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer): 2-D
+    """Write a random ``config`` model as a GGUF file (llama architecture, the demo tokenizer, its token
+    list padded to the vocabulary so that llama.cpp reads the file too): 2-D
     weights in ``tensor_type``, norms in F32. Quantized blocks are drawn directly (random bytes, their
     fp16 scale fields 1/(largest code x sqrt(fan_in))), so even an 8B shape is written in seconds; the
     file is for timing the loader and the kernels, not a model of anything. Returns the number of
@@ -240,7 +251,7 @@ def save_random_gguf(path, config, tensor_type: str = "Q8_0", seed: int = 0) -> 
 
     if tensor_type not in GGUF_TYPES:
         raise ValueError(f"tensor type {tensor_type!r}: use one of {GGUF_TYPES}")
-    writer = gguf_writer(path, config)
+    writer = gguf_writer(path, config, pad_tokens=True)
 
     store = RandomStore(config, seed)
     rng = np.random.default_rng(seed)
