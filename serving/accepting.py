@@ -1,0 +1,187 @@
+"""The accept path of ``anydev serve``: the connection gate applied as each socket is accepted.
+
+asyncio's own accept loop takes up to ``backlog`` sockets in one tick and builds a transport and a
+protocol for each, in a task of its own, before the gate can see it: under a flood of idle sockets
+the open files run past the cap by that batch, and the event loop spends its time building objects
+for sockets that never send a byte while legitimate requests wait. :func:`take_over_accepting`
+replaces that loop on uvicorn's listening sockets:
+
+- one tick accepts at most :data:`ACCEPT_BATCH` sockets, so the loop's other work (the requests)
+  runs between batches;
+- an accepted socket is counted by the gate at once, as a *bare* socket: no transport, no protocol.
+  Past the cap the gate closes the connection that has waited longest (a bare one's file is closed
+  right there, so the open files never pass the cap), or the new socket when every connection is busy;
+- a bare socket gets its transport and protocol when its first bytes arrive; one that sends nothing
+  for ``first_request_timeout`` seconds is closed unanswered, one that its client closes is closed;
+- the listen backlog is raised to the kernel's limit (``net.core.somaxconn``): a burst of connects
+  waits in the kernel's queue, which this loop drains quickly, instead of having its SYNs dropped
+  (a dropped SYN costs its client a 1 s retransmission, then 3 s, 7 s...).
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import struct
+from collections.abc import Callable
+
+#: Sockets accepted per tick of the event loop at most.
+ACCEPT_BATCH = 64
+#: Asked of listen(); the kernel caps it at net.core.somaxconn.
+LISTEN_BACKLOG = 65535
+#: SO_LINGER on, zero seconds: close() resets the connection, the cheapest end for the kernel (no
+#: FIN exchange, no FIN_WAIT or TIME_WAIT state), and an unanswered one is all an idle socket gets.
+RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+#: Seconds accepting pauses when the process is out of files (the gate's cap is set below the limit).
+OUT_OF_FILES_PAUSE = 0.5
+
+
+class _Bare:
+    """An accepted socket that has sent nothing yet: counted by the gate, no protocol built."""
+
+    __slots__ = ("acceptor", "sock", "timer", "protocol")
+
+    def __init__(self, acceptor: GatedAcceptor, sock: socket.socket):
+        self.acceptor, self.sock, self.timer, self.protocol = acceptor, sock, None, None
+
+    def evict(self) -> None:
+        """Closed by the gate to make room: reset, the file released here."""
+        self.acceptor._close(self, reset=True)
+
+
+class GatedAcceptor:
+    """Accepts on ``listener`` for ``protocol_factory``'s connections under ``gate``
+    (:class:`~anydev.serving.connection.ConnectionGate`); ``on_drop(reason)`` hears of each bare
+    socket closed for ``first_request_timeout``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, listener: socket.socket, protocol_factory: Callable,
+                 gate, first_request_timeout: float, on_drop: Callable[[str], None]):
+        self.loop, self.listener, self.protocol_factory = loop, listener, protocol_factory
+        self.gate, self.first_request_timeout, self.on_drop = gate, first_request_timeout, on_drop
+        self._bare: set[_Bare] = set()
+        self._closed = False
+
+    def start(self) -> None:
+        self.listener.setblocking(False)
+        self.listener.listen(LISTEN_BACKLOG)
+        self.loop.add_reader(self.listener.fileno(), self._accept)
+
+    def close(self) -> None:
+        """Stop accepting and close every bare socket (connections with a protocol are uvicorn's to end)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+        for bare in list(self._bare):
+            self._close(bare)
+
+    # ---- the accept path -----------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    raise
+                self.loop.remove_reader(self.listener.fileno())
+                self.loop.call_later(OUT_OF_FILES_PAUSE, self._resume)
+                return
+            sock.setblocking(False)
+            bare = _Bare(self, sock)
+            if not self.gate.admit(bare):     # every open connection is busy: refused unanswered
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+                sock.close()
+                continue
+            self._bare.add(bare)
+            if not self._check(bare):
+                self.loop.add_reader(sock.fileno(), self._check, bare)
+                bare.timer = self.loop.call_later(self.first_request_timeout, self._timed_out, bare)
+
+    def _resume(self) -> None:
+        if not self._closed:
+            self.loop.add_reader(self.listener.fileno(), self._accept)
+
+    def _check(self, bare: _Bare) -> bool:
+        """Look at a bare socket: bytes waiting hand it to its protocol, an end closes it.
+        True: it is no longer bare."""
+        try:
+            data = bare.sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            data = b""
+        if not data:
+            self._close(bare)
+        else:
+            self._hand_over(bare)
+        return True
+
+    def _timed_out(self, bare: _Bare) -> None:
+        bare.timer = None
+        self.on_drop("first_request_timeout")
+        self._close(bare)                  # a plain end: the client reads it as the server closing
+
+    def _close(self, bare: _Bare, reset: bool = False) -> None:
+        if bare not in self._bare:
+            return
+        self._bare.discard(bare)
+        self._forget(bare)
+        self.gate.closed(bare)
+        if reset:
+            bare.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
+        bare.sock.close()
+
+    def _forget(self, bare: _Bare) -> None:
+        if bare.timer is not None:
+            bare.timer.cancel()
+            bare.timer = None
+        self.loop.remove_reader(bare.sock.fileno())
+
+    def _hand_over(self, bare: _Bare) -> None:
+        """The first bytes are in: build the transport and protocol, the gate's place passing to it."""
+        self._bare.discard(bare)
+        self._forget(bare)
+        self.gate.busy(bare)               # not evictable while its protocol is being built
+
+        def protocol():
+            bare.protocol = self.protocol_factory()
+            self.gate.replace(bare, bare.protocol)
+            return bare.protocol
+
+        task = self.loop.create_task(self.loop.connect_accepted_socket(protocol, bare.sock))
+        task.add_done_callback(lambda done: self._handed(bare, done))
+
+    def _handed(self, bare: _Bare, done: asyncio.Task) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self.gate.closed(bare)
+            if bare.protocol is not None:
+                self.gate.closed(bare.protocol)
+            bare.sock.close()
+
+
+def take_over_accepting(server) -> list[GatedAcceptor]:
+    """Replace asyncio's accept loop on a started ``uvicorn.Server``'s listening sockets with a
+    :class:`GatedAcceptor` each, for its protocol class's gate (``guarded_h11_protocol``). The
+    acceptors hold duplicates of the listening sockets: :meth:`GatedAcceptor.close` them before the
+    server's own shutdown, which closes the originals."""
+    config = server.config
+    protocol_class = config.http_protocol_class
+    loop = asyncio.get_running_loop()
+
+    def factory():
+        return protocol_class(config=config, server_state=server.server_state, app_state=server.lifespan.state)
+
+    acceptors = []
+    for listening in server.servers:
+        for listener in listening.sockets:
+            loop.remove_reader(listener.fileno())          # asyncio's accept loop
+            acceptor = GatedAcceptor(loop, socket.socket(fileno=os.dup(listener.fileno())), factory,
+                                     protocol_class.gate, protocol_class.first_request_timeout,
+                                     protocol_class.on_drop)
+            acceptor.start()
+            acceptors.append(acceptor)
+    return acceptors
