@@ -158,7 +158,8 @@ def main() -> int:
                    "alone_median_s": round(normal, 4),
                    "extra_wait_s": {"p50": round(extra[len(extra) // 2], 4),
                                     "p99": round(extra[min(len(extra) - 1, int(len(extra) * 0.99))], 4),
-                                    "max": round(extra[-1], 4)},
+                                    "max": round(extra[-1], 4),
+                                    "requests_over_2s": sum(1 for e in extra if e > 2.0)},
                    "server_open_files": {"before": base_files, "max": max(peak)},
                    "max_connections": args.max_connections,
                    "listen_overflows": (None if overflows_before is None or overflows_after is None

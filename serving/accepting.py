@@ -13,6 +13,7 @@ replaces that loop on uvicorn's listening sockets:
   right there, so the open files never pass the cap), or the new socket when every connection is busy;
 - a bare socket gets its transport and protocol when its first bytes arrive; one that sends nothing
   for ``first_request_timeout`` seconds is closed unanswered, one that its client closes is closed;
+  waiting costs it no event-loop registration and no timer (see :class:`GatedAcceptor`);
 - the listen backlog is raised to the kernel's limit (``net.core.somaxconn``): a burst of connects
   waits in the kernel's queue, which this loop drains quickly, instead of having its SYNs dropped
   (a dropped SYN costs its client a 1 s retransmission, then 3 s, 7 s...).
@@ -22,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import select
 import socket
 import struct
+from collections import OrderedDict
 from collections.abc import Callable
 
 #: Sockets accepted per tick of the event loop at most.
@@ -33,6 +36,8 @@ LISTEN_BACKLOG = 65535
 #: SO_LINGER on, zero seconds: close() resets the connection, the cheapest end for the kernel (no
 #: FIN exchange, no FIN_WAIT or TIME_WAIT state), and an unanswered one is all an idle socket gets.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+#: How often the bare sockets are swept for the first-request timeout (so it holds to within this).
+SWEEP_SECONDS = 0.25
 #: Seconds accepting pauses when the process is out of files (the gate's cap is set below the limit).
 OUT_OF_FILES_PAUSE = 0.5
 
@@ -40,10 +45,10 @@ OUT_OF_FILES_PAUSE = 0.5
 class _Bare:
     """An accepted socket that has sent nothing yet: counted by the gate, no protocol built."""
 
-    __slots__ = ("acceptor", "sock", "timer", "protocol")
+    __slots__ = ("acceptor", "sock", "fd", "accepted", "protocol")
 
-    def __init__(self, acceptor: GatedAcceptor, sock: socket.socket):
-        self.acceptor, self.sock, self.timer, self.protocol = acceptor, sock, None, None
+    def __init__(self, acceptor: GatedAcceptor, sock: socket.socket, accepted: float):
+        self.acceptor, self.sock, self.fd, self.accepted, self.protocol = acceptor, sock, sock.fileno(), accepted, None
 
     def evict(self) -> None:
         """Closed by the gate to make room: reset, the file released here."""
@@ -53,19 +58,28 @@ class _Bare:
 class GatedAcceptor:
     """Accepts on ``listener`` for ``protocol_factory``'s connections under ``gate``
     (:class:`~anydev.serving.connection.ConnectionGate`); ``on_drop(reason)`` hears of each bare
-    socket closed for ``first_request_timeout``."""
+    socket closed for ``first_request_timeout``.
+
+    The bare sockets wait in an epoll set of their own (one registration call each, and closing the
+    socket leaves the set by itself), watched by the event loop through that set's one descriptor,
+    and in accept order in a dict that a sweep every :data:`SWEEP_SECONDS` walks from the oldest end
+    for the timeout: no timer and no event-loop registration per idle socket."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, listener: socket.socket, protocol_factory: Callable,
                  gate, first_request_timeout: float, on_drop: Callable[[str], None]):
         self.loop, self.listener, self.protocol_factory = loop, listener, protocol_factory
         self.gate, self.first_request_timeout, self.on_drop = gate, first_request_timeout, on_drop
-        self._bare: set[_Bare] = set()
+        self._bare: OrderedDict[int, _Bare] = OrderedDict()     # by descriptor, oldest accepted first
+        self._poll = select.epoll()
+        self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 
     def start(self) -> None:
         self.listener.setblocking(False)
         self.listener.listen(LISTEN_BACKLOG)
         self.loop.add_reader(self.listener.fileno(), self._accept)
+        self.loop.add_reader(self._poll.fileno(), self._ready)
+        self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep)
 
     def close(self) -> None:
         """Stop accepting and close every bare socket (connections with a protocol are uvicorn's to end)."""
@@ -73,9 +87,13 @@ class GatedAcceptor:
             return
         self._closed = True
         self.loop.remove_reader(self.listener.fileno())
+        self.loop.remove_reader(self._poll.fileno())
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self.listener.close()
-        for bare in list(self._bare):
+        for bare in list(self._bare.values()):
             self._close(bare)
+        self._poll.close()
 
     # ---- the accept path -----------------------------------------------------------------------
     def _accept(self) -> None:
@@ -91,60 +109,61 @@ class GatedAcceptor:
                 self.loop.call_later(OUT_OF_FILES_PAUSE, self._resume)
                 return
             sock.setblocking(False)
-            bare = _Bare(self, sock)
+            bare = _Bare(self, sock, self.loop.time())
             if not self.gate.admit(bare):     # every open connection is busy: refused unanswered
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
                 sock.close()
                 continue
-            self._bare.add(bare)
-            if not self._check(bare):
-                self.loop.add_reader(sock.fileno(), self._check, bare)
-                bare.timer = self.loop.call_later(self.first_request_timeout, self._timed_out, bare)
+            self._bare[bare.fd] = bare
+            self._poll.register(bare.fd, select.EPOLLIN | select.EPOLLRDHUP)   # bytes already in: reported at once
 
     def _resume(self) -> None:
         if not self._closed:
             self.loop.add_reader(self.listener.fileno(), self._accept)
 
-    def _check(self, bare: _Bare) -> bool:
-        """Look at a bare socket: bytes waiting hand it to its protocol, an end closes it.
-        True: it is no longer bare."""
+    def _ready(self) -> None:
+        for fd, _ in self._poll.poll(0):
+            bare = self._bare.get(fd)
+            if bare is not None:
+                self._check(bare)
+
+    def _check(self, bare: _Bare) -> None:
+        """A bare socket has news: bytes hand it to its protocol, an end closes it."""
         try:
             data = bare.sock.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
-            return False
+            return
         except OSError:
             data = b""
-        if not data:
-            self._close(bare)
-        else:
+        if data:
             self._hand_over(bare)
-        return True
+        else:
+            self._close(bare)
 
-    def _timed_out(self, bare: _Bare) -> None:
-        bare.timer = None
-        self.on_drop("first_request_timeout")
-        self._close(bare)                  # a plain end: the client reads it as the server closing
+    def _sweep(self) -> None:
+        """Close the bare sockets older than the first-request timeout, oldest first."""
+        oldest_allowed = self.loop.time() - self.first_request_timeout
+        while self._bare:
+            bare = next(iter(self._bare.values()))
+            if bare.accepted > oldest_allowed:
+                break
+            self.on_drop("first_request_timeout")
+            self._close(bare)                  # a plain end: the client reads it as the server closing
+        if not self._closed:
+            self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep)
 
     def _close(self, bare: _Bare, reset: bool = False) -> None:
-        if bare not in self._bare:
+        if self._bare.pop(bare.fd, None) is None:
             return
-        self._bare.discard(bare)
-        self._forget(bare)
         self.gate.closed(bare)
         if reset:
             bare.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
-        bare.sock.close()
-
-    def _forget(self, bare: _Bare) -> None:
-        if bare.timer is not None:
-            bare.timer.cancel()
-            bare.timer = None
-        self.loop.remove_reader(bare.sock.fileno())
+        bare.sock.close()                      # which takes it out of the epoll set too
 
     def _hand_over(self, bare: _Bare) -> None:
         """The first bytes are in: build the transport and protocol, the gate's place passing to it."""
-        self._bare.discard(bare)
-        self._forget(bare)
+        del self._bare[bare.fd]
+        self._poll.unregister(bare.fd)
         self.gate.busy(bare)               # not evictable while its protocol is being built
 
         def protocol():
