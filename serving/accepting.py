@@ -24,6 +24,7 @@ import asyncio
 import errno
 import os
 import select
+import selectors
 import socket
 import struct
 from collections import OrderedDict
@@ -40,6 +41,38 @@ RESET_ON_CLOSE = struct.pack("ii", 1, 0)
 SWEEP_SECONDS = 0.25
 #: Seconds accepting pauses when the process is out of files (the gate's cap is set below the limit).
 OUT_OF_FILES_PAUSE = 0.5
+
+
+class _WaitingSet:
+    """The bare sockets' readiness: one epoll set where there is epoll (a C call per registration),
+    else the platform's selector (kqueue, poll), watched through its one descriptor either way."""
+
+    def __init__(self):
+        self._epoll = select.epoll() if hasattr(select, "epoll") else None
+        self._selector = None if self._epoll is not None else selectors.DefaultSelector()
+
+    def fileno(self) -> int:
+        return (self._epoll or self._selector).fileno()
+
+    def add(self, fd: int) -> None:
+        if self._epoll is not None:
+            self._epoll.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
+        else:
+            self._selector.register(fd, selectors.EVENT_READ)
+
+    def remove(self, fd: int) -> None:
+        if self._epoll is not None:
+            self._epoll.unregister(fd)
+        else:
+            self._selector.unregister(fd)
+
+    def ready(self) -> list[int]:
+        if self._epoll is not None:
+            return [fd for fd, _ in self._epoll.poll(0)]
+        return [key.fd for key, _ in self._selector.select(0)]
+
+    def close(self) -> None:
+        (self._epoll or self._selector).close()
 
 
 class _Bare:
@@ -60,8 +93,8 @@ class GatedAcceptor:
     (:class:`~anydev.serving.connection.ConnectionGate`); ``on_drop(reason)`` hears of each bare
     socket closed for ``first_request_timeout``.
 
-    The bare sockets wait in an epoll set of their own (one registration call each, and closing the
-    socket leaves the set by itself), watched by the event loop through that set's one descriptor,
+    The bare sockets wait in a readiness set of their own (:class:`_WaitingSet`: one C call to enter
+    and one to leave, on Linux), watched by the event loop through that set's one descriptor,
     and in accept order in a dict that a sweep every :data:`SWEEP_SECONDS` walks from the oldest end
     for the timeout: no timer and no event-loop registration per idle socket."""
 
@@ -70,7 +103,7 @@ class GatedAcceptor:
         self.loop, self.listener, self.protocol_factory = loop, listener, protocol_factory
         self.gate, self.first_request_timeout, self.on_drop = gate, first_request_timeout, on_drop
         self._bare: OrderedDict[int, _Bare] = OrderedDict()     # by descriptor, oldest accepted first
-        self._poll = select.epoll()
+        self._poll = _WaitingSet()
         self._sweeper: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -115,14 +148,14 @@ class GatedAcceptor:
                 sock.close()
                 continue
             self._bare[bare.fd] = bare
-            self._poll.register(bare.fd, select.EPOLLIN | select.EPOLLRDHUP)   # bytes already in: reported at once
+            self._poll.add(bare.fd)            # bytes already in: reported at once
 
     def _resume(self) -> None:
         if not self._closed:
             self.loop.add_reader(self.listener.fileno(), self._accept)
 
     def _ready(self) -> None:
-        for fd, _ in self._poll.poll(0):
+        for fd in self._poll.ready():
             bare = self._bare.get(fd)
             if bare is not None:
                 self._check(bare)
@@ -155,15 +188,16 @@ class GatedAcceptor:
     def _close(self, bare: _Bare, reset: bool = False) -> None:
         if self._bare.pop(bare.fd, None) is None:
             return
+        self._poll.remove(bare.fd)
         self.gate.closed(bare)
         if reset:
             bare.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET_ON_CLOSE)
-        bare.sock.close()                      # which takes it out of the epoll set too
+        bare.sock.close()
 
     def _hand_over(self, bare: _Bare) -> None:
         """The first bytes are in: build the transport and protocol, the gate's place passing to it."""
         del self._bare[bare.fd]
-        self._poll.unregister(bare.fd)
+        self._poll.remove(bare.fd)
         self.gate.busy(bare)               # not evictable while its protocol is being built
 
         def protocol():

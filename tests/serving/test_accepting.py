@@ -2,7 +2,10 @@
 socket counted at once, the oldest bare one closed to make room, a socket's first bytes reaching its
 protocol whole, a silent one closed after the first-request timeout, all bare ones closed with it."""
 import asyncio
+import select
 import socket
+
+import pytest
 
 from anydev.serving.accepting import GatedAcceptor
 from anydev.serving.connection import ConnectionGate
@@ -70,7 +73,17 @@ async def until(predicate, seconds=10.0):
     return predicate()
 
 
-def test_past_the_cap_the_oldest_idle_sockets_are_closed_and_a_talking_one_gets_its_protocol():
+@pytest.fixture(params=["epoll", "selector"])
+def waiting_set(request, monkeypatch):
+    """Both ways the bare sockets wait: epoll (Linux) and the platform's selector (elsewhere)."""
+    if request.param == "epoll" and not hasattr(select, "epoll"):
+        pytest.skip("no epoll on this platform")
+    if request.param == "selector":
+        monkeypatch.delattr(select, "epoll", raising=False)
+    return request.param
+
+
+def test_past_the_cap_the_oldest_idle_sockets_are_closed_and_a_talking_one_gets_its_protocol(waiting_set):
     async def scenario(connect, gate, acceptor, drops, protocols):
         idle = [connect() for _ in range(10)]
         assert await until(lambda: drops.count("evicted_idle") == 7)
@@ -86,7 +99,7 @@ def test_past_the_cap_the_oldest_idle_sockets_are_closed_and_a_talking_one_gets_
     assert closed == [True] * 8 + [False] * 2
 
 
-def test_a_silent_socket_is_closed_after_the_first_request_timeout_and_close_ends_the_rest():
+def test_a_silent_socket_is_closed_after_the_first_request_timeout_and_close_ends_the_rest(waiting_set):
     async def scenario(connect, gate, acceptor, drops, protocols):
         first = connect()
         assert await until(lambda: drops == ["first_request_timeout"], seconds=10)
