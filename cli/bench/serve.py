@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="the server's address")
     parser.add_argument("--port", type=int, default=8000, help="the server's port")
     parser.add_argument("--model", help="the model id to send (default: the first of the server's /v1/models)")
-    parser.add_argument("--api-key", default=os.environ.get("ANYDEV_API_KEY"),
+    parser.add_argument("--api-key", default=None,     # read at run time: --help never shows the key
                         help="the server's API key (default: $ANYDEV_API_KEY)")
     parser.add_argument("--num-prompts", type=int, default=1000, help="requests to send")
     parser.add_argument("--input-len", type=int, default=128, help="tokens of each random prompt")
@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.api_key = args.api_key or os.environ.get("ANYDEV_API_KEY")
     info = _get(args, "/v1/models")["data"]
     model = args.model or info[0]["id"]
     prompts = random_prompts(args.num_prompts, args.input_len, args.vocab_size, args.seed)
