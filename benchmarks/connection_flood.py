@@ -66,19 +66,35 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def listen_overflows() -> int | None:
+    """The kernel's count of connections dropped because a listen queue was full (each costs its
+    client a SYN retransmission: 1 s, then 3 s...); None where /proc/net/netstat does not say."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = [line.split() for line in f if line.startswith("TcpExt:")]
+        return int(dict(zip(lines[0][1:], lines[1][1:]))["ListenOverflows"])
+    except (OSError, IndexError, KeyError, ValueError):
+        return None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--idle", type=int, default=21000, help="idle sockets to open (default 21000)")
     p.add_argument("--requests", type=int, default=100, help="legitimate requests during the flood (default 100)")
     p.add_argument("--interval", type=float, default=0.05, help="seconds between those requests (default 0.05)")
     p.add_argument("--timeout", type=float, default=300, help="the whole run's bound in seconds (default 300)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="the server's --max-connections (default: the server's own default)")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args()
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     per_process = max(1, soft - 64)      # the flood is spread over processes that each stay inside the limit
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(port)],
+    command = [sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(port)]
+    if args.max_connections is not None:
+        command += ["--max-connections", str(args.max_connections)]
+    server = subprocess.Popen(command,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + args.timeout
     flooders: list[subprocess.Popen] = []
@@ -121,6 +137,7 @@ def main() -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         flooder = threading.Thread(target=flood, daemon=True)
         sampler.start()
+        overflows_before = listen_overflows()
         flood_start = time.perf_counter()
         flooder.start()
         with ThreadPoolExecutor(8) as pool:
@@ -133,6 +150,7 @@ def main() -> int:
         flood_seconds = time.perf_counter() - flood_start
         stop.set()
         sampler.join()
+        overflows_after = listen_overflows()
         extra = sorted(max(0.0, t - normal) for _, t in results)
         statuses = {str(code): sum(1 for c, _ in results if c == code) for code in sorted({c for c, _ in results})}
         figures = {"idle_sockets_opened": opened[0], "flood_seconds": round(flood_seconds, 2),
@@ -140,8 +158,12 @@ def main() -> int:
                    "alone_median_s": round(normal, 4),
                    "extra_wait_s": {"p50": round(extra[len(extra) // 2], 4),
                                     "p99": round(extra[min(len(extra) - 1, int(len(extra) * 0.99))], 4),
-                                    "max": round(extra[-1], 4)},
+                                    "max": round(extra[-1], 4),
+                                    "requests_over_2s": sum(1 for e in extra if e > 2.0)},
                    "server_open_files": {"before": base_files, "max": max(peak)},
+                   "max_connections": args.max_connections,
+                   "listen_overflows": (None if overflows_before is None or overflows_after is None
+                                        else overflows_after - overflows_before),
                    "command": " ".join(sys.argv)}
         print(json.dumps(figures, indent=2))
         if args.out:

@@ -45,9 +45,11 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from anydev.cli.bench.client import Result, stream_request
 
 
 def parse_args(argv=None):
@@ -144,59 +146,7 @@ class Server:
         self.log.close()
 
 
-# ---- the client ------------------------------------------------------------------------------------
-@dataclass
-class Result:
-    ok: bool = False
-    error: str = ""
-    ttft: float | None = None
-    itl: list[float] = field(default_factory=list)
-    output_tokens: int = 0
-    prompt_tokens: int = 0
-
-
-async def stream_request(port: int, prompt: list[int], max_tokens: int) -> Result:
-    """One streamed /v1/completions over a raw HTTP/1.1 connection; latencies per token."""
-    result = Result()
-    body = json.dumps({"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-                       "ignore_eos": True, "stream": True,
-                       "stream_options": {"include_usage": True, "continuous_usage_stats": True}}).encode()
-    start = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        await writer.drain()
-        status = (await reader.readline()).split()
-        if len(status) < 2 or status[1] != b"200":
-            result.error = f"HTTP {status[1:2]}: {(await reader.read())[-300:]!r}"
-            return result
-        last, done = start, 0
-        while line := await reader.readline():    # chunked transfer framing lines are skipped below
-            line = line.strip()
-            if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                continue
-            now = time.perf_counter()
-            chunk = json.loads(line[6:])
-            usage = chunk.get("usage")
-            if "error" in chunk or usage is None:
-                result.error = str(chunk.get("error", "a chunk without usage"))
-                return result
-            new = usage["completion_tokens"] - done
-            if new > 0:
-                if result.ttft is None:
-                    result.ttft = now - start
-                    new -= 1
-                result.itl += [(now - last) / new] * new if new > 0 else []
-                done, last = usage["completion_tokens"], now
-            result.prompt_tokens = usage["prompt_tokens"]
-        result.output_tokens = done
-        result.ok = done == max_tokens
-        if not result.ok:
-            result.error = f"{done} of {max_tokens} tokens"
-        return result
-    finally:
-        writer.close()
+# ---- the client: anydev bench serve's (one streamed request, each token timed) ---------------------
 
 
 def random_ids(rng: random.Random, vocab: int, count: int) -> list[int]:

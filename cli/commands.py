@@ -2,8 +2,8 @@
 
 Each subcommand is a :class:`Subcommand` in :data:`SUBCOMMANDS`: a name, a one-line help, a function
 that adds its arguments and a function that runs it and returns the exit code. To add one, write those
-two functions (in a module of its own) and call :func:`register`. The functions of ``new-backend`` and
-``serve`` import their modules on first use, so that ``anydev list-backends`` loads neither.
+two functions (in a module of its own) and call :func:`register`. The functions of ``new-backend``,
+``serve`` and ``bench`` import their modules on first use, so that ``anydev list-backends`` loads neither.
 """
 from __future__ import annotations
 
@@ -54,12 +54,26 @@ def _serve(args: argparse.Namespace) -> int:
     return server.run(args)
 
 
+def _add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    from anydev.cli import bench
+
+    bench.add_arguments(parser)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from anydev.cli import bench
+
+    return bench.run(args)
+
+
 register(Subcommand("list-backends", "show every backend, whether it is available here, and why not",
                     list_backends.add_arguments, list_backends.run))
 register(Subcommand("new-backend", "write the skeleton of an installable backend package",
                     _add_new_backend_arguments, _new_backend))
 register(Subcommand("serve", "serve a model over the OpenAI HTTP API (FastAPI + uvicorn)",
                     _add_serve_arguments, _serve))
+register(Subcommand("bench", "benchmark the engine or a running server: latency, throughput, serve (vLLM's)",
+                    _add_bench_arguments, _bench))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,6 +72,13 @@ class ConnectionGate:
             self._waiting[conn] = None
             self._waiting.move_to_end(conn)
 
+    def replace(self, old, new) -> None:
+        """``new`` takes ``old``'s place, busy (a bare socket becoming its protocol)."""
+        if old in self._open:
+            self._open.discard(old)
+            self._waiting.pop(old, None)
+            self._open.add(new)
+
     def busy(self, conn) -> None:
         self._waiting.pop(conn, None)
 
@@ -83,7 +90,9 @@ class ConnectionGate:
 def guarded_h11_protocol(read_timeout: float, send_timeout: float, on_drop: Callable[[str], None],
                          max_connections: int, first_request_timeout: float) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the connection gate and the three timeouts (pass it as
-    ``uvicorn.Config(http=...)``). One gate for all the protocol's connections."""
+    ``uvicorn.Config(http=...)``). One gate for all the protocol's connections; the sockets are
+    admitted, and held until their first bytes, by serving/accepting.py's acceptor
+    (:func:`~anydev.serving.accepting.take_over_accepting` once the server has started)."""
 
     body = json.dumps({"error": {
         "message": f"the request did not arrive within {read_timeout:g} seconds (--read-timeout)",
@@ -92,32 +101,28 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float, on_drop: Call
                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
 
     gate = ConnectionGate(max_connections, on_drop)
+    gate_, first_request_timeout_, on_drop_ = gate, first_request_timeout, on_drop
 
     class GuardedH11Protocol(H11Protocol):
+        # what serving/accepting.py's acceptor, which admits the sockets, needs
+        gate = gate_
+        first_request_timeout = first_request_timeout_
+        on_drop = staticmethod(on_drop_)
+
         _read_timer: asyncio.TimerHandle | None = None
         _send_timer: asyncio.TimerHandle | None = None
-        _refused = False
-        _sent_anything = False
 
         def connection_made(self, transport) -> None:
-            if not gate.admit(self):
-                self._refused = True      # never handed to uvicorn: it does not count or log it
-                transport.abort()
-                return
+            # counted by the gate since its accept (serving/accepting.py); its first bytes are in
             super().connection_made(transport)
-            self._arm_read_timer(first_request_timeout, "first_request_timeout")
+            self._arm_read_timer(read_timeout, "read_timeout")
 
         def connection_lost(self, exc) -> None:
-            if self._refused:
-                return
             gate.closed(self)
             self._cancel_timers()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if not self._sent_anything:
-                self._sent_anything = True
-                self._arm_read_timer(read_timeout, "read_timeout")
             gate.busy(self)
             super().data_received(data)
             if self._request_received():
@@ -174,9 +179,6 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float, on_drop: Call
             self._cancel_timers()
             on_drop(reason)
             cycle = self.cycle
-            if reason == "first_request_timeout":
-                self.transport.abort()       # a socket that sent nothing gets nothing back
-                return
             if reason == "read_timeout" and (cycle is None or cycle.response_complete or not cycle.response_started):
                 # no response is being written (none yet, or the previous one is done): a 408 fits
                 self.transport.write(request_timeout_response)

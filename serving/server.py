@@ -398,8 +398,13 @@ def _server_class():
         abort_in_flight = None
         on_started = None
 
+        acceptors: list = []
+
         async def startup(self, sockets=None):
             await super().startup(sockets)
+            if self.started:
+                from .accepting import take_over_accepting   # the gate applied as sockets are accepted
+                self.acceptors = take_over_accepting(self)
             if self.on_started is not None and self.started:
                 self.on_started()
 
@@ -411,6 +416,8 @@ def _server_class():
             asyncio.get_running_loop().call_later(0.5, setattr, self, "should_exit", True)
 
         async def shutdown(self, sockets=None):
+            for acceptor in self.acceptors:
+                acceptor.close()
             timer = asyncio.get_running_loop().call_later(self.drain_seconds, self._drain_over)
             try:
                 await super().shutdown(sockets)

@@ -465,6 +465,54 @@ def test_a_flood_of_idle_sockets_keeps_no_request_out_and_the_open_files_stay_wi
     assert code == 0 and "Traceback" not in output, output
 
 
+def test_a_burst_of_idle_sockets_never_takes_the_open_files_past_the_cap():
+    """Every socket is counted as it is accepted and a bare one is closed at once to make room, so
+    the server's open files stay within the cap (plus a few in passage) however fast a burst of idle
+    sockets comes, sampled throughout; requests sent during the burst are all answered."""
+    import resource
+    cap, flood, margin = 32, 1500, 8
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < flood + 200:
+        pytest.skip(f"the open-file limit ({hard}) is below the {flood + 200} this burst needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, flood + 200) if hard == resource.RLIM_INFINITY
+                                                 else min(hard, max(soft, flood + 200)), hard))
+    srv = Server("--max-model-len", "64", "--max-connections", str(cap), "--first-request-timeout", "30")
+    idle, peak, stop = [], [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            try:
+                peak.append(len(os.listdir(f"/proc/{srv.proc.pid}/fd")))
+            except OSError:
+                pass                  # a file closed while being listed
+            time.sleep(0.002)
+    try:
+        base = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for _ in range(flood):        # as fast as a client can: non-blocking connects that send nothing
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", srv.port))
+            idle.append(sock)
+        body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode()
+        with ThreadPoolExecutor(4) as pool:
+            statuses = list(pool.map(lambda _: request(f"{srv.url}/v1/completions", "POST", body,
+                                                       {"content-type": "application/json"}, timeout=60)[0],
+                                     range(8)))
+        srv.wait_for_metric("anydev_connections_dropped_total{reason=evicted_idle}", lambda v: v >= flood - cap)
+        stop.set()
+        sampler.join()
+        assert statuses == [200] * 8
+        assert max(peak) <= base + cap + margin, (base, max(peak))
+    finally:
+        stop.set()
+        for sock in idle:
+            sock.close()
+        code, output = srv.stop()
+    assert code == 0 and "Traceback" not in output, output
+
+
 def test_a_port_in_use_is_one_error_line_and_exit_2():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
