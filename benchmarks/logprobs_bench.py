@@ -21,7 +21,7 @@ import torch
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
-from anydev.exits import run_command
+from anydev.core.exits import run_command
 
 CASE_FIELDS = ("max_model_len", "max_num_seqs", "enable_prefix_caching", "max_num_batched_tokens")
 

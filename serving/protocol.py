@@ -17,6 +17,8 @@ from anydev.core import SamplingParams
 from anydev.core.sched.logprobs import MAX_LOGPROBS
 from anydev.core.sched.sampling import MAX_SEED
 
+from .tool_bodies import NamedToolChoice, Tool, ToolCall
+
 
 #: The most prompts one completions request may carry (a list of strings or of token-id lists).
 MAX_PROMPTS = 64
@@ -203,21 +205,6 @@ class TextPart(BaseModel):
     text: str
 
 
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    name: str
-    arguments: str = Field(description="the call's arguments: a JSON object, as text")
-
-
-class ToolCall(BaseModel):
-    """A call an assistant message made (sent back in the conversation)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-    id: str
-    type: Literal["function"]
-    function: FunctionCall
-
-
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)   # strict: no 0 for false, no "1" for 1
     role: Literal["system", "user", "assistant", "developer", "tool"]
@@ -245,31 +232,6 @@ class ChatMessage(BaseModel):
                            param=f"{where}.tool_call_id")
         if self.role != "tool" and self.tool_call_id is not None:
             raise APIError(400, f"{where}: only tool messages have tool_call_id", param=f"{where}.tool_call_id")
-
-
-class FunctionDefinition(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    description: str | None = None
-    parameters: dict | None = Field(None, description="the arguments' JSON schema")
-    strict: bool | None = Field(None, description="accepted; the output is not constrained to the schema")
-
-
-class Tool(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class NamedFunction(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    type: Literal["function"]
-    function: NamedFunction
 
 
 class ChatRequest(_Sampling):
