@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
 from .checkpoint_errors import ModelLoadError
+
+if TYPE_CHECKING:   # gguf (and the yaml it imports) loads with a GGUF file only: off a safetensors start-up
+    from gguf import GGUFReader
 
 #: Byte offsets of the float16 scale fields inside one block of each GGUF block format (``d``, and
 #: ``m``/``dmin`` where the format has one); they are what a flipped bit turns into NaN or infinity.
@@ -37,6 +40,8 @@ def tensor_table_problem(start_offs: int, fields, size: int) -> TableProblem | N
     """What is wrong with the file's tensor table (the reader's fields, before it maps them), or None:
     a type it does not know, rows that are not whole blocks of the type, data past the file's
     ``size`` bytes."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
     spans = []
     for field in fields:
         _, raw_name, _, dims, raw_type, offset = field.parts

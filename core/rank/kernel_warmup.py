@@ -98,6 +98,11 @@ class KernelWarmup:
                         f"(EngineConfig(warm_kernels=False))") from exc
         finally:
             self.close()
+        # the activations the steps left in torch's allocator go back to the device before the KV
+        # cache is sized from its free memory (no rank captures yet: nothing is in a capture)
+        accelerator = getattr(torch, self.setup.device.torch_device.type, None)
+        if hasattr(accelerator, "empty_cache"):
+            accelerator.empty_cache()
 
     def close(self) -> None:
         """Wait for the threads and free the warm-up's KV pages (idempotent)."""
