@@ -10,7 +10,9 @@
 #      bytes a step reads and the active experts' GB/s (target at batch 1: >= 60% of HBM, 4.8 TB/s);
 #   3. moe-bench: moe_route and moe_linear (Triton) beside their torch references at that expert shape;
 #   4. conf-moe: the conformance kernels group's MoE checks on nvidia (every format and dtype);
-#   5. summary: the ratios and rates above, from the JSON files.
+#   5. families: llama, qwen3 and qwen3_moe (tiny, random, float32) through test_infer.py on the GPU beside the
+#      cpu backend, and qwen3_moe through `anydev serve` (parts/h34-families.sh);
+#   6. summary: the ratios and rates above, from the JSON files.
 # Run from the repo root on the GPU machine; writes $OUT/r/h34-* and logs to $OUT/h34.log. H34_TINY=1 runs
 # every step at tiny shapes on --device cpu under Triton's interpreter (how it was checked off the GPU).
 set -uo pipefail
@@ -44,6 +46,7 @@ step decode-moe 70 python3 benchmarks/decode_bench.py "${DECODE[@]}" --shape qwe
   --out $R/h34-decode-moe.json
 step moe-bench 30 "${KERN[@]}" python3 benchmarks/moe_bench.py --device $DEV "${MOE[@]}" --out $R/h34-moe-bench.json
 step conf-moe 100 "${KERN[@]}" python3 -m anydev.conformance --device $DEV --report $R/h34-conf-moe.json -- -k moe -rA
+step families 90 bash parts/h34-families.sh $DEV $R
 step summary 10 python3 - $R <<'EOF'
 import json, sys
 from pathlib import Path
@@ -67,4 +70,4 @@ for batch, row in sorted(mo.items()):
           + (f" = {gbps / 4800:.1%} of 4.8 TB/s" if gbps else "")
           + f", all weights read {row.get('weights_gbps') and round(row['weights_gbps'], 1)} GB/s")
 EOF
-cat $R/h34-summary.txt >> $LOG
+cat $R/h34-summary.txt >> $LOG; grep -h "^families:" $R/h34-families.txt >> $LOG
