@@ -48,7 +48,7 @@ def test_batch_of_different_lengths_equals_each_prompt_alone(backend, request):
     assert batched == alone, "batched vs one at a time: " + mismatch(batched, alone)
 
 
-def test_a_mixture_of_experts_model_at_tensor_parallel_equals_the_cpu_reference(backend, request):
+def test_a_moe_model_at_tensor_parallel_equals_the_cpu_reference(backend, request):
     from anydev.core import EngineConfig
 
     tp = engine_ranks(backend, request)
