@@ -57,9 +57,21 @@ def engine_config(backend, tp: int, **overrides):
     return EngineConfig(**settings)
 
 
-def start_engine(config, fail_at=None):
-    """``InferEngine(demo, config)``, started on a helper thread so that a hang fails the check;
-    ``fail_at=(rank, phase)`` injects a fault there (ranks built from :mod:`.faults`' failing worker)."""
+@functools.lru_cache(maxsize=None)
+def moe_model():
+    """A tiny random Qwen3-MoE checkpoint (2 layers, 4 heads over 2 KV heads, 8 experts of width 32,
+    top 2; the demo model's vocabulary, so that :func:`prompt_ids` fit), built in code: the
+    mixture-of-experts case of the engine checks."""
+    from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
+
+    shape = dict(LLAMA_TINY, **TINY_EXTRA["qwen3_moe"], vocab_size=demo().config.vocab_size)
+    return random_checkpoint(model_config("qwen3_moe", max_position_embeddings=256, **shape))
+
+
+def start_engine(config, fail_at=None, checkpoint=None):
+    """``InferEngine(checkpoint or demo, config)``, started on a helper thread so that a hang fails the
+    check; ``fail_at=(rank, phase)`` injects a fault there (ranks built from :mod:`.faults`' failing
+    worker)."""
     from dataclasses import replace
 
     from anydev.conformance.faults import failing_worker
@@ -67,7 +79,7 @@ def start_engine(config, fail_at=None):
 
     if fail_at is not None:
         config = replace(config, worker_cls=failing_worker(*fail_at))
-    return run_ranks(1, lambda _: InferEngine(demo(), config),
+    return run_ranks(1, lambda _: InferEngine(checkpoint or demo(), config),
                      f"engine init on {config.device} x{config.tp}")[0]
 
 
@@ -88,10 +100,10 @@ def prompt_ids() -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(tokenizer.encode(p)) for p in PROMPTS)
 
 
-def greedy_tokens(config, prompts=None) -> list[list[int]]:
+def greedy_tokens(config, prompts=None, checkpoint=None) -> list[list[int]]:
     from anydev.core import SamplingParams
 
-    engine = start_engine(config)
+    engine = start_engine(config, checkpoint=checkpoint)
     try:
         outputs = engine.generate_ids([list(p) for p in (prompts or prompt_ids())], SamplingParams(max_new_tokens=MAX_NEW_TOKENS))
     finally:

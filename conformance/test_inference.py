@@ -1,5 +1,7 @@
 """Inference: the demo model's greedy tokens on this backend equal the cpu reference (one rank,
-float32); TP=N equals TP=1; a batch of prompts of different lengths equals each prompt alone.
+float32); TP=N equals TP=1; a batch of prompts of different lengths equals each prompt alone; a tiny
+Qwen3-MoE at TP=N (every rank holds every expert's slice, the partial sums all-reduced) equals the cpu
+backend at one rank.
 
 All runs use float32, so the comparison is about the backend (memory, streams, collectives, the
 torch bridge), not about rounding to bfloat16. On the cpu backend the first check compares two
@@ -8,7 +10,9 @@ transformers.
 """
 from __future__ import annotations
 
-from anydev.conformance.engine_support import cpu_reference, engine_config, engine_ranks, greedy_tokens, prompt_ids
+from anydev.conformance.engine_support import (
+    cpu_reference, engine_config, engine_ranks, greedy_tokens, moe_model, prompt_ids,
+)
 from anydev.conformance.support import require_torch_bridge
 
 
@@ -42,3 +46,14 @@ def test_batch_of_different_lengths_equals_each_prompt_alone(backend, request):
     batched = greedy_tokens(engine_config(backend, tp), prompts)
     alone = [greedy_tokens(engine_config(backend, tp), [p])[0] for p in prompts]
     assert batched == alone, "batched vs one at a time: " + mismatch(batched, alone)
+
+
+def test_a_moe_model_at_tensor_parallel_equals_the_cpu_reference(backend, request):
+    from anydev.core import EngineConfig
+
+    tp = engine_ranks(backend, request)
+    expected = greedy_tokens(EngineConfig(device="cpu", tp=1, dtype="float32", max_model_len=256, max_num_seqs=8),
+                             checkpoint=moe_model())
+    got = greedy_tokens(engine_config(backend, tp), checkpoint=moe_model())
+    assert all(expected), "the cpu reference generated nothing"
+    assert got == expected, f"qwen3_moe at TP={tp} vs cpu TP=1: " + mismatch(got, expected)

@@ -4,6 +4,7 @@ bad registration."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -50,7 +51,9 @@ def greedy(directory, prompts):
 
 
 def test_builtin_families_are_registered():
-    assert {"llama", "mistral", "qwen2"} <= set(model_registry().names())
+    assert {"llama", "mistral", "qwen2", "qwen3", "qwen3_moe"} <= set(model_registry().names())
+    assert model_registry().for_hf({"architectures": ["Qwen3MoeForCausalLM"]}).name == "qwen3_moe"
+    assert model_registry().for_gguf("qwen3moe").name == "qwen3_moe"
     assert model_registry().for_hf({"architectures": ["Qwen2ForCausalLM"]}).name == "qwen2"
     assert model_registry().for_gguf("llama").name == "llama"
 
@@ -138,3 +141,15 @@ def test_a_config_of_a_registered_family_is_checked_before_loading():
     config.architecture = "nope"
     with pytest.raises(EngineConfigError, match=r"architecture 'nope' is not supported; supported: llama"):
         validate_config(EngineConfig(), config)
+
+
+def test_the_docs_show_the_whole_toy_family():
+    """docs/models.md's "one file" is toy_family.py's code: every line after its imports, in order."""
+    import anydev
+    docs = (Path(anydev.__file__).parent / "docs" / "models.md").read_text()
+    section = docs[docs.index("## Adding a family"):]
+    shown = section[section.index("```python\n") + len("```python\n"):section.index("```", section.index("```python") + 3)]
+    code = Path(__file__).with_name("toy_family.py").read_text()
+    body = code[code.index("\n\n\n@dataclass") + 3:]
+    assert [line for line in shown.splitlines() if line.strip()] == \
+        [line for line in body.splitlines() if line.strip()]
