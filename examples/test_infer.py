@@ -47,7 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest tokens; 0: all")
     p.add_argument("--top-p", type=float, default=1.0, help="sample among the likeliest tokens holding p of the mass; 1: all")
     p.add_argument("--no-chat-template", action="store_true", help="encode the prompt as plain text")
-    p.add_argument("--timeline-out", help="write the start-up timeline (process start to first token) as JSON here")
+    p.add_argument("--timeline-out", help="write the start-up timeline (process start to first token) as JSON here (default: not written)")
     # --seed (an engine flag, as serve's) also seeds each prompt's request, so all copies draw alike
     add_engine_arguments(p, default_texts={"max_num_seqs": "--batch-size"})
     return p.parse_args(argv)

@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="HTTP front-end processes sharing the one engine core and the one port")
     p.add_argument("--tool-call-parser", choices=TOOL_CALL_PARSERS, default=None,
                    help="how answers' tool calls read: hermes (Qwen2.5/3, Hermes: <tool_call> blocks) or "
-                        "llama3_json (Llama 3.x JSON); without it, chat requests with tools answer 400")
+                        "llama3_json (Llama 3.x JSON); without it, chat requests with tools answer 400 (default: none)")
     add_engine_arguments(p.add_argument_group("engine"), defaults={"max_num_seqs": 64})
     logs = p.add_argument_group("logs")
     logs.add_argument("--disable-log-requests", "--disable-uvicorn-access-log", action="store_true",

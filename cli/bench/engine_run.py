@@ -11,9 +11,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, input_len: int, output
     parser.add_argument("--input-len", type=int, default=input_len, help="tokens of each random prompt")
     parser.add_argument("--output-len", type=int, default=output_len,
                         help="tokens generated for each prompt (the end-of-sequence token ignored)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
     parser.add_argument("--output-json", help="write the figures as JSON to this file")
-    engine_flags(parser.add_argument_group("engine"))
+    # one --seed, as vLLM's bench: the engine's sampler and the random prompts
+    engine_flags(parser.add_argument_group("engine"), defaults={"seed": 0})
 
 
 def open_engine(args: argparse.Namespace, prompts_at_once: int):
