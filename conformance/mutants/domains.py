@@ -4,10 +4,11 @@ checks (``test_*_domains.py``) catch them."""
 from __future__ import annotations
 
 import bisect
+import ctypes
 
 from anydev.backends.cpu import collectives
 from anydev.backends.cpu.runtime import CpuRuntime, _Communicator
-from anydev.plugin_api.types import CopyKind
+from anydev.plugin_api.types import DTYPE_SIZES, CopyKind
 
 from . import mutant
 
@@ -156,3 +157,47 @@ class TorchStreamClearsQueuedErrors(CpuRuntime):
             worker.error = None
 
         return self._torch_streams.block(stream, wait_and_clear)
+
+
+class _RecvFault(CpuRuntime):
+    """A cpu runtime whose recv runs ``_recv(group, rank, peer, address, count, dtype)`` instead."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        group.recv(rank, peer, address, count, dtype)
+
+    @classmethod
+    def _mover(cls, kind, group):
+        if kind == "send":
+            return group.send
+        return lambda rank, peer, address, count, dtype: cls._recv(group, rank, peer, address, count, dtype)
+
+
+@mutant("recv-of-0-elements-writes-one", checks=["test_send_recv_domains.py"])
+class RecvOfZeroElementsWritesOne(_RecvFault):
+    """recv of 0 elements zeroes one element at its address (a length rounded up to one element):
+    right at every count above 0."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        group.recv(rank, peer, address, count, dtype)
+        if count == 0:
+            ctypes.memset(address, 0, DTYPE_SIZES[dtype])
+
+
+@mutant("recv-from-a-non-neighbour-drops-the-last-element", checks=["test_send_recv_domains.py"])
+class RecvFromANonNeighbourDropsTheLastElement(_RecvFault):
+    """recv from a rank that is not a ring neighbour (rank +- 1) leaves the message's last element
+    unwritten (a relayed path with an off-by-one): right for rings and chains, the pairings every
+    older check uses."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        n = group.nranks
+        if count == 0 or peer in ((rank + 1) % n, (rank - 1) % n):
+            group.recv(rank, peer, address, count, dtype)
+            return
+        last = address + (count - 1) * DTYPE_SIZES[dtype]
+        kept = ctypes.string_at(last, DTYPE_SIZES[dtype])
+        group.recv(rank, peer, address, count, dtype)
+        ctypes.memmove(last, kept, len(kept))
