@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import threading
 
 from anydev.backends.cpu import collectives
 from anydev.backends.cpu.runtime import CpuRuntime, _Communicator
@@ -114,6 +115,24 @@ class CommInitAllRanksInDeviceOrder(CpuRuntime):
         group = collectives.Group(len(devices), self.collective_timeout_s)
         ranked = sorted(devices)
         return [self._add_comm(_Communicator(group, ranked.index(device), device)) for device in devices]
+
+
+@mutant("comm-init-rank-in-arrival-order", checks=COLLECTIVE_DOMAINS)
+class CommInitRankInArrivalOrder(CpuRuntime):
+    """comm_init_rank gives each caller the rank of its arrival at the unique id, not the rank it
+    asked for (a bootstrap that numbers ranks as they connect): right whenever the ranks join in
+    rank order, as threads started together usually do."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._arrivals: dict[bytes, int] = {}
+        self._arrivals_lock = threading.Lock()
+
+    def comm_init_rank(self, unique_id, nranks, rank):
+        with self._arrivals_lock:
+            arrived = self._arrivals.get(unique_id, 0)
+            self._arrivals[unique_id] = arrived + 1
+        return super().comm_init_rank(unique_id, nranks, arrived % nranks)
 
 
 STREAM_DOMAINS = ["test_streams_events_domains.py"]
