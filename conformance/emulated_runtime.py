@@ -45,9 +45,11 @@ EMULATION_MARKER = "anydevEmulatedRuntime"
 TORCH_BRIDGE_NOTE = "torch bridge: CPU tensors over the emulated device memory (host memory)"
 #: Why the emulated runtimes run no device graphs (the conformance ``graphs`` group's skip reason).
 GRAPHS_NOT_EMULATED = (
-    "not emulated: the plugin's graphs are the vendor torch's own graph class (torch.musa.MUSAGraph, MetaX "
-    "torch's CUDAGraph) capturing the vendor runtime's streams, and CPU torch has none; only the card shows them "
-    "(nvidia runs the same StreamGraph code on hardware)"
+    "graphs not emulated: need the vendor torch's capture; the plugin's torch_graph is the vendor torch's own "
+    "graph class (torch.musa.MUSAGraph, MetaX torch's CUDAGraph) over the vendor runtime's stream capture, and "
+    "CPU torch has neither, so an emulation would certify its own graphs, not the plugin's; only the card shows "
+    "the capture, MCCL collectives captured in it and the vendor torch's graph memory pools (nvidia runs the "
+    "same StreamGraph code on hardware)"
 )
 
 

@@ -235,8 +235,13 @@ def matrix_cell(checks: list[CheckResult], width: int = 60) -> str:
 
 
 def _cell_text(text: str, width: int) -> str:
+    """``text`` on one line within ``width``: whole, else its leading clauses up to a "; " when they
+    fit (a reason written "why; details" keeps its why whole), else cut with "..."."""
     text = " ".join(text.split()).replace("|", "/")
-    return text if len(text) <= width else text[: width - 3] + "..."
+    if len(text) <= width:
+        return text
+    clause = text.rfind("; ", 0, width + 1)
+    return text[:clause] if clause > 0 else text[: width - 3] + "..."
 
 
 def markdown_matrix(results: list[CheckResult], sweep: str = FULL_SWEEP) -> str:

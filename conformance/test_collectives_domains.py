@@ -1,12 +1,15 @@
 """Collectives over their domain: every dtype the backend declares (not only the required four) and
 every op; counts from 0 up, at any element offset into the buffers, with guard elements around them
 that nothing may write; broadcast from every root; communicators whose ranks sit on the devices in
-any order, and several communicators over the same devices used in any order.
+any order, several communicators over the same devices used in any order, and ranks joining a
+unique id in another order than their rank numbers.
 
 Inputs are small integers, exact in every dtype (8-bit ones scaled to the rank count), so results are
 compared exactly; ``avg`` is checked in ``test_collectives.py`` and left out here.
 """
 from __future__ import annotations
+
+import time
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ import torch
 from anydev.conformance.domains import bounded, example, given, st
 from anydev.conformance.support import require_devices, require_torch_bridge, run_ranks
 from anydev.conformance.test_collectives import close_all, communicator_cache, communicators  # noqa: F401 (fixtures)
+from anydev.plugin_api import Communicator
 from anydev.plugin_api.types import DTYPE_SIZES, REQUIRED_COLLECTIVE_DTYPES
 
 TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPE_SIZES}
@@ -267,3 +271,36 @@ def test_several_communicators_over_the_same_devices_in_any_order(backend, reque
             assert torch.equal(tensor, want), (
                 f"all_reduce {step} (communicator {g} of {members} ranks), rank {rank}: combined other ranks' data "
                 "(collectives of different communicators over the same devices matched with each other?)")
+
+
+#: Seconds between two ranks' calls of ``comm_init_rank`` in the join-order check: the highest rank
+#: calls first. A schedule, not an assertion: a backend that does it right passes whatever the order.
+JOIN_STAGGER_S = 0.3
+
+
+def test_ranks_joining_a_unique_id_in_reverse_order_keep_their_ranks(backend, nranks):
+    """``comm_init_rank`` called by the highest rank first and rank 0 last (each a moment after the
+    one before): every rank keeps the rank it asked for, so all_gather places rank r's data r-th."""
+    require_torch_bridge(backend)
+    if nranks < 2:
+        pytest.skip("a join order needs 2 ranks or more")
+    require_devices(backend, nranks)
+    unique_id = backend.comm_unique_id()
+
+    def join(rank: int) -> Communicator:
+        time.sleep(JOIN_STAGGER_S * (nranks - 1 - rank))
+        device = backend.device(rank)
+        device.set_current()
+        return Communicator.from_unique_id(device, unique_id, nranks, rank)
+
+    comms = run_ranks(nranks, join, f"{nranks} ranks joining one unique id, the last rank first")
+    try:
+        count = 131
+        inputs = [values(r, nranks, "int32", "sum", count, seed=500 * r) for r in range(nranks)]
+        gathered = run_guarded(comms, "int32", count, nranks * count, (0, 0), inputs,
+                               lambda comm, s, r, stream: comm.all_gather(s, r, stream=stream))
+    finally:
+        close_all(comms)
+    for rank in range(nranks):
+        assert_guarded(gathered[rank][0], GUARD, torch.cat(inputs), "int32",
+                       f"all_gather after the ranks joined last rank first, rank {rank} of {nranks}")

@@ -16,7 +16,7 @@ def require_graphs(backend) -> None:
 
     require_torch_bridge(backend)
     if isinstance(backend.runtime, EmulatedRuntime):
-        pytest.skip(f"device graphs {GRAPHS_NOT_EMULATED}")
+        pytest.skip(GRAPHS_NOT_EMULATED)
     if not backend.supports("torch_graph"):
         pytest.skip(f"'{backend.name}' does not capture device graphs (the optional call torch_graph, contract 1.1)")
 

@@ -4,10 +4,12 @@ checks (``test_*_domains.py``) catch them."""
 from __future__ import annotations
 
 import bisect
+import ctypes
+import threading
 
 from anydev.backends.cpu import collectives
 from anydev.backends.cpu.runtime import CpuRuntime, _Communicator
-from anydev.plugin_api.types import CopyKind
+from anydev.plugin_api.types import DTYPE_SIZES, CopyKind
 
 from . import mutant
 
@@ -115,6 +117,24 @@ class CommInitAllRanksInDeviceOrder(CpuRuntime):
         return [self._add_comm(_Communicator(group, ranked.index(device), device)) for device in devices]
 
 
+@mutant("comm-init-rank-in-arrival-order", checks=COLLECTIVE_DOMAINS)
+class CommInitRankInArrivalOrder(CpuRuntime):
+    """comm_init_rank gives each caller the rank of its arrival at the unique id, not the rank it
+    asked for (a bootstrap that numbers ranks as they connect): right whenever the ranks join in
+    rank order, as threads started together usually do."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._arrivals: dict[bytes, int] = {}
+        self._arrivals_lock = threading.Lock()
+
+    def comm_init_rank(self, unique_id, nranks, rank):
+        with self._arrivals_lock:
+            arrived = self._arrivals.get(unique_id, 0)
+            self._arrivals[unique_id] = arrived + 1
+        return super().comm_init_rank(unique_id, nranks, arrived % nranks)
+
+
 STREAM_DOMAINS = ["test_streams_events_domains.py"]
 
 
@@ -156,3 +176,47 @@ class TorchStreamClearsQueuedErrors(CpuRuntime):
             worker.error = None
 
         return self._torch_streams.block(stream, wait_and_clear)
+
+
+class _RecvFault(CpuRuntime):
+    """A cpu runtime whose recv runs ``_recv(group, rank, peer, address, count, dtype)`` instead."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        group.recv(rank, peer, address, count, dtype)
+
+    @classmethod
+    def _mover(cls, kind, group):
+        if kind == "send":
+            return group.send
+        return lambda rank, peer, address, count, dtype: cls._recv(group, rank, peer, address, count, dtype)
+
+
+@mutant("recv-of-0-elements-writes-one", checks=["test_send_recv_domains.py"])
+class RecvOfZeroElementsWritesOne(_RecvFault):
+    """recv of 0 elements zeroes one element at its address (a length rounded up to one element):
+    right at every count above 0."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        group.recv(rank, peer, address, count, dtype)
+        if count == 0:
+            ctypes.memset(address, 0, DTYPE_SIZES[dtype])
+
+
+@mutant("recv-from-a-non-neighbour-drops-the-last-element", checks=["test_send_recv_domains.py"])
+class RecvFromANonNeighbourDropsTheLastElement(_RecvFault):
+    """recv from a rank that is not a ring neighbour (rank +- 1) leaves the message's last element
+    unwritten (a relayed path with an off-by-one): right for rings and chains, the pairings every
+    older check uses."""
+
+    @staticmethod
+    def _recv(group, rank, peer, address, count, dtype):
+        n = group.nranks
+        if count == 0 or peer in ((rank + 1) % n, (rank - 1) % n):
+            group.recv(rank, peer, address, count, dtype)
+            return
+        last = address + (count - 1) * DTYPE_SIZES[dtype]
+        kept = ctypes.string_at(last, DTYPE_SIZES[dtype])
+        group.recv(rank, peer, address, count, dtype)
+        ctypes.memmove(last, kept, len(kept))

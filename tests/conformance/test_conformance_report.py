@@ -92,6 +92,19 @@ def test_matrix_cells():
     assert matrix_cell([result("a", "memory", "pass")] * 10 + [result("a", "memory", "skip", "x")] * 2) == "10/12 pass, 2 skip"
     assert matrix_cell([result("a", "memory", "skip", "no torch_musa")] * 4) == "skip: no torch_musa"
     assert matrix_cell([]) == "-"
+    long = "x" * 70
+    assert matrix_cell([result("a", "memory", "skip", long)]) == "skip: " + "x" * 51 + "..."
+
+
+def test_a_skip_cell_keeps_the_why_of_a_long_reason_whole():
+    """A reason written "why; details" shows its why in the cell, not a cut sentence; the emulated
+    runtimes' graphs cell says why they cannot run there."""
+    from anydev.conformance.emulated_runtime import GRAPHS_NOT_EMULATED
+
+    reason = "no torch_musa; install it from the vendor's index, then run again with the same flags"
+    assert matrix_cell([result("a", "graphs", "skip", reason)]) == "skip: no torch_musa"
+    assert matrix_cell([result("moore", "graphs", "skip", GRAPHS_NOT_EMULATED)]) == \
+        "skip: graphs not emulated: need the vendor torch's capture"
 
 
 def test_markdown_matrix_rows_and_columns():

@@ -39,3 +39,20 @@ def test_the_checks_and_mutants_it_names_exist():
                      for m in re.findall(r"`([a-z0-9]+(?:-[a-z0-9]+)+)`", row.rsplit("|", 2)[-2])}
     assert table_mutants, "the mutants column is empty"
     assert not sorted(table_mutants - set(known)), f"mutants named that do not exist: {sorted(table_mutants - set(known))}"
+
+
+def guide_edges_table() -> str:
+    guide = (ROOT / "docs" / "writing-a-backend.md").read_text()
+    section = guide.split("### Each call at the edges of its arguments", 1)[1].split("\n### ", 1)[0]
+    return "\n".join(row for row in section.splitlines() if row.startswith("| `"))
+
+
+def test_the_guides_edge_table_has_every_call_with_a_check_that_exists():
+    table = guide_edges_table()
+    missing = [name for name in (*REQUIRED_CALLS, *OPTIONAL_CALLS) if name != "runtime_info" and f"`{name}`" not in table]
+    assert not missing, f"the guide's edge table (writing-a-backend.md) has no row for {missing}"
+    checks = suite_checks()
+    for row in table.splitlines():
+        named = re.findall(r"`(test_[a-z0-9_]+)`", row.rsplit("|", 2)[-2])
+        assert named, f"a row of the guide's edge table names no check: {row[:80]}"
+        assert not [c for c in named if c not in checks], f"checks the suite lacks in: {row[:80]}"

@@ -30,6 +30,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "broadcast-from-the-last-rank", "all-reduce-int8-unsigned", "all-reduce-writes-a-whole-vector",
     "comm-init-all-ranks-in-device-order", "event-record-keeps-the-first", "wait-event-ignored-across-devices",
     "torch-stream-clears-queued-errors", "rms-norm-wrong-beyond-4096-columns",
+    "recv-of-0-elements-writes-one", "recv-from-a-non-neighbour-drops-the-last-element", "comm-init-rank-in-arrival-order",
 }
 
 EXTRA = textwrap.dedent('''
