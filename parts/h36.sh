@@ -16,7 +16,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 LOG=$OUT/h36.log; R=$OUT/h36; mkdir -p "$R"
-DEADLINE=$((SECONDS + 345))
+DEADLINE=$((SECONDS + ${H36_BUDGET:-345}))
 # step NAME LIMIT CMD...: CMD bounded by LIMIT seconds and by what is left before DEADLINE.
 step() {
   local name=$1 limit=$2; shift 2
