@@ -83,19 +83,15 @@ NO_LOGPROBS = StepLayout((), (), (), 0)
 def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int) -> torch.Tensor:
     """``[len(index), 1 + 2k]`` float32 on the device: for the logits rows ``index`` (None: every
     row), the log-probability of ``targets`` (a failed row's negative token code reads token 0), then
-    the top ``k`` log-probabilities and their ids.
-
-    The log-softmax is never written out: ``log p(t) = logit(t) - logsumexp(logits)``, so the rows
-    pass through one reduction (the logsumexp) and one top-k of the float32 logits, and only the
-    ``1 + k`` values that come back are shifted (the top-k of the logits is the top-k of their
-    log-softmax, a shift by the row's constant)."""
-    rows = (logits if index is None else logits.index_select(0, index)).float()
-    lse = rows.logsumexp(dim=-1, keepdim=True)
-    chosen = rows.gather(1, targets.clamp(min=0)[:, None])
+    the top ``k`` log-probabilities and their ids. The log-softmax reads the logits as they are and
+    writes float32 (one kernel: no float32 copy of the logits first)."""
+    rows = logits if index is None else logits.index_select(0, index)
+    logp = rows.log_softmax(dim=-1, dtype=torch.float32)
+    chosen = logp.gather(1, targets.clamp(min=0)[:, None])
     if k == 0:
-        return chosen - lse
-    top = rows.topk(k, dim=-1)
-    return torch.cat((torch.cat((chosen, top.values), dim=1) - lse, top.indices.float()), dim=1)
+        return chosen
+    top = logp.topk(k, dim=-1)
+    return torch.cat((chosen, top.values, top.indices.float()), dim=1)
 
 
 def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
@@ -120,16 +116,27 @@ def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, to
     return packed
 
 
-def unpack_logprobs(packed: np.ndarray, k: int | None = None) -> list[TokenLogprobs]:
+def unpack_logprobs(packed, k: int | None = None) -> list[TokenLogprobs]:
     """The host side of :func:`pack_step`: one :class:`TokenLogprobs` per packed row (a 2-d array,
     or a list of 1-d rows of any widths), each top list cut to its first ``k`` (None: all)."""
-    out = []
-    for row in (packed.tolist() if isinstance(packed, np.ndarray) else [r.tolist() for r in packed]):
-        width = (len(row) - 1) // 2
-        take = width if k is None else min(k, width)
-        top = tuple((int(i), v) for v, i in zip(row[1:1 + take], row[1 + width:1 + width + take]))
-        out.append(TokenLogprobs(row[0], top))
+    if isinstance(packed, np.ndarray):
+        return _unpack_block(packed, k)
+    widths = [row.shape[0] for row in packed]
+    out, start = [], 0
+    for end in range(1, len(packed) + 1):        # runs of rows of one width, each unpacked as one block
+        if end == len(packed) or widths[end] != widths[start]:
+            out += _unpack_block(np.stack(packed[start:end]), k)
+            start = end
     return out
+
+
+def _unpack_block(block: np.ndarray, k: int | None) -> list[TokenLogprobs]:
+    width = (block.shape[1] - 1) // 2
+    take = width if k is None else min(k, width)
+    chosen = block[:, 0].tolist()
+    values = block[:, 1:1 + take].tolist()
+    ids = block[:, 1 + width:1 + width + take].astype(np.int64).tolist()
+    return [TokenLogprobs(c, tuple(zip(i, v))) for c, v, i in zip(chosen, values, ids)]
 
 
 class LogprobRows:
