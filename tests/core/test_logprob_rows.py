@@ -73,3 +73,24 @@ def test_the_step_loop_builds_no_logprobs_objects_for_output_tokens(monkeypatch)
         assert {len(e.top) for e in seqs[0].logprobs} == {3} and {len(e.top) for e in seqs[1].logprobs} == {0}
         for token, entry in zip(seqs[0].output, seqs[0].logprobs):
             assert entry.top[0][0] == token and entry.logprob == entry.top[0][1]   # greedy: its token is the top one
+
+
+def test_logprobs_add_no_host_wait_to_a_step(monkeypatch):
+    """The packed rows come back with the tokens, behind the same event: through the device API the
+    host waits on the device (an event, a stream, the device) as often with logprobs as without."""
+    from anydev.plugin_api.objects import device, event, stream
+
+    waits = []
+    for cls, name in ((event.Event, "synchronize"), (event.Event, "query"), (stream.Stream, "synchronize"),
+                      (device.Device, "synchronize")):
+        original = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *a, _f=original, _n=name, **kw: waits.append(_n) or _f(self, *a, **kw))
+    counts = {}
+    with InferEngine(demo_checkpoint()) as engine:
+        prompts = [[5, 9, 33], [7, 1, 2, 4], [11, 12]]
+        engine.generate_ids(prompts, SamplingParams(max_new_tokens=2, ignore_eos=True, logprobs=2))   # warm
+        for k in (None, 5, None, 5):
+            waits.clear()
+            engine.generate_ids(prompts, SamplingParams(max_new_tokens=12, ignore_eos=True, logprobs=k))
+            counts.setdefault(k, []).append(len(waits))
+    assert counts[None][0] >= 12 and counts[5] == counts[None]      # a wait per step's tokens, no more
