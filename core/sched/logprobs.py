@@ -123,6 +123,8 @@ def unpack_logprobs(packed, k: int | None = None) -> list[TokenLogprobs]:
     or a list of 1-d rows of any widths), each top list cut to its first ``k`` (None: all)."""
     if isinstance(packed, np.ndarray):
         return _unpack_block(packed, k)
+    if len(packed) < 8:          # a streamed request's step or two: numpy's per-call cost would dominate
+        return [_unpack_row(row.tolist(), k) for row in packed]
     widths = [row.shape[0] for row in packed]
     out, start = [], 0
     for end in range(1, len(packed) + 1):        # runs of rows of one width, each unpacked as one block
@@ -130,6 +132,12 @@ def unpack_logprobs(packed, k: int | None = None) -> list[TokenLogprobs]:
             out += _unpack_block(np.stack(packed[start:end]), k)
             start = end
     return out
+
+
+def _unpack_row(row: list[float], k: int | None) -> TokenLogprobs:
+    width = (len(row) - 1) // 2
+    take = width if k is None else min(k, width)
+    return TokenLogprobs(row[0], tuple(zip(map(int, row[1 + width:1 + width + take]), row[1:1 + take])))
 
 
 def _unpack_block(block: np.ndarray, k: int | None) -> list[TokenLogprobs]:

@@ -43,8 +43,9 @@ def row(chosen: float, top: list[tuple[int, float]], width: int) -> np.ndarray:
 def test_rows_of_steps_of_different_widths_unpack_cut_to_the_ask():
     tops = [[(7, -0.5), (3, -1.25), (9, -2.0)], [(1, -0.25), (2, -3.5)], [(4, -0.75), (8, -1.5), (6, -4.0)]]
     rows = [row(-0.5, tops[0], 5), row(-3.5, tops[1], 2), row(-1.5, tops[2], 5)]
-    got = lp.unpack_logprobs(rows, 2)
-    assert got == [lp.TokenLogprobs(c, tuple(t[:2])) for c, t in zip((-0.5, -3.5, -1.5), tops)]
+    expected = [lp.TokenLogprobs(c, tuple(t[:2])) for c, t in zip((-0.5, -3.5, -1.5), tops)]
+    assert lp.unpack_logprobs(rows, 2) == expected
+    assert lp.unpack_logprobs(rows * 2 + [rows[0]] * 4 + rows, 2) == expected * 2 + [expected[0]] * 4 + expected  # as blocks
     block = lp.unpack_logprobs(np.stack([rows[0], rows[2]]))
     assert [len(e.top) for e in block] == [5, 5] and block[1].top[:3] == tuple(tops[2])
 
@@ -61,15 +62,15 @@ def test_a_sequence_builds_its_logprobs_once_when_read():
 
 def test_the_step_loop_builds_no_logprobs_objects_for_output_tokens(monkeypatch):
     built = []
-    unpack = lp._unpack_block
-    monkeypatch.setattr(lp, "_unpack_block", lambda block, k: built.append(len(block)) or unpack(block, k))
+    token_logprobs = lp.TokenLogprobs
+    monkeypatch.setattr(lp, "TokenLogprobs", lambda *a: built.append(a) or token_logprobs(*a))
     with InferEngine(demo_checkpoint()) as engine:
         seqs = [engine.add_request([5, 9, 33], SamplingParams(max_new_tokens=6, ignore_eos=True, logprobs=k))
                 for k in (3, 0, None)]
         while not all(s.is_finished for s in seqs):
             engine.step()
         assert built == []
-        assert [len(s.logprobs) for s in seqs] == [6, 6, 0] and sum(built) == 12
+        assert [len(s.logprobs) for s in seqs] == [6, 6, 0] and len(built) == 12
         assert {len(e.top) for e in seqs[0].logprobs} == {3} and {len(e.top) for e in seqs[1].logprobs} == {0}
         for token, entry in zip(seqs[0].output, seqs[0].logprobs):
             assert entry.top[0][0] == token and entry.logprob == entry.top[0][1]   # greedy: its token is the top one
