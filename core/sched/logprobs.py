@@ -8,6 +8,9 @@ the most any row of the step asks), as one float32 row ``[chosen, top values (k)
 row's prompt positions first, then its sampled token (:func:`step_layout`), so the packed rows of
 pipeline micro-batches, joined, are the whole step's. The log-softmax is of the model's logits as
 they are (before temperature, top-k and top-p), as vLLM's and OpenAI's logprobs are.
+
+On the host the step loop builds nothing per token: each sequence keeps its rows, views of the step's
+read-back block (:class:`LogprobRows`), and its :class:`TokenLogprobs` are built, by blocks, when read.
 """
 from __future__ import annotations
 
