@@ -12,7 +12,7 @@ BUDGET=${H33P_BUDGET:-58}; T0=$SECONDS
 for step in "64 27" "256 58"; do
   set -- $step; B=$1; LIMIT=$2; T=$SECONDS
   LEFT=$((BUDGET - (SECONDS - T0))); (( LIMIT > LEFT )) && LIMIT=$LEFT   # batch 256 gets what 64 left
-  CMD=(python benchmarks/logprobs_bench.py --device nvidia --prompt-len 128 --new-tokens 128 --logprobs 5
+  CMD=(python3 benchmarks/logprobs_bench.py --device nvidia --prompt-len 128 --new-tokens 128 --logprobs 5
        --repeats 3 --batch $B --out $R/h33p-logprobs-b$B.json)
   echo "\$ ${CMD[*]}" > $R/h33p-logprobs-b$B.txt
   timeout -k 3 $LIMIT "${CMD[@]}" >> $R/h33p-logprobs-b$B.txt 2>&1
