@@ -8,7 +8,6 @@ true; other steps (prompts, prompt chunks beside decodes) replay piecewise graph
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import time
 from dataclasses import dataclass
@@ -89,7 +88,7 @@ class StepLoop:
         self._account(launched)
         got = []
         packed = getattr(tokens, "logprobs", None)
-        packed = unpack_logprobs(packed) if packed is not None else None
+        packed = list(packed) if packed is not None else None     # row views: TokenLogprobs are built when read
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
@@ -179,6 +178,8 @@ class _Launched:
 
 def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
     """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then its token)."""
+    if not layout.prompt:       # decode steps: the asking rows' tokens, in row order
+        return {row: (None, i) for i, row in enumerate(layout.output)}
     spans, cursor = {}, 0
     prompt = {row: count for row, _, count in layout.prompt}
     output = set(layout.output)
@@ -192,15 +193,13 @@ def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
 
 
 def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, mine: int | None) -> None:
-    """Give ``seq`` its share of a step's logprobs, each top list cut to what it asked for."""
-    def cut(entry, k):
-        return dataclasses.replace(entry, top=entry.top[:k])
-
+    """Give ``seq`` its share of a step's logprobs (``packed``: the step's packed rows), each top list
+    cut to what it asked for; its output tokens' rows are kept as they are (see ``LogprobRows``)."""
     params = seq.sampling
     if prompt is not None and seq.scores_prompt and prompt[1] - prompt[0] >= len(seq.prompt) - 1:
-        seq.prompt_logprobs = [cut(e, params.prompt_logprobs) for e in packed[prompt[0]:prompt[0] + len(seq.prompt) - 1]]
+        seq.prompt_logprobs = unpack_logprobs(packed[prompt[0]:prompt[0] + len(seq.prompt) - 1], params.prompt_logprobs)
     if mine is not None:
-        seq.logprobs.append(cut(packed[mine], params.logprobs))
+        seq.logprob_rows.add(packed[mine], params.logprobs)
 
 
 def _row_key(seq: Sequence, params: SamplingParams | None) -> tuple[int, int] | None:

@@ -8,6 +8,9 @@ the most any row of the step asks), as one float32 row ``[chosen, top values (k)
 row's prompt positions first, then its sampled token (:func:`step_layout`), so the packed rows of
 pipeline micro-batches, joined, are the whole step's. The log-softmax is of the model's logits as
 they are (before temperature, top-k and top-p), as vLLM's and OpenAI's logprobs are.
+
+On the host the step loop builds nothing per token: each sequence keeps its rows, views of the step's
+read-back block (:class:`LogprobRows`), and its :class:`TokenLogprobs` are built, by blocks, when read.
 """
 from __future__ import annotations
 
@@ -52,13 +55,17 @@ class StepLayout:
 def step_layout(params: list, starts: list[int]) -> StepLayout:
     """The layout of a step whose row i has sampling ``params[i]`` (None: it needs no token) and
     feeds tokens ``starts[i]..starts[i + 1] - 1`` of the step."""
+    asking = [(i, p) for i, p in enumerate(params) if p is not None and (p.logprobs is not None or
+                                                                         p.prompt_logprobs is not None)]
+    if not asking:
+        return NO_LOGPROBS
+    if all(p.prompt_logprobs is None for _, p in asking):   # decode steps: one comprehension, no per-row Python
+        output = tuple(i for i, _ in asking)
+        return StepLayout((), output, tuple(range(len(output))), max(p.logprobs for _, p in asking))
     prompt, output, order, k = [], [], [], 0
-    num_prompt = sum(starts[i + 1] - starts[i] - 1 for i, p in enumerate(params)
-                     if p is not None and p.prompt_logprobs is not None)
+    num_prompt = sum(starts[i + 1] - starts[i] - 1 for i, p in asking if p.prompt_logprobs is not None)
     seen_prompt = 0
-    for i, p in enumerate(params):
-        if p is None:
-            continue
+    for i, p in asking:
         if p.prompt_logprobs is not None and starts[i + 1] - starts[i] > 1:
             count = starts[i + 1] - starts[i] - 1
             prompt.append((i, starts[i], count))
@@ -72,16 +79,24 @@ def step_layout(params: list, starts: list[int]) -> StepLayout:
     return StepLayout(tuple(prompt), tuple(output), tuple(order), k)
 
 
+#: The layout of a step in which no row asks for logprobs.
+NO_LOGPROBS = StepLayout((), (), (), 0)
+
+
 def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int) -> torch.Tensor:
     """``[len(index), 1 + 2k]`` float32 on the device: for the logits rows ``index`` (None: every
     row), the log-probability of ``targets`` (a failed row's negative token code reads token 0), then
-    the top ``k`` log-probabilities and their ids."""
-    logp = (logits if index is None else logits.index_select(0, index)).float().log_softmax(dim=-1)
-    chosen = logp.gather(1, targets.clamp(min=0)[:, None])
+    the top ``k`` log-probabilities and their ids. The log-softmax reads the logits as they are and
+    writes float32 (one kernel: no float32 copy of the logits first); the top ``k`` are those of the
+    logits as they are (a log-softmax shifts a row by a constant: the same tokens, in the same order,
+    found in half the bytes for 16-bit logits), their log-probabilities gathered beside the target's."""
+    rows = logits if index is None else logits.index_select(0, index)
+    logp = rows.log_softmax(dim=-1, dtype=torch.float32)
     if k == 0:
-        return chosen
-    top = logp.topk(k, dim=-1)
-    return torch.cat((chosen, top.values, top.indices.float()), dim=1)
+        return logp.gather(1, targets.clamp(min=0)[:, None])
+    top = rows.topk(k, dim=-1).indices
+    picked = logp.gather(1, torch.cat((targets.clamp(min=0)[:, None], top), dim=1))
+    return torch.cat((picked, top.float()), dim=1)
 
 
 def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
@@ -106,11 +121,61 @@ def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, to
     return packed
 
 
-def unpack_logprobs(packed: np.ndarray) -> list[TokenLogprobs]:
-    """The host side of :func:`pack_step`: one :class:`TokenLogprobs` per packed row."""
-    k = (packed.shape[1] - 1) // 2
-    out = []
-    for row in packed.tolist():
-        top = tuple((int(i), v) for v, i in zip(row[1:1 + k], row[1 + k:1 + 2 * k]))
-        out.append(TokenLogprobs(row[0], top))
+def unpack_logprobs(packed, k: int | None = None) -> list[TokenLogprobs]:
+    """The host side of :func:`pack_step`: one :class:`TokenLogprobs` per packed row (a 2-d array,
+    or a list of 1-d rows of any widths), each top list cut to its first ``k`` (None: all)."""
+    if isinstance(packed, np.ndarray):
+        return _unpack_block(packed, k)
+    if len(packed) < 8:          # a streamed request's step or two: numpy's per-call cost would dominate
+        return [_unpack_row(row.tolist(), k) for row in packed]
+    widths = [row.shape[0] for row in packed]
+    out, start = [], 0
+    for end in range(1, len(packed) + 1):        # runs of rows of one width, each unpacked as one block
+        if end == len(packed) or widths[end] != widths[start]:
+            out += _unpack_block(np.stack(packed[start:end]), k)
+            start = end
     return out
+
+
+def _unpack_row(row: list[float], k: int | None) -> TokenLogprobs:
+    width = (len(row) - 1) // 2
+    take = width if k is None else min(k, width)
+    return TokenLogprobs(row[0], tuple(zip(map(int, row[1 + width:1 + width + take]), row[1:1 + take])))
+
+
+def _unpack_block(block: np.ndarray, k: int | None) -> list[TokenLogprobs]:
+    width = (block.shape[1] - 1) // 2
+    take = width if k is None else min(k, width)
+    chosen = block[:, 0].tolist()
+    values = block[:, 1:1 + take].tolist()
+    ids = block[:, 1 + width:1 + width + take].astype(np.int64).tolist()
+    return [TokenLogprobs(c, tuple(zip(i, v))) for c, v, i in zip(chosen, values, ids)]
+
+
+class LogprobRows:
+    """A sequence's output logprobs as they arrive: each token's packed row (a view of its step's
+    read-back block) is kept as it is, and :class:`TokenLogprobs` are built only when read, once,
+    so the step loop does no per-token object building. Read through :attr:`entries`."""
+
+    __slots__ = ("k", "_rows", "_built")
+
+    def __init__(self, k: int | None):
+        self.k = k
+        self._rows: list[np.ndarray] = []
+        self._built: list[TokenLogprobs] = []
+
+    def add(self, row: np.ndarray, k: int) -> None:
+        """One more token's packed row, its top list to be cut to ``k``."""
+        self.k = k
+        self._rows.append(row)
+
+    def __len__(self) -> int:
+        return len(self._built) + len(self._rows)
+
+    @property
+    def entries(self) -> list[TokenLogprobs]:
+        """Every token's :class:`TokenLogprobs` so far (the same list object each time, grown)."""
+        if self._rows:
+            self._built += unpack_logprobs(self._rows, self.k)
+            self._rows = []
+        return self._built

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .logprobs import LogprobRows
 from .sampling import SamplingParams
 
 
@@ -44,10 +45,15 @@ class Sequence:
     arrival_time: float = field(default_factory=time.monotonic)
     #: Its output as text while it has stop strings to find (an ``anydev.core.output.OutputText``, set by the engine).
     text: object = None
-    #: With ``sampling.logprobs``: each output token's :class:`~.logprobs.TokenLogprobs`, as read back.
-    logprobs: list = field(default_factory=list)
+    #: With ``sampling.logprobs``: each output token's packed row as read back (read :attr:`logprobs`).
+    logprob_rows: LogprobRows = field(default_factory=lambda: LogprobRows(None), repr=False)
     #: With ``sampling.prompt_logprobs``: a TokenLogprobs for each prompt token after the first.
     prompt_logprobs: list = field(default_factory=list)
+
+    @property
+    def logprobs(self) -> list:
+        """With ``sampling.logprobs``: each output token's :class:`~.logprobs.TokenLogprobs` (built when read)."""
+        return self.logprob_rows.entries
 
     @property
     def tokens(self) -> list[int]:
