@@ -19,7 +19,7 @@ import torch
 from anydev.plugin_api import AnydevError
 
 from ..models.fusion import fused_views
-from ..models.llama import LlamaRank
+from ..models.registry import family_of
 from .graphs import idle_step
 from .kv_cache import KVLayout, PagedKVCache
 from .piecewise import idle_tokens
@@ -58,7 +58,8 @@ class KernelWarmup:
         layout = KVLayout(len(stage.layers), 1, setup.kv.block_size, setup.shard.num_kv_heads, config.head_dim,
                           setup.dtype)
         self._kv = PagedKVCache(setup.device, layout)   # one block: padding steps read and write none
-        self._weights = {**weights.tensors, **fused_views(weights, stage.layers)}
+        self._family = family_of(config)
+        self._weights = {**weights.tensors, **fused_views(weights, stage.layers, self._family.fusions)}
         self._rotary, self._stage = rotary, stage
         self._pool = ThreadPoolExecutor(max(1, min(threads, len(steps))),
                                         thread_name_prefix=f"anydev-rank{setup.rank}-warmup")
@@ -74,9 +75,9 @@ class KernelWarmup:
             kv_layers = [self._kv.layer(i) for i in range(len(self._stage.layers))]
             # the collectives skipped: the ranks' warm-ups do not line up, and partial sums run the same kernels
             tp = s.shard.tp > 1
-            model = LlamaRank(s.checkpoint.config, s.shard, self._weights, kv_layers, self._rotary, s.kernels,
-                              s.kv.block_size, _skip if tp else None, _skip if tp else None, self._stage,
-                              dtype=s.dtype)
+            model = self._family.rank_class(s.checkpoint.config, s.shard, self._weights, kv_layers, self._rotary,
+                                            s.kernels, s.kv.block_size, _skip if tp else None,
+                                            _skip if tp else None, self._stage, dtype=s.dtype)
             with torch.inference_mode(), stream.torch_stream():
                 model.forward(io.put(step))
             stream.synchronize()

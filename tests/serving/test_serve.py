@@ -295,9 +295,10 @@ def test_sigterm_drains_the_request_in_flight_then_exits_cleanly():
 
     def stream_long():
         stream = srv.client().completions.create(model=MODEL, prompt="hello", max_tokens=120, temperature=0,
-                                                 stream=True, extra_body={"ignore_eos": True})
-        text, chunks = streamed_text(stream)
-        result["finish"], result["tokens"] = chunks[-1].choices[0].finish_reason, chunks[-1].usage.completion_tokens
+                                                 stream=True, stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True})
+        text, chunks = streamed_text(stream)      # the usage comes in a last chunk of its own, as asked
+        result["finish"], result["tokens"] = chunks[-2].choices[0].finish_reason, chunks[-1].usage.completion_tokens
 
     thread = threading.Thread(target=stream_long)
     thread.start()

@@ -32,7 +32,7 @@ def build_dir(tmp_path_factory):
 
 
 def output_text(stdout: str) -> str:
-    match = re.search(r"^--- output 0 .*?---\n(.*?)\nprefill:", stdout, re.S | re.M)
+    match = re.search(r"^--- output 0 .*?---\n(.*?)\n(?:start-up timeline|prefill:)", stdout, re.S | re.M)
     assert match, stdout
     return match.group(1)
 
