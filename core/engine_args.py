@@ -59,8 +59,10 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
     "use_graphs": (("--enforce-eager",), dict(action="store_false", help="decode eagerly, without device graphs")),
     "lazy_graphs": (("--lazy-graphs",), dict(
         action="store_true", help="capture only the smallest graph buckets at start-up, the others when first needed")),
-    "warm_kernels": (("--no-kernel-warmup",), dict(
-        action="store_false", help="compile the kernels at the first capture or step, not while the weights load")),
+    "warm_kernels": (("--kernel-warmup",), dict(
+        action="store_true",
+        help="compile the kernels while the weights load, not at the first capture or step (off: on a CUDA "
+             "device its steps' streams leave cuBLAS workspaces in torch that a failed start does not give back)")),
     "kernels": (("--kernels",), dict(
         choices=KERNEL_MODES,
         help="native: the backend's kernels where it has them; reference: the torch references")),

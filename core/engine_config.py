@@ -64,8 +64,11 @@ class EngineConfig:
     lazy_graphs: bool = False
     #: With decode graphs on, every rank runs a padding step of each graph bucket and token bucket
     #: in a thread pool while its weights load, so the kernels compile beside the load, not at the
-    #: captures (:mod:`anydev.core.rank.kernel_warmup`; the tokens are the same either way).
-    warm_kernels: bool = True
+    #: captures (:mod:`anydev.core.rank.kernel_warmup`; the tokens are the same either way). Off by
+    #: default: torch keeps a cuBLAS workspace for every (thread, stream) the steps ran on, so on a
+    #: CUDA device a failed start leaves some 32 MiB a warm-up step behind (the conformance suite's
+    #: leak check on the H200).
+    warm_kernels: bool = False
     #: Build and launch step N+1 while the device runs step N, reading N's tokens back afterwards
     #: (off: each step's tokens are read back before the next step is planned).
     async_steps: bool = True

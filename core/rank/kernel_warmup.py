@@ -32,7 +32,7 @@ WARMUP_THREADS = 4
 
 class KernelWarmupError(AnydevError):
     """Running a padding step to compile its kernels failed; the message names the step and the way
-    out (``EngineConfig(warm_kernels=False)``, ``--no-kernel-warmup``: the kernels then compile at
+    out (``EngineConfig(warm_kernels=False)``, no ``--kernel-warmup``: the kernels then compile at
     the first capture or step, as a real step would run them)."""
 
 
@@ -95,7 +95,7 @@ class KernelWarmup:
                 if exc is not None:
                     raise KernelWarmupError(
                         f"rank {self.setup.rank}: compiling the kernels of {what} failed: {type(exc).__name__}: "
-                        f"{exc}. Start without the warm-up with --no-kernel-warmup "
+                        f"{exc}. Start without the warm-up (leave out --kernel-warmup) "
                         f"(EngineConfig(warm_kernels=False))") from exc
         finally:
             self.close()

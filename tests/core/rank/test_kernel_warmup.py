@@ -22,7 +22,7 @@ GREEDY = SamplingParams(max_new_tokens=8)
 
 def config(**changes):
     return EngineConfig(**{"max_num_seqs": 4, "max_model_len": 64, "block_size": 4, "max_num_batched_tokens": 24,
-                           **changes})
+                           "warm_kernels": True, **changes})
 
 
 class RecordingKernels:
@@ -103,7 +103,7 @@ def test_a_failing_warm_up_is_an_init_error_of_its_phase_naming_the_way_out(cpu_
         recording.fail = False
     assert caught.value.phase == "kernel compile"
     assert isinstance(caught.value.cause, KernelWarmupError)
-    assert "--no-kernel-warmup" in str(caught.value)
+    assert "leave out --kernel-warmup" in str(caught.value)
     run(config(), recording)     # the failed start freed everything: the next engine starts
 
 
