@@ -142,3 +142,25 @@ def test_allocations_of_any_size_freed_in_any_order_keep_their_contents(device, 
     finally:
         for buf, _ in live.values():
             buf.free()
+
+
+def test_free_host_waits_for_the_copy_queued_into_it(device, stream, long_work):
+    """``free_host`` of a pinned buffer that a queued device-to-host copy writes returns only once
+    that copy has landed: memory given back earlier is written after it belongs to someone else."""
+    nbytes = 1 << 20
+    src = device.alloc(nbytes)
+    pinned = device.alloc_host(nbytes)
+    landed = None
+    try:
+        stream.memset_async(src, 0x3C)
+        long_work.enqueue(stream, final_value=0)
+        stream.memcpy_async(pinned, src, nbytes)        # behind the long work: still queued
+        landed = stream.record()
+        assert landed.query() is False, "the copy landed at once: the long work did not hold the stream"
+        pinned.free()
+        assert landed.query() is True, "free_host returned while a copy into the buffer was still queued"
+    finally:
+        stream.synchronize()
+        if landed is not None:
+            landed.close()
+        src.free()

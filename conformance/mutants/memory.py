@@ -82,6 +82,24 @@ class FreeDoesNotWait(CpuRuntime):
         threading.Thread(target=release_later, daemon=True).start()
 
 
+@mutant("free-host-no-wait", checks=["test_memory_domains.py"])
+class FreeHostDoesNotWait(CpuRuntime):
+    """free_host returns at once; the pinned memory is released later, after the streams' queued
+    work (the fault: a copy queued into the buffer has not landed when free_host returns)."""
+
+    def free_host(self, ptr):
+        if ptr == 0:
+            return
+        workers = list(self._streams.values())
+
+        def release_later():
+            for worker in workers:
+                worker.wait_idle()
+            self._memory.free_host(ptr)
+
+        threading.Thread(target=release_later, daemon=True).start()
+
+
 @mutant("alloc-on-device-0", checks=["test_devices.py"])
 class AllocIgnoresCurrentDevice(CpuRuntime):
     """malloc ignores the current device and places every allocation on device 0."""

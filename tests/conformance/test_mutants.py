@@ -29,7 +29,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "memset-unaligned-ragged-tail", "d2d-copy-ignores-src-offset", "malloc-overlaps-after-out-of-order-free",  # issue 36
     "broadcast-from-the-last-rank", "all-reduce-int8-unsigned", "all-reduce-writes-a-whole-vector",
     "comm-init-all-ranks-in-device-order", "event-record-keeps-the-first", "wait-event-ignored-across-devices",
-    "torch-stream-clears-queued-errors", "rms-norm-wrong-beyond-4096-columns",
+    "torch-stream-clears-queued-errors", "rms-norm-wrong-beyond-4096-columns", "free-host-no-wait",
     "recv-of-0-elements-writes-one", "recv-from-a-non-neighbour-drops-the-last-element", "comm-init-rank-in-arrival-order",
 }
 

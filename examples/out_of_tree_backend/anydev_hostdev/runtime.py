@@ -142,6 +142,8 @@ class HostDevRuntime(DeviceRuntime):
             known = self._host_allocations.pop(ptr, None)
         if known is None:
             raise runtime_error("free_host", "InvalidValue", f"{ptr:#x} was not returned by malloc_host")
+        for stream in list(self._streams.values()):   # a queued copy may still read or write it, as cudaFreeHost waits
+            stream.wait_idle()
         libc.release(ptr)
 
     def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
