@@ -8,27 +8,17 @@ scales are tested, not where a rounding falls), equals the reference product to 
 plans choose those steps only where they fit (outside the interpreter: no launch)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from anydev.backends.triton_kernels import triton_importable
+from interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
 
 
-def _run(script: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
-
-
 def test_dp4a_and_the_packed_int8_codes():
-    _run("""
+    run_interpreted("""
         import torch, triton, triton.language as tl
         from anydev.backends.triton_kernels._int_dot import dp4a, quantized_rows, row_codes
 
@@ -66,7 +56,7 @@ def test_dp4a_and_the_packed_int8_codes():
 def test_the_integer_gemv_on_activations_int8_holds_exactly():
     """Every format by its heuristic plan, and split into slices of which the last is short (the
     aligned pairs of q8_0, q4_0 and q6_k cross no slice's end)."""
-    _run("""
+    run_interpreted("""
         import torch
         from anydev.backends.triton_kernels import linear
         from anydev.conformance.test_kernels import random_weight

@@ -4,15 +4,13 @@ a recorded plan, its pipeline stages included, computes the reference product (u
 interpreter, in a process of its own: the interpreter is chosen when triton is imported)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
 from anydev.backends.triton_kernels import triton_importable
+from interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
 CPU = torch.device("cpu")
@@ -51,9 +49,7 @@ def test_a_recorded_plan_computes_the_reference_product():
         torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
         print("ok")
     """)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    run_interpreted(script)
 
 
 def test_a_split_whose_last_slice_is_short_computes_the_reference_product():
@@ -76,9 +72,7 @@ def test_a_split_whose_last_slice_is_short_computes_the_reference_product():
             torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item(), msg=fmt)
         print("ok")
     """)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    run_interpreted(script)
 
 
 def test_a_k_quant_plan_must_take_whole_super_blocks():

@@ -5,28 +5,18 @@ leave outputs unwritten). Under Triton's interpreter, in a process of its own (t
 chosen when triton is imported)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 
 from anydev.backends.triton_kernels import triton_importable
+from interpreted import run_interpreted
 
 pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
 
 
-def _run(script: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
-
-
 def test_split_calls_repeat_the_product_and_leave_the_counters_zero():
-    _run("""
+    run_interpreted("""
         import torch
         from anydev.backends.triton_kernels import linear, _split_k
         from anydev.plugin_api.weight_formats import dequantize, quantize_per_channel
