@@ -10,9 +10,10 @@
 #      sweep, whose verdict says "certified ... (quick sweep)"; the full sweep is for devices.
 #   4. mutation testing: the suite on each deliberately broken backend (conformance/mutants/), which
 #      it must fail; prints the check that caught each and `mutants caught: N/N` (a survivor fails).
-#   5. the start-up benchmark on the cpu backend (benchmarks/startup_bench.py: test_infer and anydev
-#      serve on a tiny random model, Triton's cache cold and warm), printing its table: a record, no
-#      timing threshold (it fails only when a run fails).
+#   5. the start-up benchmark on the cpu backend and on the emulated moore and metax runtimes
+#      (benchmarks/startup_bench.py: test_infer and anydev serve on a tiny random model, Triton's
+#      cache cold and warm), printing its table: a record, no timing threshold (it fails only when a
+#      run fails).
 # All steps always run; the exit status is non-zero when any failed. Python: $PYTHON or python3.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,12 +41,19 @@ TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 \
 echo "== mutation testing of the conformance suite"
 "$PYTHON" -m anydev.conformance.mutants -j 2 || status=1
 
-echo "== start-up benchmark (cpu, a record)"
+echo "== start-up benchmark (cpu and the emulated runtimes, a record)"
 STARTUP_TMP=$(mktemp -d)
 "$PYTHON" benchmarks/make_random_model.py "$STARTUP_TMP/tiny" --layers 2 --hidden 64 --heads 4 --kv-heads 2 \
     --vocab 384 --dtype float32 > /dev/null &&
     OMP_NUM_THREADS=1 timeout -k 5 150 "$PYTHON" benchmarks/startup_bench.py --device cpu --model "$STARTUP_TMP/tiny" \
     --engine-args "--max-model-len 64" --timeout 60 --out "$(dirname "$REPORT")/startup-cpu.json" || status=1
+# The same benchmark on the emulated moore and metax runtimes: the vendor plugins' own start-up path.
+for vendor in moore metax; do
+    echo "-- $vendor (emulated runtime)"
+    [[ -d "$STARTUP_TMP/tiny" ]] && OMP_NUM_THREADS=1 timeout -k 5 300 "$PYTHON" -m anydev.conformance.emulated "$vendor" \
+        --dir "$STARTUP_TMP/emulated" -- "$PYTHON" benchmarks/startup_bench.py --device "$vendor" --model "$STARTUP_TMP/tiny" \
+        --engine-args "--max-model-len 64" --timeout 120 --out "$(dirname "$REPORT")/startup-$vendor.json" || status=1
+done
 rm -rf "$STARTUP_TMP"
 
 exit $status
