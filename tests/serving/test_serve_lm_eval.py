@@ -49,7 +49,7 @@ def run_lm_eval(tmp_path: Path, *runs: tuple[str, str]) -> list[dict]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                HF_HOME=str(tmp_path / "hf-home"), HF_DATASETS_CACHE=str(tmp_path / "datasets"))
     command = [sys.executable, str(TASK_DIR / "score.py"), str(out), *[arg for run in runs for arg in run]]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return json.loads(out.read_text())
 
