@@ -48,7 +48,7 @@ async def accepting(cap: int, timeout: float, scenario):
         protocols.append(Recorder(gate))
         return protocols[-1]
 
-    acceptor = GatedAcceptor(loop, listener, factory, gate, timeout, drops.append)
+    acceptor = GatedAcceptor(loop, [listener], factory, gate, timeout, drops.append)
     acceptor.start()
     clients = []
 
