@@ -38,7 +38,7 @@ ACCEPT_BATCH = 64
 #: SO_LINGER on, zero seconds: close() resets the connection, the cheapest end for the kernel (no
 #: FIN exchange, no FIN_WAIT or TIME_WAIT state), and an unanswered one is all an idle socket gets.
 RESET_ON_CLOSE = struct.pack("ii", 1, 0)
-#: SO_LINGER off: a connection handed to its protocol (answered) ends with a FIN.
+#: SO_LINGER off: a connection handed to its protocol (answered), or timed out, ends with a FIN.
 GRACEFUL_CLOSE = struct.pack("ii", 0, 0)
 #: How often the bare sockets are swept for the first-request timeout (so it holds to within this).
 SWEEP_SECONDS = 0.25
@@ -192,7 +192,7 @@ class GatedAcceptor:
             if bare.accepted > oldest_allowed:
                 break
             self.on_drop("first_request_timeout")
-            self._close(bare)                  # reset, unanswered
+            self._close(bare, graceful=True)   # an end, not a reset: the client reads it as the server closing
         if not self._closed:
             self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep)
 
@@ -200,12 +200,17 @@ class GatedAcceptor:
         # family and type given: no getsockopt calls to find them out
         return socket.socket(self.listeners[0].family, socket.SOCK_STREAM, 0, fd)
 
-    def _close(self, bare: _Bare) -> None:
+    def _close(self, bare: _Bare, graceful: bool = False) -> None:
         if self._bare.pop(bare.fd, None) is None:
             return
         self._poll.remove(bare.fd)
         self.gate.closed(bare)
-        os.close(bare.fd)
+        if graceful:
+            sock = self._socket(bare.fd)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, GRACEFUL_CLOSE)
+            sock.close()
+        else:
+            os.close(bare.fd)                  # reset: the listening socket's SO_LINGER, inherited
 
     def _hand_over(self, bare: _Bare) -> None:
         """The first bytes are in: build the transport and protocol, the gate's place passing to it."""
