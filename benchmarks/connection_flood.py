@@ -3,10 +3,12 @@
     python benchmarks/connection_flood.py --idle 21000 --requests 100 --out results/DIR/flood.json
 
 Starts the server on 127.0.0.1 (cpu backend, its defaults), times a few requests alone, then opens
-``--idle`` sockets as fast as it can (they send nothing) while ``--requests`` requests go out one
-every ``--interval`` seconds; it samples the server's open files meanwhile. It prints each request's
-time beyond the median time alone, the statuses, and the most open files beside the cap. Bounded:
-the idle sockets and requests are counted, and the whole run stops after ``--timeout`` seconds.
+``--idle`` sockets as fast as it can (they send nothing; ``--flood-processes`` side by side) while
+``--requests`` requests go out one every ``--interval`` seconds; it samples the server's open files
+meanwhile. It prints each request's time beyond the median time alone and how many connects took a
+second or more (a SYN the kernel dropped, sent again), the statuses, the most open files beside the
+cap, the kernel's count of dropped connects and the load average. Bounded: the idle sockets and
+requests are counted, and the whole run stops after ``--timeout`` seconds.
 """
 from __future__ import annotations
 
@@ -108,6 +110,8 @@ def main() -> int:
     p.add_argument("--max-connections", type=int, default=None,
                    help="the server's --max-connections (default: the server's own default)")
     p.add_argument("--api-server-count", type=int, default=1, help="the server's --api-server-count (default 1)")
+    p.add_argument("--flood-processes", type=int, default=1,
+                   help="processes opening the idle sockets side by side (default 1: one after another)")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args()
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -150,14 +154,20 @@ def main() -> int:
                 time.sleep(0.05)
 
         def flood():
+            # --flood-processes at once, each opening its share; a share above the open-file limit
+            # goes on in a further process once the first ones have opened theirs
             left = args.idle
             while left > 0 and time.monotonic() < deadline:
-                n = min(left, per_process)
-                child = subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(n)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                flooders.append(child)
-                opened[0] += int(child.stdout.readline() or 0)
-                left -= n
+                share = min(per_process, -(-left // args.flood_processes))
+                wave = []
+                while left > 0 and len(wave) < args.flood_processes:
+                    n = min(left, share)
+                    wave.append(subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(n)],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+                    left -= n
+                flooders.extend(wave)
+                for child in wave:
+                    opened[0] += int(child.stdout.readline() or 0)
 
         sampler = threading.Thread(target=sample, daemon=True)
         flooder = threading.Thread(target=flood, daemon=True)
@@ -190,7 +200,7 @@ def main() -> int:
                    "connect_s": {"max": round(connects[-1], 4),
                                  "requests_resent_syn": sum(1 for c in connects if c >= 0.9)},
                    "server_open_files": {"before": base_files, "max": max(peak)},
-                   "max_connections": args.max_connections,
+                   "max_connections": args.max_connections, "flood_processes": args.flood_processes,
                    "listening_sockets": listening_sockets(port),
                    "listen_drops_machine_wide": (None if counters_before is None or counters_after is None else
                                                  {k: counters_after[k] - counters_before[k] for k in counters_after}),
