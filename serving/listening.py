@@ -3,11 +3,12 @@ connects over them (Linux's SO_REUSEPORT), each with an accept queue of its own.
 
 A connect waits in its listening socket's accept queue until the server accepts it; the queue holds
 at most ``net.core.somaxconn`` (4096 by default) and, once full, the kernel drops the SYNs that
-come: each dropped client retries after 1 s, then 3 s, 7 s... A flood of idle connects fills one
-queue faster than any accept loop drains it, and its dropped SYNs come back in waves on the very
-schedule of a legitimate client's retries, which then meet a full queue again. Several sockets
-give the kernel room for the whole burst (:data:`QUEUED_CONNECTIONS` together) without a sysctl:
-no SYN is dropped, and the accept loop drains them all (serving/accepting.py).
+come: each dropped client retries after 1 s, then 3 s, 7 s... A flood of idle connects (a client
+on the same cores as the server's one accept loop) fills one queue faster than that loop drains
+it, and its dropped SYNs come back in waves on the very schedule of a legitimate client's retries,
+which then meet a full queue again. Several sockets give the kernel room for a burst of
+:data:`QUEUED_CONNECTIONS` without a sysctl: none of its SYNs is dropped, and the accept loop
+drains the queues at its pace (serving/accepting.py).
 """
 from __future__ import annotations
 
@@ -55,9 +56,9 @@ def listening_sockets(host: str, port: int, backlog: int | None = None) -> list[
     """Listen on ``host``:``port`` (0: a free port) with as many sockets as :func:`socket_count` says,
     inheritable (the front-end processes share them). ``backlog``: each socket's accept queue
     (default: the kernel's limit). A port that another socket holds is an :class:`EngineConfigError`,
-    also when that socket is another server's SO_REUSEPORT group, which the kernel would let these
-    sockets join: a plain socket is bound to the port first, and only once it has it is it given
-    up for the group."""
+    also when that is another server's SO_REUSEPORT group, which the kernel would let these sockets
+    join: a plain socket, which no such group admits, is bound to the port first and closed just
+    before the group binds it."""
     queue = backlog if backlog is not None else somaxconn()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with _bound(family, host, port, reuse_port=False) as probe:
