@@ -3,14 +3,17 @@
     python benchmarks/connection_flood.py --idle 21000 --requests 100 --out results/DIR/flood.json
 
 Starts the server on 127.0.0.1 (cpu backend, its defaults), times a few requests alone, then opens
-``--idle`` sockets as fast as it can (they send nothing) while ``--requests`` requests go out one
-every ``--interval`` seconds; it samples the server's open files meanwhile. It prints each request's
-time beyond the median time alone, the statuses, and the most open files beside the cap. Bounded:
-the idle sockets and requests are counted, and the whole run stops after ``--timeout`` seconds.
+``--idle`` sockets as fast as it can (they send nothing; ``--flood-processes`` side by side) while
+``--requests`` requests go out one every ``--interval`` seconds; it samples the server's open files
+meanwhile. It prints each request's time beyond the median time alone and how many connects took a
+second or more (a SYN the kernel dropped, sent again), the statuses, the most open files beside the
+cap, the kernel's count of dropped connects and the load average. Bounded: the idle sockets and
+requests are counted, and the whole run stops after ``--timeout`` seconds.
 """
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import resource
@@ -20,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -47,34 +49,56 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def timed_request(url: str) -> tuple[int, float]:
-    body = json.dumps({"model": "anydev-demo", "prompt": "hi", "max_tokens": 4}).encode()
-    req = urllib.request.Request(f"{url}/v1/completions", body, {"content-type": "application/json"})
+def timed_request(port: int) -> tuple[int, float, float]:
+    """One completion request on a new connection: (status, seconds in all, seconds to connect). A
+    connect of a second or more is a SYN the kernel dropped and the client sent again."""
+    body = json.dumps({"model": "anydev-demo", "prompt": "hi", "max_tokens": 4})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     start = time.perf_counter()
+    connected = start
     try:
-        with urllib.request.urlopen(req, timeout=60) as response:
-            response.read()
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        status = exc.code
+        conn.connect()
+        connected = time.perf_counter()
+        conn.request("POST", "/v1/completions", body, {"content-type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        status = response.status
     except OSError:
         status = 0                      # refused or reset: counted as a failure
-    return status, time.perf_counter() - start
+    finally:
+        conn.close()
+    end = time.perf_counter()
+    return status, end - start, connected - start
 
 
 def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def listen_overflows() -> int | None:
-    """The kernel's count of connections dropped because a listen queue was full (each costs its
-    client a SYN retransmission: 1 s, then 3 s...); None where /proc/net/netstat does not say."""
+def listen_counters() -> dict[str, int] | None:
+    """The kernel's counts of connects dropped at a listening socket (ListenOverflows: its accept
+    queue was full; ListenDrops: those and any other drop), machine-wide: each costs its client a
+    SYN retransmission, 1 s, then 3 s...; None where /proc/net/netstat does not say."""
     try:
         with open("/proc/net/netstat") as f:
             lines = [line.split() for line in f if line.startswith("TcpExt:")]
-        return int(dict(zip(lines[0][1:], lines[1][1:]))["ListenOverflows"])
+        counters = dict(zip(lines[0][1:], lines[1][1:]))
+        return {name: int(counters[name]) for name in ("ListenOverflows", "ListenDrops")}
     except (OSError, IndexError, KeyError, ValueError):
         return None
+
+
+def listening_sockets(port: int) -> int:
+    """How many sockets listen on ``port`` (all of them the server's: it binds a free port)."""
+    hex_port = f":{port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                count += sum(1 for line in f if line.split()[1].endswith(hex_port) and line.split()[3] == "0A")
+        except OSError:
+            pass
+    return count
 
 
 def main() -> int:
@@ -85,6 +109,9 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=300, help="the whole run's bound in seconds (default 300)")
     p.add_argument("--max-connections", type=int, default=None,
                    help="the server's --max-connections (default: the server's own default)")
+    p.add_argument("--api-server-count", type=int, default=1, help="the server's --api-server-count (default 1)")
+    p.add_argument("--flood-processes", type=int, default=1,
+                   help="processes opening the idle sockets side by side (default 1: one after another)")
     p.add_argument("--out", help="write the figures as JSON here")
     args = p.parse_args()
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -94,6 +121,8 @@ def main() -> int:
     command = [sys.executable, "-m", "anydev", "serve", "--device", "cpu", "--port", str(port)]
     if args.max_connections is not None:
         command += ["--max-connections", str(args.max_connections)]
+    if args.api_server_count != 1:
+        command += ["--api-server-count", str(args.api_server_count)]
     server = subprocess.Popen(command,
                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + args.timeout
@@ -110,7 +139,7 @@ def main() -> int:
             if time.monotonic() > deadline or server.poll() is not None:
                 sys.exit("error: the server did not become healthy")
             time.sleep(0.2)
-        alone = [timed_request(url)[1] for _ in range(10)]
+        alone = [timed_request(port)[1] for _ in range(10)]
         normal = statistics.median(alone)
         base_files = open_files(server.pid)
         peak = [base_files]
@@ -125,34 +154,42 @@ def main() -> int:
                 time.sleep(0.05)
 
         def flood():
+            # --flood-processes at once, each opening its share; a share above the open-file limit
+            # goes on in a further process once the first ones have opened theirs
             left = args.idle
             while left > 0 and time.monotonic() < deadline:
-                n = min(left, per_process)
-                child = subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(n)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                flooders.append(child)
-                opened[0] += int(child.stdout.readline() or 0)
-                left -= n
+                share = min(per_process, -(-left // args.flood_processes))
+                wave = []
+                while left > 0 and len(wave) < args.flood_processes:
+                    n = min(left, share)
+                    wave.append(subprocess.Popen([sys.executable, "-c", FLOODER, str(port), str(n)],
+                                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+                    left -= n
+                flooders.extend(wave)
+                for child in wave:
+                    opened[0] += int(child.stdout.readline() or 0)
 
         sampler = threading.Thread(target=sample, daemon=True)
         flooder = threading.Thread(target=flood, daemon=True)
         sampler.start()
-        overflows_before = listen_overflows()
+        counters_before = listen_counters()
+        load_before = os.getloadavg()[0]
         flood_start = time.perf_counter()
         flooder.start()
         with ThreadPoolExecutor(8) as pool:
             futures = []
             for _ in range(args.requests):
-                futures.append(pool.submit(timed_request, url))
+                futures.append(pool.submit(timed_request, port))
                 time.sleep(args.interval)
             results = [f.result() for f in futures]
         flooder.join(max(0.0, deadline - time.monotonic()))
         flood_seconds = time.perf_counter() - flood_start
         stop.set()
         sampler.join()
-        overflows_after = listen_overflows()
-        extra = sorted(max(0.0, t - normal) for _, t in results)
-        statuses = {str(code): sum(1 for c, _ in results if c == code) for code in sorted({c for c, _ in results})}
+        counters_after = listen_counters()
+        extra = sorted(max(0.0, t - normal) for _, t, _ in results)
+        connects = sorted(c for _, _, c in results)
+        statuses = {str(code): sum(1 for c, _, _ in results if c == code) for code in sorted({c for c, _, _ in results})}
         figures = {"idle_sockets_opened": opened[0], "flood_seconds": round(flood_seconds, 2),
                    "requests": len(results), "statuses": statuses,
                    "alone_median_s": round(normal, 4),
@@ -160,10 +197,15 @@ def main() -> int:
                                     "p99": round(extra[min(len(extra) - 1, int(len(extra) * 0.99))], 4),
                                     "max": round(extra[-1], 4),
                                     "requests_over_2s": sum(1 for e in extra if e > 2.0)},
+                   "connect_s": {"max": round(connects[-1], 4),
+                                 "requests_resent_syn": sum(1 for c in connects if c >= 0.9)},
                    "server_open_files": {"before": base_files, "max": max(peak)},
-                   "max_connections": args.max_connections,
-                   "listen_overflows": (None if overflows_before is None or overflows_after is None
-                                        else overflows_after - overflows_before),
+                   "max_connections": args.max_connections, "flood_processes": args.flood_processes,
+                   "listening_sockets": listening_sockets(port),
+                   "listen_drops_machine_wide": (None if counters_before is None or counters_after is None else
+                                                 {k: counters_after[k] - counters_before[k] for k in counters_after}),
+                   "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+                   "open_file_limit": soft,
                    "command": " ".join(sys.argv)}
         print(json.dumps(figures, indent=2))
         if args.out:

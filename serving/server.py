@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import errno
+import functools
 import ipaddress
 import multiprocessing
 import multiprocessing.connection
@@ -151,14 +151,17 @@ def run(args: argparse.Namespace) -> int:
 
     config = engine_config_from_args(args)
     executor = command_executor(args.executor, config.tp, config.pp)   # a torchrun rank other than 0 serves rank 0 from here on
-    listener = _bind(args.host, args.port)   # a port in use fails here, in one line, before any model work
+    from .listening import listening_sockets
+
+    listeners = listening_sockets(args.host, args.port)   # a port in use fails here, in one line, before any model work
     try:
-        return _run_on(args, config, executor, listener)
+        return _run_on(args, config, executor, listeners)
     finally:
-        listener.close()
+        for listener in listeners:
+            listener.close()
 
 
-def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.socket) -> int:
+def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[socket.socket]) -> int:
     from dataclasses import replace
 
     from anydev.plugin_api import load_backend
@@ -180,9 +183,9 @@ def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.so
             print(f"anydev serve: {line}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
         if args.api_server_count == 1:
-            serve_front_end(args, core.link(), 0, tokenizer, listener)
+            serve_front_end(args, core.link(), 0, tokenizer, listeners)
         else:
-            _supervise(args, core, listener)
+            _supervise(args, core, listeners)
     finally:
         core.stop(timeout=30)
     return 0
@@ -205,10 +208,10 @@ def _import_front_end() -> None:
     from . import app, async_engine, connection, limits  # noqa: F401
 
 
-def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock: socket.socket | None = None,
+def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sockets: list[socket.socket] | None = None,
                     supervisor=None, on_started=None) -> None:
-    """Serve HTTP in this process as front end ``index`` of the engine core at ``link`` (on ``sock``
-    when given, else binding ``--host``/``--port``) until SIGTERM or Ctrl-C, or until the engine core
+    """Serve HTTP in this process as front end ``index`` of the engine core at ``link`` (on the
+    listening ``sockets`` when given, else binding ``--host``/``--port``) until SIGTERM or Ctrl-C, or until the engine core
     fails: then raises :class:`EngineCoreError` (the command exits non-zero). ``supervisor``: a
     connection whose end (the supervising process is gone) stops this front end; ``on_started()`` is
     called once it serves."""
@@ -219,6 +222,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     from .connection import guarded_h11_protocol
     from .engine_core import EngineCoreError
     from .limits import ServerLimits
+    from .listening import LISTEN_BACKLOG
     from .request_log import AccessLog, StatsLog
 
     limits = ServerLimits(max_body_bytes=args.max_body_bytes,
@@ -232,8 +236,8 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     state = app.state.anydev
     if not args.disable_log_requests:
         app.add_middleware(AccessLog)        # outermost: it sees every answer, 413s included
-    protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout,
-                                    lambda reason: state.metrics.dropped.labels(reason).inc(),
+    dropped = functools.lru_cache(maxsize=None)(state.metrics.dropped.labels)   # labels() costs as much as an accept
+    protocol = guarded_h11_protocol(args.read_timeout, args.send_timeout, lambda reason: dropped(reason).inc(),
                                     max_connections=args.max_connections or default_max_connections(),
                                     first_request_timeout=args.first_request_timeout)
     # h11 (not httptools, even where installed): the gate, the timeouts and the 64 KiB limit on a
@@ -244,7 +248,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
     server = _server_class()(uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
         timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
-        h11_max_incomplete_event_size=64 * 1024))
+        h11_max_incomplete_event_size=64 * 1024, backlog=LISTEN_BACKLOG))
     server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
     server.on_started = on_started
     client.on_failure.append(server.engine_failed)
@@ -252,7 +256,7 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, sock:
         threading.Thread(target=_stop_when_closed, args=(supervisor, server), daemon=True).start()
     stats_log = None if args.disable_log_stats else StatsLog(client, state.metrics, args.log_stats_interval).start()
     try:
-        server.run(sockets=[sock] if sock is not None else None)
+        server.run(sockets=sockets)
     finally:
         if stats_log is not None:
             stats_log.stop()
@@ -278,9 +282,9 @@ def _stop_when_closed(connection, server) -> None:
 
 
 # ---- several front ends ----------------------------------------------------------------------------
-def _supervise(args: argparse.Namespace, core, listener: socket.socket) -> None:
-    """Run ``--api-server-count`` front-end processes on one listening socket (the kernel spreads the
-    connections) until each has exited. SIGTERM and Ctrl-C are passed on to them (each drains). A
+def _supervise(args: argparse.Namespace, core, listeners: list[socket.socket]) -> None:
+    """Run ``--api-server-count`` front-end processes on the same listening sockets (the kernel spreads
+    the connections) until each has exited. SIGTERM and Ctrl-C are passed on to them (each drains). A
     front end that dies alone is reported; the others and the engine core serve on. Raises
     :class:`EngineCoreError` when the engine core died or a front end failed."""
     from .engine_core import EngineCoreError
@@ -289,13 +293,14 @@ def _supervise(args: argparse.Namespace, core, listener: socket.socket) -> None:
     supervisor_read, supervisor_write = context.Pipe(duplex=False)
     started_read, started_write = context.Pipe(duplex=False)
     procs = [context.Process(target=_front_end_main, name=f"anydev-front-end-{i}",
-                             args=(args, core.link(describe=False), i, core.client_lifeline(i), listener, supervisor_read,
+                             args=(args, core.link(describe=False), i, core.client_lifeline(i), listeners, supervisor_read,
                                    started_write))
              for i in range(args.api_server_count)]
     for proc in procs:
         proc.start()
         print(f"anydev serve: {proc.name} pid {proc.pid}", flush=True)
-    listener.close()                         # the front ends hold it now; the port goes with the last of them
+    for listener in listeners:
+        listener.close()                     # the front ends hold them now; the port goes with the last of them
     supervisor_read.close()
     started_write.close()
     for i in range(len(procs)):
@@ -343,30 +348,15 @@ def _wait_until_started(started, count: int, running: dict) -> None:
     print(f"anydev serve: {count} front ends serving", flush=True)
 
 
-def _front_end_main(args, link, index, lifeline, listener, supervisor, started) -> None:
-    """A front-end process: serve on the inherited ``listener``; ``lifeline`` is held until it ends
+def _front_end_main(args, link, index, lifeline, listeners, supervisor, started) -> None:
+    """A front-end process: serve on the inherited ``listeners``; ``lifeline`` is held until it ends
     (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
     from anydev.core.exits import run_command
 
     tokenizer = _open_tokenizer(args.model)
-    code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor,
+    code = run_command(serve_front_end, args, link, index, tokenizer, listeners, supervisor,
                        lambda: started.send(index))
     sys.exit(code or 0)
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        hint = "; another server holds it: stop it or pick another --port" if exc.errno == errno.EADDRINUSE else ""
-        raise EngineConfigError(f"cannot listen on {host}:{port}: {exc.strerror}{hint}") from exc
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def exposure_warning(host: str, api_key: str | None) -> str | None:
@@ -398,13 +388,13 @@ def _server_class():
         abort_in_flight = None
         on_started = None
 
-        acceptors: list = []
+        acceptor = None
 
         async def startup(self, sockets=None):
             await super().startup(sockets)
             if self.started:
                 from .accepting import take_over_accepting   # the gate applied as sockets are accepted
-                self.acceptors = take_over_accepting(self)
+                self.acceptor = take_over_accepting(self)
             if self.on_started is not None and self.started:
                 self.on_started()
 
@@ -416,8 +406,8 @@ def _server_class():
             asyncio.get_running_loop().call_later(0.5, setattr, self, "should_exit", True)
 
         async def shutdown(self, sockets=None):
-            for acceptor in self.acceptors:
-                acceptor.close()
+            if self.acceptor is not None:
+                self.acceptor.close()
             timer = asyncio.get_running_loop().call_later(self.drain_seconds, self._drain_over)
             try:
                 await super().shutdown(sockets)

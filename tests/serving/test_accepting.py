@@ -1,6 +1,7 @@
 """The accept path (serving/accepting.py) on a real event loop and loopback sockets: every accepted
 socket counted at once, the oldest bare one closed to make room, a socket's first bytes reaching its
-protocol whole, a silent one closed after the first-request timeout, all bare ones closed with it."""
+protocol whole, a silent one closed after the first-request timeout, all bare ones closed with it;
+a socket whose request is in when it is accepted never pushed out by the accepts after it."""
 import asyncio
 import select
 import socket
@@ -9,6 +10,7 @@ import pytest
 
 from anydev.serving.accepting import GatedAcceptor
 from anydev.serving.connection import ConnectionGate
+from anydev.serving.listening import listening_sockets, spreads_connects
 
 
 class Recorder(asyncio.Protocol):
@@ -48,7 +50,7 @@ async def accepting(cap: int, timeout: float, scenario):
         protocols.append(Recorder(gate))
         return protocols[-1]
 
-    acceptor = GatedAcceptor(loop, listener, factory, gate, timeout, drops.append)
+    acceptor = GatedAcceptor(loop, [listener], factory, gate, timeout, drops.append)
     acceptor.start()
     clients = []
 
@@ -103,7 +105,8 @@ def test_a_silent_socket_is_closed_after_the_first_request_timeout_and_close_end
     async def scenario(connect, gate, acceptor, drops, protocols):
         first = connect()
         assert await until(lambda: drops == ["first_request_timeout"], seconds=10)
-        assert gate.open_count == 0 and closed_by_server(first)
+        first.settimeout(10)
+        assert gate.open_count == 0 and first.recv(1) == b""    # an end, not a reset: the server closed it
         acceptor.first_request_timeout = 60        # the next one is ended by close(), not by the timeout
         second = connect()
         assert await until(lambda: gate.open_count == 1)
@@ -113,3 +116,50 @@ def test_a_silent_socket_is_closed_after_the_first_request_timeout_and_close_end
 
     second_closed, open_count, drops = asyncio.run(accepting(4, 0.3, scenario))
     assert open_count == 0 and second_closed and drops == ["first_request_timeout"]
+
+
+def queued_then_accepted(listeners, idle_count: int, cap: int):
+    """A connection that has sent its request, then ``idle_count`` silent ones, all waiting in the
+    kernel's queues before the acceptor starts; then accepted under a gate of ``cap``. Returns the
+    protocols built, whether the talking one was closed by the server, and the gate's open count."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        address = listeners[0].getsockname()
+        talker = socket.create_connection(address)
+        talker.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        idle = [socket.create_connection(address) for _ in range(idle_count)]
+        drops, protocols = [], []
+        gate = ConnectionGate(cap, drops.append)
+
+        def factory():
+            protocols.append(Recorder(gate))
+            return protocols[-1]
+
+        acceptor = GatedAcceptor(loop, listeners, factory, gate, 30, drops.append)
+        acceptor.start()
+        try:
+            await until(lambda: drops.count("evicted_idle") == idle_count + 1 - cap)
+            await until(lambda: bool(protocols))
+            await asyncio.sleep(0.05)
+            return [p.data for p in protocols], closed_by_server(talker), gate.open_count
+        finally:
+            acceptor.close()
+            for sock in [talker, *idle]:
+                sock.close()
+
+    return asyncio.run(main())
+
+
+def test_a_socket_whose_request_is_in_is_not_pushed_out_by_the_idle_ones_accepted_after_it(waiting_set):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    data, talker_closed, open_count = queued_then_accepted([listener], idle_count=20, cap=4)
+    assert data == [b"GET / HTTP/1.1\r\n\r\n"] and not talker_closed and open_count == 4
+
+
+@pytest.mark.skipif(not spreads_connects(), reason="the kernel spreads connects over sockets on Linux only")
+def test_over_several_listening_sockets_a_talking_socket_is_handed_on_before_more_are_accepted(waiting_set):
+    listeners = listening_sockets("127.0.0.1", 0, backlog=16)      # 16 sockets, one port
+    data, talker_closed, open_count = queued_then_accepted(listeners, idle_count=30, cap=4)
+    assert data == [b"GET / HTTP/1.1\r\n\r\n"] and not talker_closed and open_count == 4
