@@ -34,8 +34,8 @@ from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_con
 
 #: aten ops that launch nothing: allocations, metadata, and the host read of a scalar (counted apart).
 _NO_KERNEL = {"empty", "empty_strided", "empty_like", "detach", "lift_fresh", "set_", "resize_", "alias",
-              "_local_scalar_dense", "is_nonzero", "promote_types", "sym_size", "sym_stride", "sym_numel",
-              "sym_storage_offset"}
+              "_unsafe_view", "_local_scalar_dense", "is_nonzero", "promote_types", "sym_size", "sym_stride",
+              "sym_numel", "sym_storage_offset"}
 #: A shape every format's integer-dot GEMV takes (K a multiple of 256), small for the interpreter.
 GGUF_SHAPE = dict(vocab_size=256, hidden_size=256, intermediate_size=512, num_attention_heads=4,
                   num_key_value_heads=2)
