@@ -34,6 +34,8 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3, help="timed anydev runs per case (median)")
     p.add_argument("--llamacpp", type=Path, default=Path("/tmp/llamacpp-build"), help="llama.cpp's build folder")
+    p.add_argument("--kernels", default="native", help="anydev's EngineConfig.kernels (native; unfused: every "
+                                                       "fused kernel run as its parts)")
     p.add_argument("--skip-llamacpp", action="store_true")
     p.add_argument("--skip-anydev", action="store_true")
     p.add_argument("--ttft", action="store_true", help="also time llama-bench -p 16 -n 1 -r 1 (wall, seconds)")
@@ -82,14 +84,15 @@ def llamacpp_ttft(build: Path, file: Path) -> float:
 
 # ---- anydev ---------------------------------------------------------------------------------------
 
-def anydev_speeds(file: Path, device: str, batch_sizes, prompt_len: int, new_tokens: int, repeats: int) -> dict:
+def anydev_speeds(file: Path, device: str, batch_sizes, prompt_len: int, new_tokens: int, repeats: int,
+                  kernels: str = "native") -> dict:
     """Decode tok/s per batch size (median of ``repeats``) and the engine's description."""
     import torch
 
     from anydev.core import EngineConfig, InferEngine, SamplingParams
 
     config = EngineConfig(device=device, max_model_len=prompt_len + new_tokens + 16, max_num_seqs=max(batch_sizes),
-                          enable_prefix_caching=False)
+                          enable_prefix_caching=False, kernels=kernels)
     speeds = {}
     with InferEngine(str(file), config) as engine:
         vocab = engine.checkpoint.config.vocab_size
@@ -127,7 +130,7 @@ def run(args) -> int:
                 print(f"  llama.cpp llama-bench -p 16 -n 1 -r 1: {row['llamacpp_ttft_s']:.2f} s wall", flush=True)
         if not args.skip_anydev:
             row["anydev"] = anydev_speeds(file, args.device, args.batch_sizes, args.prompt_len, args.new_tokens,
-                                          args.repeats)
+                                          args.repeats, args.kernels)
         results.append(row)
     print(f"\n{'file':>28}  {'batch':>5}  {'llama.cpp S_TG':>14}  {'llama.cpp tg':>12}  {'anydev':>9}  "
           f"{'/ S_TG':>7}  {'/ tg':>6}")

@@ -8,7 +8,8 @@ For each batch size: the kernels per step (the whole profile's device kernels ov
 by name (how many launches of each a step makes), then
 torch.profiler's table of the kernels sorted by device time (on the cpu: the aten ops by cpu time).
 The engine runs eagerly here (``--graphs`` replays its decode graphs instead: the same kernels, one
-launch), so every kernel is attributed to its op.
+launch), so every kernel is attributed to its op. (``launch_count.py`` counts the launches of a step per
+layer without a GPU, deterministically: on the cpu backend under Triton's interpreter.)
 
 ``--mixed N`` profiles mixed steps too: once the batch decodes, a request with an N-token prompt
 arrives, and the steps that prefill it (chunks of ``--max-num-batched-tokens`` beside the batch's

@@ -68,6 +68,16 @@ def moe_model():
     return random_checkpoint(model_config("qwen3_moe", max_position_embeddings=256, **shape))
 
 
+@functools.lru_cache(maxsize=None)
+def qwen3_model():
+    """A tiny random Qwen3 checkpoint (2 layers, 4 heads of 32 over 2 KV heads, per-head q/k norms; the
+    demo model's vocabulary), built in code: the case of the engine checks with q/k norms."""
+    from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
+
+    shape = dict(LLAMA_TINY, **TINY_EXTRA["qwen3"], vocab_size=demo().config.vocab_size)
+    return random_checkpoint(model_config("qwen3", max_position_embeddings=256, **shape))
+
+
 def start_engine(config, fail_at=None, checkpoint=None):
     """``InferEngine(checkpoint or demo, config)``, started on a helper thread so that a hang fails the
     check; ``fail_at=(rank, phase)`` injects a fault there (ranks built from :mod:`.faults`' failing

@@ -1,6 +1,7 @@
-"""Kernels (contract 1.2, 1.3, 1.5, 1.6, 1.7): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3, 1.5, 1.6, 1.7, 1.8): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
-engine's greedy tokens with the backend's kernels equal those with the references.
+engine's greedy tokens with the backend's kernels equal those with the references (a Qwen3 model's also
+with every fused kernel run as its parts).
 
 The sweep (``kernel_domains.py``), whatever the torch device: GQA ratios 1, 4 and 8; head sizes 64
 and 128; KV block sizes 16 and 32; ragged batches whose context lengths include 1, a block boundary,
@@ -19,7 +20,8 @@ and must be exact.
 
 The fused ``rotary_write_kv`` is checked against rotary_embedding then write_kv: q and k within the
 tolerance, the caches holding exactly the rotated k and v in the tokens' slots and nothing else
-changed. Decode attention with a long context is called twice on the same inputs (as a graph replay
+changed; the fused ``qk_norm_rotary_write_kv`` (1.8) against rms_norm of every q and k head then
+rotary_write_kv: the returned q and the cached keys within the tolerance, the cached values exact. Decode attention with a long context is called twice on the same inputs (as a graph replay
 calls it): a kernel that keeps state between launches must leave it as it found it.
 
 The linear layers (1.5): ``linear`` and ``quantized_linear`` in every weight format over rows ``T`` of 1
@@ -335,6 +337,55 @@ def test_rotary_write_kv_equals_rotary_then_write_kv(kernels, torch_device, quic
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_qk_norm_rotary_write_kv_equals_norms_then_rotary_write_kv(kernels, torch_device, quick, dtype):
+    """The fused Qwen3 kernel (1.8): the returned queries and the real tokens' cached keys equal the
+    reference's (each head RMS-normalised with its own weight, then rotated) within the dtype's
+    tolerance, the cached values are exactly v; padding (slot -1) and every other slot untouched, v
+    unchanged. One query head and one key head are all zeros (the norm's eps alone)."""
+    from anydev.core.models.rope import inverse_frequencies
+
+    kernel = native(kernels, "qk_norm_rotary_write_kv", dtype)
+    max_pos = 4 * long_context(quick)
+    cases = ((128, 8, 16, None), (64, 4, 32, LLAMA3), (128, 1, 16, None))
+    for seed, (head_dim, group, block_size, scaling) in enumerate(cases):
+        gen = torch.Generator().manual_seed(seed)
+        cos_sin = reference.cos_sin_cache(inverse_frequencies(head_dim, 1000000.0, scaling), max_pos).to(torch_device)
+        T, heads, num_blocks, eps = 11, NUM_KV_HEADS * group, 5, 1e-6
+        positions = torch.randint(0, max_pos, (T,), generator=gen)
+        positions[:2] = torch.tensor([0, max_pos - 1])
+        slots = torch.randperm(num_blocks * block_size, generator=gen)[:T]
+        slots[[1, 6]] = -1                                              # padding tokens
+        qkv = 3 * torch.randn(T, heads + 2 * NUM_KV_HEADS, head_dim, generator=gen)
+        qkv[2, 0] = qkv[3, heads] = 0.0                                 # a query head and a key head of zeros
+        qkv = qkv.to(dtype).to(torch_device)
+        q_weight, k_weight = (1.0 + 0.3 * torch.randn(2, head_dim, generator=gen)).to(dtype).to(torch_device)
+        k_cache = torch.randn(num_blocks, block_size, NUM_KV_HEADS, head_dim, generator=gen).to(dtype).to(torch_device)
+        v_cache = torch.randn(k_cache.shape, generator=gen).to(dtype).to(torch_device)
+        positions, slots = positions.to(torch_device), slots.to(torch_device)
+        q, k, v = qkv[:, :heads], qkv[:, heads:heads + NUM_KV_HEADS], qkv[:, heads + NUM_KV_HEADS:]
+        want_k_cache, want_v_cache = k_cache.float().clone(), v_cache.float().clone()
+        want_q = reference.qk_norm_rotary_write_kv(positions, q.float().clone(), k.float().clone(), v.float(),
+                                                   want_k_cache, want_v_cache, slots, cos_sin, q_weight.float(),
+                                                   k_weight.float(), eps)
+        v_before = v.clone()
+        got_q = kernel(positions, q, k, v, k_cache, v_cache, slots, cos_sin, q_weight, k_weight, eps)
+        where = (f"qk_norm_rotary_write_kv (head_dim {head_dim}, {heads} query heads, block_size {block_size}, "
+                 f"scaling {scaling and scaling['rope_type']}, slots {slots.tolist()})")
+        assert got_q.shape == q.shape and got_q.dtype == dtype, f"{where}: returned {got_q.dtype} {tuple(got_q.shape)}"
+        assert_close(got_q, want_q, dtype, f"{where}: the returned queries")
+        assert torch.equal(v, v_before), f"{where}: changed v"
+        real = slots >= 0
+        flat_k, flat_v = k_cache.view(-1, NUM_KV_HEADS, head_dim), v_cache.view(-1, NUM_KV_HEADS, head_dim)
+        want_flat_k, want_flat_v = want_k_cache.view(flat_k.shape), want_v_cache.view(flat_v.shape)
+        assert_close(flat_k[slots[real]], want_flat_k[slots[real]], dtype, f"{where}: the cache's keys")
+        assert torch.equal(flat_v[slots[real]], v[real]), f"{where}: the cache's values are not v"
+        untouched = torch.ones(flat_k.shape[0], dtype=torch.bool, device=torch_device)
+        untouched[slots[real]] = False
+        for got, want, name in ((flat_k, want_flat_k, "k_cache"), (flat_v, want_flat_v, "v_cache")):
+            assert torch.equal(got[untouched].float(), want[untouched]), f"{where}: wrote {name} outside the tokens' slots"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_silu_and_mul_equals_the_reference(kernels, torch_device, quick, dtype):
     kernel = native(kernels, "silu_and_mul", dtype)
     for seed, (T, I) in enumerate(silu_shapes(quick)):
@@ -514,6 +565,24 @@ def test_engine_greedy_tokens_with_the_backends_kernels_equal_the_references(bac
     with_reference = greedy_tokens(engine_config(backend, 1, kernels="reference"))
     assert all(with_reference), "the reference run generated nothing"
     assert with_native == with_reference, f"native kernels {with_native} vs references {with_reference}"
+
+
+def test_engine_greedy_tokens_of_a_qwen3_model_fused_unfused_and_reference_are_equal(backend, kernels):
+    """A tiny random Qwen3 (float32, one rank): greedy tokens with the backend's kernels (its fused
+    ``qk_norm_rotary_write_kv`` where it offers it), with every fused kernel run as its parts
+    (``kernels="unfused"``) and with the references are the same."""
+    from anydev.conformance.engine_support import engine_config, qwen3_model
+    from anydev.core import InferEngine, SamplingParams
+
+    if "qk_norm_rotary_write_kv" not in kernels.native:
+        pytest.skip(f"'{backend.name}' offers no native qk_norm_rotary_write_kv: the engine runs its parts either way")
+    prompts, tokens = [list(range(3, 4)), list(range(3, 12))], {}     # a batch of 2 decodes: strided q/k views
+    for mode in ("native", "unfused", "reference"):
+        with InferEngine(qwen3_model(), engine_config(backend, 1, kernels=mode, max_model_len=128)) as engine:
+            tokens[mode] = [o.token_ids for o in engine.generate_ids(prompts, SamplingParams(max_new_tokens=5,
+                                                                                           ignore_eos=True))]
+    assert all(tokens["reference"]), "the reference run generated nothing"
+    assert tokens["native"] == tokens["unfused"] == tokens["reference"], f"tokens by kernels: {tokens}"
 
 
 def test_engine_greedy_tokens_of_a_moe_model_with_the_backends_kernels_equal_the_references(backend, kernels):

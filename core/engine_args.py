@@ -65,7 +65,8 @@ OPTIONS: dict[str, tuple[tuple[str, ...], dict]] = {
              "device its steps' streams leave cuBLAS workspaces in torch that a failed start does not give back)")),
     "kernels": (("--kernels",), dict(
         choices=KERNEL_MODES,
-        help="native: the backend's kernels where it has them; reference: the torch references")),
+        help="native: the backend's kernels where it has them; unfused: those, with each fused kernel run as "
+             "its parts; reference: the torch references")),
     "quantization": (("--quantization",), dict(
         choices=tuple(QUANTIZATIONS),
         help="int8, fp8 (e4m3): quantize a float checkpoint per output channel while loading; dequantize: GGUF "

@@ -46,8 +46,9 @@ class EngineConfig:
     #: Decode through device graphs where the backend supports them (``--enforce-eager`` turns it
     #: off): one capture per batch bucket, all at start-up.
     use_graphs: bool = True
-    #: "native": the backend's kernels where it offers them (the references elsewhere);
-    #: "reference": the contract's torch references only (to compare greedy tokens with and without).
+    #: "native": the backend's kernels where it offers them (the references elsewhere); "unfused": the
+    #: same with every fused kernel run as its parts (to measure a fusion); "reference": the
+    #: contract's torch references only (to compare greedy tokens with and without).
     kernels: str = "native"
     #: Pinned host memory per rank for loading the weights (two buffers): all the host memory a
     #: rank's load holds, whatever the model's size.

@@ -20,8 +20,9 @@ Conventions shared by all kernels:
   so a fast one reads nothing back, e.g. sizing its grid from ``T`` and ``B`` as the Triton one does.)
 * Native kernels are checked against these references by the conformance suite's ``kernels`` group
   (``conformance/test_kernels.py``), which states the tolerances per dtype.
-* A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3) does the work of
-  several kernels in one launch; its reference is exactly those kernels called in order. A backend
+* A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3, and
+  ``qk_norm_rotary_write_kv``, 1.8) does the work of several kernels in one launch; its reference is
+  exactly those kernels called in order. A backend
   that does not offer it gets their composition from its own :class:`KernelSet` (its native parts
   where it has them), so the engine always calls the fused name.
 * **Linear layers** (contract 1.5): ``linear`` (a float weight, as ``F.linear``) and
@@ -211,6 +212,30 @@ def rotary_write_kv(positions: torch.Tensor, q: torch.Tensor, key: torch.Tensor,
     write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 
+def qk_norm_rotary_write_kv(positions: torch.Tensor, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            k_cache: torch.Tensor, v_cache: torch.Tensor, slot_mapping: torch.Tensor,
+                            cos_sin_cache: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+                            eps: float) -> torch.Tensor:
+    """:func:`rms_norm` over each query head and each key head, then :func:`rotary_write_kv`, in one
+    kernel (fused, contract 1.8): the attention input of a family with per-head q/k norms (Qwen3).
+    Returns the queries, normalised and rotated, ``[T, H, D]`` in ``q``'s dtype.
+
+    Arguments as :func:`rotary_write_kv`'s, and ``q_weight``/``k_weight`` ``[D]`` (each shared by
+    all heads) in ``q``'s dtype, ``eps``. Each head ``q[t, h]`` is normalised as :func:`rms_norm`
+    normalises a row (HF's numerics: float32 statistics, rounded to the dtype, then the weight
+    multiply, rounded), so is each ``key[t, h]`` with ``k_weight``; then both are rotated and the real
+    tokens' slots of both caches get the normalised, rotated keys and the values (padding slots:
+    nothing). The returned tensor may be ``q`` itself (an implementation may work in place); ``q`` and
+    ``key`` may be overwritten, and their content after the call is unspecified. Nothing else is
+    written (``value`` is only read).
+    """
+    T, H, D = q.shape
+    q = rms_norm(q.reshape(-1, D), q_weight, eps).view(T, H, D)
+    key = rms_norm(key.reshape(-1, D), k_weight, eps).view(key.shape)
+    rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache)
+    return q
+
+
 # ---- linear layers (contract 1.5) ---------------------------------------------------------------
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -302,6 +327,8 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("rotary_embedding", rotary_embedding, (1, 2), dtype_arg="q"),
     KernelSpec("silu_and_mul", silu_and_mul, (1, 2), dtype_arg="x"),
     KernelSpec("rotary_write_kv", rotary_write_kv, (1, 3), dtype_arg="q", fused=("rotary_embedding", "write_kv")),
+    KernelSpec("qk_norm_rotary_write_kv", qk_norm_rotary_write_kv, (1, 8), dtype_arg="q",
+               fused=("rms_norm", "rotary_write_kv")),
     KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
     KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
@@ -309,8 +336,8 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
 )}
-#: Every kernel's name, in the registry's order: those of 1.2, the fused one (1.3), the linear layers
-#: (1.5), the mixture-of-experts kernels (1.7).
+#: Every kernel's name, in the registry's order: those of 1.2, the fused ones (1.3, 1.8), the linear
+#: layers (1.5), the mixture-of-experts kernels (1.7).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -438,8 +465,25 @@ def _rotary_then_write_kv(rotary_embedding: Callable, write_kv: Callable) -> Cal
     return rotary_write_kv
 
 
-#: How each fused kernel is composed of the kernel set's own parts.
-_COMPOSE: Mapping[str, Callable] = {"rotary_write_kv": _rotary_then_write_kv}
+def _qk_norm_then_rotary_write_kv(rms_norm: Callable, rotary_write_kv: Callable) -> Callable:
+    """``qk_norm_rotary_write_kv`` as the kernels it fuses: ``rms_norm`` of the query heads and of the key
+    heads, then ``rotary_write_kv`` of the normalised heads (for a backend that does not offer it)."""
+
+    def qk_norm_rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache,
+                                q_weight, k_weight, eps):
+        T, H, D = q.shape
+        q = rms_norm(q.reshape(-1, D), q_weight, eps).view(T, H, D)
+        key = rms_norm(key.reshape(-1, D), k_weight, eps).view(key.shape)
+        rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache)
+        return q
+
+    return qk_norm_rotary_write_kv
+
+
+#: How each fused kernel is composed of the kernel set's own parts (a fused kernel may be a part of a
+#: later one: the registry lists it first).
+_COMPOSE: Mapping[str, Callable] = {"rotary_write_kv": _rotary_then_write_kv,
+                                    "qk_norm_rotary_write_kv": _qk_norm_then_rotary_write_kv}
 
 
 def _flat(cache: torch.Tensor) -> torch.Tensor:

@@ -46,6 +46,7 @@ overrides one. The versions:
   name and contract version declared once, on the plugin (a runtime that still declares them, as
   up to 1.5, must agree with its plugin).
 * 1.7: the mixture-of-experts kernels ``moe_route`` and ``moe_linear``.
+* 1.8: the fused kernel ``qk_norm_rotary_write_kv`` (per-head q/k RMS norms, rotary and the KV write).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Triton implementations of the contract's kernels (1.2-1.7) (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.8) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -31,7 +31,7 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
     from .linear import linear, quantized_linear
     from .moe import moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
-    from .rotary import rotary_embedding, rotary_write_kv
+    from .rotary import qk_norm_rotary_write_kv, rotary_embedding, rotary_write_kv
 
     return {
         "write_kv": write_kv,
@@ -42,6 +42,7 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
         "rotary_embedding": rotary_embedding,
         "silu_and_mul": silu_and_mul,
         "rotary_write_kv": rotary_write_kv,
+        "qk_norm_rotary_write_kv": qk_norm_rotary_write_kv,
         "linear": linear,
         "quantized_linear": quantized_linear,
         "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),

@@ -170,6 +170,34 @@ class RotaryWriteKvSlotPlusOne(_OneKernel):
     _kernel = rotary_write_kv
 
 
+@mutant("qk-norm-rotary-write-kv-k-with-q-weight", checks=CHECKS)
+class QkNormRotaryWriteKvKWithQWeight(_OneKernel):
+    """qk_norm_rotary_write_kv normalises the key heads with the query heads' weight (``q_weight``)."""
+
+    @staticmethod
+    def qk_norm_rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache,
+                                q_weight, k_weight, eps):
+        return reference.qk_norm_rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping,
+                                                 cos_sin_cache, q_weight, q_weight, eps)
+
+    _kernel = qk_norm_rotary_write_kv
+
+
+@mutant("qk-norm-rotary-write-kv-caches-unnormed-k", checks=CHECKS)
+class QkNormRotaryWriteKvCachesUnnormedK(_OneKernel):
+    """qk_norm_rotary_write_kv returns the right queries but caches the keys rotated, not normalised."""
+
+    @staticmethod
+    def qk_norm_rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache,
+                                q_weight, k_weight, eps):
+        T, H, D = q.shape
+        q = reference.rms_norm(q.reshape(-1, D), q_weight, eps).view(T, H, D)
+        reference.rotary_write_kv(positions, q, key, value, k_cache, v_cache, slot_mapping, cos_sin_cache)
+        return q
+
+    _kernel = qk_norm_rotary_write_kv
+
+
 #: Key positions per partition of the split decode mutant below.
 PARTITION = 256
 

@@ -135,8 +135,7 @@ class LlamaRank:
 
     def _qkv(self, i: int, x: torch.Tensor, batch: StepBatch) -> torch.Tensor:
         """Layer i's q, k and v of ``x``, rotated; k and v written into the pages. Returns q."""
-        w, (k_pages, v_pages) = self.layers[i], self.kv_pages[i]
-        T = x.shape[0]
+        w, T = self.layers[i], x.shape[0]
         d, heads, kv_heads = self.shard.head_dim, self.shard.num_heads, self.shard.num_kv_heads
         if w["qkv"] is None:
             q = self._linear(x, w["q"], w["q_bias"]).view(T, heads, d)
@@ -145,15 +144,17 @@ class LlamaRank:
         else:
             qkv = self._linear(x, w["qkv"], w["qkv_bias"]).view(T, heads + 2 * kv_heads, d)
             q, key, value = qkv.split((heads, kv_heads, kv_heads), dim=1)
-        q, key = self.normed_qk(i, q, key)
-        k = self.kernels
-        # one fused kernel where the backend offers it, else rotary_embedding then write_kv
-        k.rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages, batch.slot_mapping, self.cos_sin_cache)
-        return q
+        return self.rotary_write_kv(i, q, key, value, batch)
 
-    def normed_qk(self, i: int, q: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer i's queries and keys before rotary (a family with q/k norms normalises them here)."""
-        return q, key
+    def rotary_write_kv(self, i: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        batch: StepBatch) -> torch.Tensor:
+        """Layer i's queries and keys rotated, its keys and values written into the pages; returns the
+        queries (a family with q/k norms normalises them here first, in the same kernel)."""
+        k_pages, v_pages = self.kv_pages[i]
+        # one fused kernel where the backend offers it, else rotary_embedding then write_kv
+        self.kernels.rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages, batch.slot_mapping,
+                                     self.cos_sin_cache)
+        return q
 
     def attend(self, i: int, q: torch.Tensor, batch: StepBatch, out: torch.Tensor | None = None) -> torch.Tensor:
         """Layer i's paged attention of ``q`` over the step's sequences: [T, heads * head_dim], written

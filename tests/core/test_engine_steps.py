@@ -161,7 +161,7 @@ def test_the_model_calls_the_backend_kernels_only_in_native_mode(mode, fused, mo
         assert calls["fused_add_rms_norm"] == steps * 2 * layers          # the rest, the final one
     else:
         assert description.startswith("cpu kernels: reference write_kv")
-        assert description.endswith("; rotary_write_kv as rotary_embedding + write_kv")
+        assert "; rotary_write_kv as rotary_embedding + write_kv" in description
         assert not any(calls.values())
 
 

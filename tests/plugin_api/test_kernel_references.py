@@ -189,3 +189,23 @@ def test_rotary_write_kv_is_rotary_then_write_kv():
     assert torch.equal(k_cache, want_k) and torch.equal(v_cache, want_v)
     assert torch.equal(k_cache.view(-1, 2, 8)[5], key[0]) and not torch.equal(key[0], key_given[0])
 
+
+
+def test_qk_norm_rotary_write_kv_normalises_each_head_then_rotates_and_caches():
+    """The fused Qwen3 reference: every q and k head RMS-normalised with its own weight (as a row of
+    rms_norm), then rotated; the cache receives the normalised, rotated keys and the values."""
+    cache = K.cos_sin_cache(inverse_frequencies(8, 10000.0, None), 16)
+    positions, slots = torch.tensor([3, 9]), torch.tensor([5, -1])
+    qkv = torch.randn(2, 4 + 2 * 2, 8)
+    q, key, value = qkv.split((4, 2, 2), dim=1)                  # views of one projection, as the model has
+    q_weight, k_weight = torch.rand(8) + 0.5, torch.rand(8) + 0.5
+    want_q, want_key = K.rms_norm(q.reshape(-1, 8), q_weight, 1e-6).view(2, 4, 8), \
+        K.rms_norm(key.reshape(-1, 8), k_weight, 1e-6).view(2, 2, 8)
+    K.rotary_embedding(positions, want_q, want_key, cache)
+    k_cache, v_cache = _paged(num_blocks=3, block_size=4, kv=2, d=8)
+    v_before = v_cache.clone()
+    got_q = K.qk_norm_rotary_write_kv(positions, q, key, value, k_cache, v_cache, slots, cache, q_weight, k_weight, 1e-6)
+    assert torch.equal(got_q, want_q)
+    assert torch.equal(k_cache.view(-1, 2, 8)[5], want_key[0]) and torch.equal(v_cache.view(-1, 2, 8)[5], value[0])
+    v_before.view(-1, 2, 8)[5] = value[0]
+    assert torch.equal(v_cache, v_before)                         # the padding token wrote nothing

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from ..batch import StepBatch
 from ..family import LLAMA_GGUF_LAYER_NAMES, ModelFamily
 from ..llama import LlamaRank
 from ...model_config import ModelLoadError
@@ -22,11 +23,13 @@ class Qwen3Rank(LlamaRank):
             p = f"model.layers.{i}.self_attn."
             w["q_norm"], w["k_norm"] = weights[p + "q_norm.weight"], weights[p + "k_norm.weight"]
 
-    def normed_qk(self, i: int, q: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        w, eps, (T, heads, d) = self.layers[i], self.config.rms_norm_eps, q.shape
-        q = self.kernels.rms_norm(q.reshape(T * heads, d), w["q_norm"], eps).view(T, heads, d)
-        key = self.kernels.rms_norm(key.reshape(-1, d), w["k_norm"], eps).view(T, -1, d)
-        return q, key
+    def rotary_write_kv(self, i: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        batch: StepBatch) -> torch.Tensor:
+        w, (k_pages, v_pages) = self.layers[i], self.kv_pages[i]
+        # one fused kernel where the backend offers it, else rms_norm of q and of k, then rotary_write_kv
+        return self.kernels.qk_norm_rotary_write_kv(batch.positions, q, key, value, k_pages, v_pages,
+                                                    batch.slot_mapping, self.cos_sin_cache, w["q_norm"],
+                                                    w["k_norm"], self.config.rms_norm_eps)
 
 
 class Qwen3Family(ModelFamily):
