@@ -34,8 +34,8 @@ class StructuredRows:
 
     def masks(self, sampling: list[SamplingParams | None], keys: list[tuple[int, int] | None],
               offset: int = 0) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The constrained rows of ``sampling`` (their indices [R] and bitmask [R, words] on the device),
-        or None when the rows have no constraint. ``keys[i]``: row i's (sequence id, seed)."""
+        """The constrained rows of ``sampling`` (their indices [R], None when every row is, and their
+        bitmask [R, words] on the device), or None when the rows have no constraint. ``keys[i]``: row i's (sequence id, seed)."""
         rows = [(i, keys[i][0], p.structured) for i, p in enumerate(sampling) if p is not None and p.structured]
         if not rows:
             return None
@@ -48,6 +48,8 @@ class StructuredRows:
         self.stream.memcpy_async(self._device_mask, host, nbytes)
         self._staging.release(index, self.stream)
         bitmask = self._device_mask.as_tensor().view(torch.int32)[:len(rows) * words].view(len(rows), words)
+        if len(rows) == len(sampling):     # every row (their indices in order): masked in place
+            return None, bitmask
         return torch.tensor([i for i, _, _ in rows], device=bitmask.device), bitmask
 
     def rejected(self, tokens: torch.Tensor, keys: list[tuple[int, int] | None]) -> None:

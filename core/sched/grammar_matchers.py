@@ -98,10 +98,15 @@ class GrammarMatchers:
         return sorted(self._by_seq)
 
 
-def apply_token_bitmask(logits: torch.Tensor, rows: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """Set to -inf, in place, the logits [B, V] of rows ``rows`` [R] (int64) at the tokens their
-    ``bitmask`` [R, ceil(V/32)] (int32, on the device) does not allow: a few small kernels, no host sync."""
+def apply_token_bitmask(logits: torch.Tensor, rows: torch.Tensor | None, bitmask: torch.Tensor) -> None:
+    """Set to -inf, in place, the logits [B, V] of rows ``rows`` [R] (int64; None: every row, in order)
+    at the tokens their ``bitmask`` [R, ceil(V/32)] (int32, on the device) does not allow: a few
+    kernels over [R, V], no host sync."""
     vocab = logits.shape[-1]
-    shifts = torch.arange(32, device=bitmask.device, dtype=torch.int32)
-    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).view(bitmask.shape[0], -1)[:, :vocab].bool()
-    logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+    one = torch.ones(32, dtype=torch.int32, device=bitmask.device)
+    bits = one << torch.arange(32, dtype=torch.int32, device=bitmask.device)     # bit 31: the sign bit
+    refused = (bitmask.unsqueeze(-1) & bits).eq(0).view(bitmask.shape[0], -1)[:, :vocab]
+    if rows is None:
+        logits.masked_fill_(refused, float("-inf"))
+    else:
+        logits[rows] = logits[rows].masked_fill(refused, float("-inf"))

@@ -149,8 +149,8 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     greedy decoding, the hot path, pays three tiny kernels for it. A row whose request biases or
     penalizes its logits has them changed first (``histories[i]``: its token record, see
     :class:`~.logits_processors.TokenHistory`), and a row with structured output has the tokens its
-    grammar does not allow masked out last (``masks``: the rows [R] and their bitmask [R, words] on the
-    device, see :func:`~.grammar_matchers.apply_token_bitmask`). Returns [B] int64."""
+    grammar does not allow masked out last (``masks``: the rows [R] or None for all, and their bitmask
+    [R, words] on the device, see :func:`~.grammar_matchers.apply_token_bitmask`). Returns [B] int64."""
     changed = [i for i, p in enumerate(params) if p is not None and changes_logits(p)]
     if changed or masks is not None:
         logits = logits.to(torch.float32, copy=True)     # the model's logits stay as they are (logprobs read them)

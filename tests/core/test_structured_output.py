@@ -30,21 +30,23 @@ def allowed_of(bits: torch.Tensor, vocab: int) -> set[int]:
 
 
 @pytest.mark.parametrize("vocab", [64, 100, 384])
-def test_the_bitmask_masks_exactly_the_disallowed_tokens_of_its_rows(vocab):
+@pytest.mark.parametrize("rows", [[3, 0], None])
+def test_the_bitmask_masks_exactly_the_disallowed_tokens_of_its_rows(vocab, rows):
     generator = torch.Generator().manual_seed(vocab)
     logits = torch.randn(5, vocab, generator=generator)
     words = (vocab + 31) // 32
-    bitmask = torch.randint(-2**31, 2**31 - 1, (2, words), generator=generator, dtype=torch.int64).to(torch.int32)
+    count = 5 if rows is None else len(rows)
+    bitmask = torch.randint(-2**31, 2**31 - 1, (count, words), generator=generator, dtype=torch.int64).to(torch.int32)
     bitmask[1, -1] = -1                 # every bit of the last word: the tokens past the vocabulary are ignored
-    rows = torch.tensor([3, 0])
+    bitmask[0, 0] = -2**31              # the sign bit alone: token 31 only, of the first word
     masked = logits.clone()
-    apply_token_bitmask(masked, rows, bitmask)
-    for row, bits in zip(rows.tolist(), bitmask):
+    apply_token_bitmask(masked, None if rows is None else torch.tensor(rows), bitmask)
+    for row, bits in zip(range(5) if rows is None else rows, bitmask):
         allowed = allowed_of(bits, vocab)
         for token in range(vocab):
             expected = logits[row, token] if token in allowed else float("-inf")
             assert masked[row, token] == expected, (row, token)
-    for row in (1, 2, 4):
+    for row in set(range(5)) - set(range(5) if rows is None else rows):
         assert torch.equal(masked[row], logits[row])
 
 
