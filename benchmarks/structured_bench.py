@@ -84,6 +84,8 @@ def run(args) -> int:
     modes = {"plain": None, "json_schema": structured}
     speeds = {name: [] for name in modes}
     valid = True
+    eos = set(tokenizer.eos_token_ids)
+    lltokenizer = library().LLTokenizer(tokenizer.backend.to_str(), eos_token=list(eos))
     with InferEngine(checkpoint, engine_config) as engine:
         engine.generate_ids(prompts[:2], SamplingParams(max_new_tokens=4, ignore_eos=True, structured=structured))
         for round_ in range(args.repeats):
@@ -93,7 +95,7 @@ def run(args) -> int:
                 if any(len(o.token_ids) != args.new_tokens for o in outputs):
                     raise RuntimeError("a request did not decode --new-tokens tokens")
                 if modes[name] is not None:
-                    valid &= all(_accepted(tokenizer, structured, o.token_ids) for o in outputs)
+                    valid &= all(_accepted(lltokenizer, eos, structured, o.token_ids) for o in outputs)
                 speeds[name].append(engine.last_stats.decode_tokens_per_s)
     medians = {name: statistics.median(v) for name, v in speeds.items()}
     plain, constrained = medians.values()
@@ -111,12 +113,9 @@ def run(args) -> int:
     return 0 if valid else 1
 
 
-def _accepted(tokenizer: Tokenizer, structured: StructuredOutput, ids: list[int]) -> bool:
+def _accepted(lltokenizer, eos: set[int], structured: StructuredOutput, ids: list[int]) -> bool:
     """Whether a fresh matcher takes every token of ``ids`` (up to the grammar's end; EOS after it)."""
-    llguidance = library()
-    eos = set(tokenizer.eos_token_ids)
-    matcher = llguidance.LLMatcher(llguidance.LLTokenizer(tokenizer.backend.to_str(), eos_token=list(eos)),
-                                   structured.grammar(), log_level=0)
+    matcher = library().LLMatcher(lltokenizer, structured.grammar(), log_level=0)
     for token in ids:
         if matcher.is_stopped():
             return token in eos

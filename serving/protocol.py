@@ -2,8 +2,8 @@
 
 Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
 (no suffix); anything else is a 400 naming the field, never silently ignored. Structured output:
-``response_format`` and vLLM's ``structured_outputs`` (``structured_bodies.py``). Tools: ``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role and an
-assistant's ``tool_calls``; a tool-call parser reads the answer (``serving/tools``). ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
+``response_format`` and vLLM's ``structured_outputs`` (``structured_bodies.py``). Tools: ``tools``,
+``tool_choice``, ``parallel_tool_calls``, the ``tool`` role and an assistant's ``tool_calls``; a tool-call parser reads the answer (``serving/tools``). ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
 (as vLLM does). Logprobs: chat's
 ``logprobs`` + ``top_logprobs`` (0..20), completions' ``logprobs`` N (0..20, OpenAI's limit is 5).
 """
