@@ -1,6 +1,6 @@
 """The sampling rank's part in structured output: each step's constrained rows, their token bitmask
 filled on the host (:class:`~anydev.core.sched.grammar_matchers.GrammarMatchers`) and copied to the
-device through pinned memory, in stream order, without waiting for the device.
+device with the rows' indices through pinned memory, in stream order, without waiting for the device.
 
 The pinned buffers and the device buffer are allocated the first time a step has a constrained
 row, so a rank that never serves one holds none of it."""
@@ -35,22 +35,27 @@ class StructuredRows:
     def masks(self, sampling: list[SamplingParams | None], keys: list[tuple[int, int] | None],
               offset: int = 0) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The constrained rows of ``sampling`` (their indices [R], None when every row is, and their
-        bitmask [R, words] on the device), or None when the rows have no constraint. ``keys[i]``: row i's (sequence id, seed)."""
+        bitmask [R, words], on the device), or None when no row has a constraint. ``keys[i]``: row i's
+        (sequence id, seed)."""
         rows = [(i, keys[i][0], p.structured) for i, p in enumerate(sampling) if p is not None and p.structured]
         if not rows:
             return None
         self._rows += [(offset + i, seq_id) for i, seq_id, _ in rows]
-        words = self.matchers.words
-        nbytes = 4 * len(rows) * words
+        words, count = self.matchers.words, len(rows)
         index, host, array = self._staging_().acquire()
-        bits = array[:nbytes].view("int32").reshape(len(rows), words)
+        # [the rows' indices: max_rows int64 | their bitmask: count x words int32], one copy to the device
+        indices = array[:8 * count].view("int64")
+        indices[:] = [i for i, _, _ in rows]
+        start = 8 * self.max_rows
+        bits = array[start:start + 4 * count * words].view("int32").reshape(count, words)
         self.matchers.fill([(seq_id, structured) for _, seq_id, structured in rows], bits)
-        self.stream.memcpy_async(self._device_mask, host, nbytes)
+        self.stream.memcpy_async(self._device_mask, host, start + 4 * count * words)
         self._staging.release(index, self.stream)
-        bitmask = self._device_mask.as_tensor().view(torch.int32)[:len(rows) * words].view(len(rows), words)
-        if len(rows) == len(sampling):     # every row (their indices in order): masked in place
+        placed = self._device_mask.as_tensor()
+        bitmask = placed[start:start + 4 * count * words].view(torch.int32).view(count, words)
+        if count == len(sampling):     # every row (their indices in order): masked in place
             return None, bitmask
-        return torch.tensor([i for i, _, _ in rows], device=bitmask.device), bitmask
+        return placed[:8 * count].view(torch.int64), bitmask
 
     def rejected(self, tokens: torch.Tensor, keys: list[tuple[int, int] | None]) -> None:
         """Give the rows whose sequence's grammar rejected one of its tokens :data:`GRAMMAR_REJECTED`."""
@@ -65,7 +70,7 @@ class StructuredRows:
 
     def _staging_(self) -> PinnedStaging:
         if self._staging is None:
-            nbytes = 4 * self.max_rows * self.matchers.words
+            nbytes = 8 * self.max_rows + 4 * self.max_rows * self.matchers.words
             self._staging = PinnedStaging(self.device, 2 * nbytes, count=2)
             self._device_mask = self.device.alloc(nbytes)
         return self._staging
