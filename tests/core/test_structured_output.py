@@ -168,3 +168,29 @@ def test_an_unconstrained_request_beside_constrained_ones_keeps_its_tokens(engin
 def test_tp_and_pp_give_the_single_rank_s_constrained_tokens(layout, single_rank):
     with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", **layout)) as engine:
         assert _constrained(engine) == single_rank
+
+
+def test_each_step_fills_its_masks_after_its_forward_is_launched(engine):
+    """The masks of a step are filled on the host after the step's forward was handed to the device
+    (and the tokens they need read after that too), so the device runs the forward meanwhile."""
+    sampler, events = engine.sampler, []
+    forward, fill, read = sampler.model.forward, sampler.structured.matchers.fill, sampler.io.read
+
+    def traced(name, fn):
+        def call(*args, **kwargs):
+            events.append(name)
+            return fn(*args, **kwargs)
+        return call
+
+    sampler.model.forward = traced("forward", forward)
+    sampler.structured.matchers.fill = traced("fill", fill)
+    sampler.io.read = traced("read", read)
+    try:
+        engine.generate(["Hello"], SamplingParams(max_new_tokens=12, structured=StructuredOutput("regex", EMAIL)))
+    finally:
+        del sampler.model.forward, sampler.structured.matchers.fill, sampler.io.read
+    steps = "".join("F" if e == "forward" else "M" if e == "fill" else "r" for e in events).split("F")[1:]
+    assert len(steps) >= 5, steps
+    # per step: [read the step before's tokens] fill [read them for the engine]; a read before the forward
+    # (the tokens waited for before the device has the new step) would show as "Mrr"
+    assert all(re.fullmatch(r"r?Mr?", step) for step in steps[:-1]), steps   # the last: the engine reads on
