@@ -194,3 +194,19 @@ def test_each_step_fills_its_masks_after_its_forward_is_launched(engine):
     # per step: [read the step before's tokens] fill [read them for the engine]; a read before the forward
     # (the tokens waited for before the device has the new step) would show as "Mrr"
     assert all(re.fullmatch(r"r?Mr?", step) for step in steps[:-1]), steps   # the last: the engine reads on
+
+
+def test_a_preempted_constrained_request_keeps_its_grammar_state():
+    """A KV cache too small for every request preempts one and recomputes it later: its matcher (kept
+    on the sampler by sequence id) goes on where it was, so the seeded answers equal the roomy run's."""
+    pattern = r"[a-z ]{20,40}\."
+
+    def answers(**cache):
+        with InferEngine(demo_checkpoint(), EngineConfig(device="cpu", **cache)) as engine:
+            outputs = engine.generate(["Hello", "hi", "a b c", "xyz"], SamplingParams(
+                max_new_tokens=60, temperature=1.0, seed=5, structured=StructuredOutput("regex", pattern)))
+            return [o.text for o in outputs], engine.stats().preemptions
+
+    roomy, tight = answers(), answers(num_blocks=9, block_size=8)
+    assert roomy[1] == 0 and tight[1] >= 1
+    assert tight[0] == roomy[0] and all(re.fullmatch(pattern, text) for text in tight[0])
