@@ -150,6 +150,9 @@ class InferEngine(EngineStartup, StepLoop):
         (``finish_reason`` "error" and its ``error`` when its sampling failed)."""
         self._check_open()
         sampling = checked_sampling(sampling)
+        if sampling.structured is not None and self.checkpoint.tokenizer is None:
+            raise EngineConfigError(f"{self.checkpoint.source} has no tokenizer, and structured output needs one "
+                                    f"(its grammar is matched against the tokens' text)")
         with self._lock:
             if index is None:
                 index, self._next_id = self._next_id, self._next_id + 1

@@ -134,13 +134,14 @@ class StepLoop:
         """Under the lock: the ids of the seeded sequences that ended since the last step was
         launched (the next step tells the sampler to drop their generators)."""
         ended, self.scheduler.ended = self.scheduler.ended, []
-        return tuple(seq.seq_id for seq in ended if seq.sampling.seed is not None or uses_history(seq.sampling))
+        return tuple(seq.seq_id for seq in ended if _keeps_state(seq.sampling))
 
     def _run_step(self, batch, plan: ScheduledStep, read=None, ended: tuple[int, ...] = ()):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
         (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
         complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
-        kept on the sampler (``seeds``: its id and seed); ``ended``: the sequences whose generators go."""
+        kept on the sampler (``seeds``: its id and seed), as are a penalized row's token record and a
+        constrained row's grammar matcher; ``ended``: the sequences whose state goes."""
         params = _row_params(plan)
         seeds = [_row_key(seq, p) for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
@@ -204,10 +205,15 @@ def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, 
 
 def _row_key(seq: Sequence, params: SamplingParams | None) -> tuple[int, int] | None:
     """A sampled row's ``(sequence id, seed)`` for the sampler, where it keeps state for the sequence
-    (a seeded generator, a penalties' token record: seed ``NO_SEED`` then); None otherwise."""
-    if params is None or (params.seed is None and not uses_history(params)):
+    (a seeded generator, a penalties' token record, a grammar matcher: seed ``NO_SEED`` then); None otherwise."""
+    if params is None or not _keeps_state(params):
         return None
     return seq.seq_id, (params.seed if params.seed is not None else NO_SEED)
+
+
+def _keeps_state(params: SamplingParams) -> bool:
+    """The sampler keeps state for the request's sequences (it says when they end)."""
+    return params.seed is not None or uses_history(params) or params.structured is not None
 
 
 def _row_params(plan: ScheduledStep) -> list[SamplingParams | None]:

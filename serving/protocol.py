@@ -1,9 +1,9 @@
 """The OpenAI request bodies the server accepts, their checks, and the error body it answers with.
 
 Fields the OpenAI API has but anydev does not implement are accepted only at their neutral value
-(no response format, no suffix); anything else is a 400 naming the field, never silently
-ignored. Tools: ``tools``, ``tool_choice``, ``parallel_tool_calls``, the ``tool`` role and an
-assistant's ``tool_calls``; a tool-call parser reads the answer (``serving/tools``). ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
+(no suffix); anything else is a 400 naming the field, never silently ignored. Structured output:
+``response_format`` and vLLM's ``structured_outputs`` (``structured_bodies.py``). Tools: ``tools``,
+``tool_choice``, ``parallel_tool_calls``, the ``tool`` role and an assistant's ``tool_calls``; a tool-call parser reads the answer (``serving/tools``). ``top_k``, ``min_p``, ``repetition_penalty`` and ``ignore_eos`` are accepted as extensions
 (as vLLM does). Logprobs: chat's
 ``logprobs`` + ``top_logprobs`` (0..20), completions' ``logprobs`` N (0..20, OpenAI's limit is 5).
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from anydev.core import SamplingParams
 from anydev.core.sched.logprobs import MAX_LOGPROBS
 from anydev.core.sched.sampling import MAX_SEED
 
+from .structured_bodies import BadStructuredOutput, ResponseFormat, StructuredOutputs, structured_output
 from .tool_bodies import NamedToolChoice, Tool, ToolCall
 
 
@@ -92,6 +93,9 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False   # extension (as vLLM): usage on every chunk, one chunk per step
 
 
+_UNREAD = object()
+
+
 class _Sampling(BaseModel):
     """The fields both endpoints share."""
 
@@ -111,7 +115,12 @@ class _Sampling(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)   # extension (HF's, as vLLM accepts it)
     min_p: float = Field(0.0, ge=0.0, le=1.0)                  # extension (as vLLM)
     logit_bias: dict[str, float] | None = Field(None, description="token id (as a string) -> bias in [-100, 100]")
+    response_format: ResponseFormat | None = Field(None, description="text, json_object or json_schema: the "
+                                                                     "answer follows it (a token mask per step)")
+    structured_outputs: StructuredOutputs | None = Field(None, description="extension (vLLM's): one of json, regex, "
+                                                                           "choice, grammar, json_object")
     user: str | None = None                       # accepted; unused
+    _structured: object = PrivateAttr(default_factory=lambda: _UNREAD)
 
     def check_unsupported(self) -> None:
         for key, value in (self.logit_bias or {}).items():
@@ -125,6 +134,16 @@ class _Sampling(BaseModel):
         stops = self.stop_list()
         if len(stops) > 4 or not all(stops):
             raise APIError(400, "'stop' takes at most 4 non-empty strings", param="stop")
+        self.structured()
+
+    def structured(self):
+        """The request's :class:`StructuredOutput` (None: none), or a 400 naming the field (checked once)."""
+        if self._structured is _UNREAD:
+            try:
+                self._structured = structured_output(self.response_format, self.structured_outputs)
+            except BadStructuredOutput as exc:
+                raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        return self._structured
 
     def stop_list(self) -> list[str]:
         if self.stop is None:
@@ -137,7 +156,8 @@ class _Sampling(BaseModel):
                               stop=self.stop_list(), ignore_eos=self.ignore_eos, logprobs=self.logprobs_asked,
                               min_p=self.min_p, presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, repetition_penalty=self.repetition_penalty,
-                              logit_bias={int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None)
+                              logit_bias={int(k): v for k, v in self.logit_bias.items()} if self.logit_bias else None,
+                              structured=self.structured())
 
     @property
     def logprobs_asked(self) -> int | None:
@@ -247,7 +267,6 @@ class ChatRequest(_Sampling):
         None, description="none, auto (the default with tools), required, or one named function; required and "
                           "named are asked of the model through its prompt, not enforced")
     parallel_tool_calls: bool | None = Field(None, description="false: the answer keeps its first call only")
-    response_format: dict | None = Field(None, json_schema_extra=_only(None, {"type": "text"}))
 
     def check_unsupported(self) -> None:
         super().check_unsupported()
@@ -255,8 +274,9 @@ class ChatRequest(_Sampling):
             raise APIError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         for i, message in enumerate(self.messages):
             message.check(i)
-        if self.response_format not in (None, {"type": "text"}):
-            raise APIError(400, "'response_format' is not supported by this server", param="response_format",
+        if self.calls_tools and self.structured() is not None:
+            raise APIError(400, "tools and a structured output are not served together; send one of them",
+                           param="response_format" if self.structured_outputs is None else "structured_outputs",
                            code="unsupported_parameter")
         names = [tool.function.name for tool in self.tools or []]
         if len(set(names)) != len(names):

@@ -39,6 +39,7 @@ from ..sched.logits_processors import TokenHistory, uses_history
 from ..sched.logprobs import StepLayout, pack_step, step_layout
 from ..sched.sampling import SamplingParams, SeededGenerators, sample_rows
 from .step_io import StepIO, TokenTicket
+from .structured_rows import StructuredRows
 from ..timeline import Timeline
 from ..config import expected_tensor_names
 from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights, projection_formats
@@ -132,6 +133,8 @@ class RankWorker:
         self.graphs: DecodeGraphs | None = None
         self.pieces: PiecewiseGraphs | None = None
         self.io: StepIO | None = None
+        #: On the sampler: the grammar matchers of the sequences with structured output, and their masks.
+        self.structured: StructuredRows | None = None
         self.kv_zero_device_ms: float | None = None
         self._zero_events = None
         self._warmup: KernelWarmup | None = None
@@ -259,6 +262,9 @@ class RankWorker:
         weights = {**self.weights.tensors, **fused_views(self.weights, self.stage.layers, family.fusions)}
         step_bytes = packed_nbytes(s.max_step_tokens, s.max_step_rows, s.max_blocks)
         self.io = StepIO(self.device, self.stream, s.max_step_rows, step_bytes, s.max_step_rows + s.max_step_tokens)
+        if self.samples:
+            self.structured = StructuredRows(s.checkpoint.tokenizer, config.vocab_size, self.device, self.stream,
+                                             s.max_step_rows)
         self.model = family.rank_class(config, s.shard, weights, kv_layers, rotary, s.kernels, s.kv.block_size,
                                        self._all_reduce if tp else None, self._all_gather if tp else None,
                                        self.stage, dtype=s.dtype)
@@ -339,12 +345,17 @@ class RankWorker:
             else:   # eager; a bucket not captured yet runs its padded step so: the kernels and shapes of its graphs
                 logits = self.model.forward(step)
                 logits = logits[:batch.real_rows] if batch.real_rows is not None else logits
-            tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch) \
-                if self.samples else (None, None)
+            if self.samples:
+                self.structured.start_step(self.io.read)
+                tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch)
+            else:
+                tokens, logprobs = None, None
             self._drop_ended(ended)
             if share_tokens:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
             ticket = self.io.publish(tokens, read_back=self.samples, logprobs=logprobs) if tokens is not None else None
+            if self.samples:
+                self.structured.published(ticket)
         return ticket, (self.io.read(read) if read is not None else None)
 
     def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
@@ -357,8 +368,10 @@ class RankWorker:
         micro-batch i. Returns the sampler's ticket (None elsewhere)."""
         stage, comm, layout = self.stage, self.setup.pipe_comm, self.setup.layout
         hidden = self.setup.checkpoint.config.hidden_size
-        tokens, logprobs = [], []
+        tokens, logprobs, offset = [], [], 0
         with self.stream.torch_stream():
+            if self.samples:
+                self.structured.start_step(self.io.read)
             for batch, params, keys in zip(micro_batches, sampling, seeds):
                 scored = step_layout(params, batch.cu_seqlens_q.tolist())
                 step = self.io.put(batch)
@@ -377,25 +390,35 @@ class RankWorker:
                 logits = token_logits.index_select(0, step.last_index) if scored.scores_prompt else \
                     self.model.head(x, residual, step)
                 if self.samples:
-                    sampled, packed = self._sample(logits, params, keys, scored, token_logits, batch)
+                    sampled, packed = self._sample(logits, params, keys, scored, token_logits, batch, offset)
                     tokens.append(sampled)
                     logprobs += [packed] if packed is not None else []
+                    offset += len(params)
             self._drop_ended(ended)
             if not self.samples:
                 return None
             # the micro-batches' packed rows, in row order, as one step's (every one of the same width)
             packed = _same_width(logprobs) if logprobs else None
-            return self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
+            ticket = self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
+            self.structured.published(ticket)
+            return ticket
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
                 seeds: list[tuple[int, int] | None], layout: StepLayout, token_logits: torch.Tensor | None,
-                batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+                batch: StepBatch, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device;
-        see :mod:`~anydev.core.sched.logprobs`)."""
+        see :mod:`~anydev.core.sched.logprobs`). Rows with structured output have their grammar's mask
+        applied (``offset``: the first row's index in the step, under pp's micro-batches)."""
         histories = self._histories(sampling, seeds, batch)
         generators = self.generators.rows(seeds)
-        tokens = sample_rows(logits, sampling, generators) if histories is None else \
-            sample_rows(logits, sampling, generators, histories)
+        masks = self.structured.masks(sampling, seeds, offset)
+        if masks is not None:
+            tokens = sample_rows(logits, sampling, generators, histories, masks)
+            self.structured.rejected(tokens, seeds)
+        elif histories is None:
+            tokens = sample_rows(logits, sampling, generators)
+        else:
+            tokens = sample_rows(logits, sampling, generators, histories)
         if histories is not None:
             for i, key in enumerate(seeds):
                 if histories[i] is not None:
@@ -423,6 +446,12 @@ class RankWorker:
     def _drop_ended(self, ended: tuple[int, ...]) -> None:
         self.generators.drop(ended)
         self.history.drop(ended)
+        if self.structured is not None:
+            self.structured.matchers.drop(ended)
+
+    def structured_sequences(self) -> list[int]:
+        """The ids of the sequences whose grammar matchers this rank keeps (on the sampler)."""
+        return self.structured.matchers.seq_ids() if self.structured is not None else []
 
     def penalized_sequences(self) -> list[int]:
         """The ids of the sequences whose token records this rank keeps (on the sampler)."""
@@ -458,7 +487,7 @@ class RankWorker:
         self.model = None
         errors = []
         events = self._zero_events or ()
-        for obj in (self.pieces, self.graphs, *events, self.io, self.kv, self.weights, self.stream):
+        for obj in (self.pieces, self.graphs, *events, self.structured, self.io, self.kv, self.weights, self.stream):
             if obj is None:
                 continue
             try:
@@ -466,7 +495,7 @@ class RankWorker:
             except Exception as exc:  # collected and reported by the engine
                 errors.append(exc)
         self._zero_events = None
-        self.pieces = self.graphs = self.io = self.kv = self.weights = self.stream = None
+        self.pieces = self.graphs = self.structured = self.io = self.kv = self.weights = self.stream = None
         return errors
 
     def shutdown(self) -> None:

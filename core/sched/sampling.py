@@ -14,6 +14,8 @@ import torch
 
 from ..errors import EngineConfigError
 from .logits_processors import changes_logits, apply_to_row, min_p_filter
+from .grammar_matchers import apply_token_bitmask
+from .structured import StructuredOutput
 
 
 GREEDY_BELOW = 1e-5
@@ -24,11 +26,15 @@ MAX_SEED = 2**64 - 1
 NON_FINITE_LOGITS = -1
 #: The token code of a row whose seed seeds no generator (changed after the request was validated).
 UNSEEDABLE = -2
+#: The token code of a row whose grammar rejected a token it sampled (a bug in the mask: never expected).
+GRAMMAR_REJECTED = -3
 #: Why a row failed, by its code: what the engine tells the request's caller.
 ROW_FAILURES = {
     NON_FINITE_LOGITS: "sampling failed: the model's logits for this request hold NaN or infinity (an overflow "
                        "in the model's dtype on this input; a wider dtype such as float32 may avoid it)",
     UNSEEDABLE: f"sampling failed: the request's seed seeds no generator (it must stay in 0..{MAX_SEED})",
+    GRAMMAR_REJECTED: "sampling failed: a token was drawn that the request's structured output does not allow "
+                      "(a bug in anydev's token mask; please report it)",
 }
 
 
@@ -52,6 +58,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0    # OpenAI's: minus this x how often the output has the token (-2..2)
     repetition_penalty: float = 1.0   # HF's: a seen token's (prompt or output) logit divided by it (> 0)
     logit_bias: dict[int, float] | None = None   # added to those tokens' logits (-100..100)
+    structured: StructuredOutput | None = None   # what the output must match (see .structured)
 
     @property
     def is_greedy(self) -> bool:
@@ -88,6 +95,10 @@ class SamplingParams:
         if self.logit_bias is not None and (not isinstance(self.logit_bias, dict) or not all(
                 _is_int(k) and k >= 0 and _is_number(v) and -100 <= v <= 100 for k, v in self.logit_bias.items())):
             raise EngineConfigError(f"logit_bias must map token ids to numbers in [-100, 100], got {self.logit_bias!r}")
+        if self.structured is not None:
+            if not isinstance(self.structured, StructuredOutput):
+                raise EngineConfigError(f"structured must be a StructuredOutput or None, got {self.structured!r}")
+            self.structured.validate()
         for name in ("logprobs", "prompt_logprobs"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or not 0 <= value <= 20):
@@ -126,7 +137,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 
 
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
-                generators: list, histories: list | None = None) -> torch.Tensor:
+                generators: list, histories: list | None = None, masks: tuple | None = None) -> torch.Tensor:
     """Next token of each row of ``logits`` [B, V] with that row's own parameters (a row whose
     params are None needs no token, e.g. a prefill chunk short of its prompt's end: it gets the
     argmax). Greedy rows take one argmax together; sampled rows without a generator are drawn together
@@ -137,12 +148,16 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
     device (no host sync) and reads only each row's largest logit, which NaN and +inf always are:
     greedy decoding, the hot path, pays three tiny kernels for it. A row whose request biases or
     penalizes its logits has them changed first (``histories[i]``: its token record, see
-    :class:`~.logits_processors.TokenHistory`). Returns [B] int64."""
+    :class:`~.logits_processors.TokenHistory`), and a row with structured output has the tokens its
+    grammar does not allow masked out last (``masks``: the rows [R] or None for all, and their bitmask
+    [R, words] on the device, see :func:`~.grammar_matchers.apply_token_bitmask`). Returns [B] int64."""
     changed = [i for i, p in enumerate(params) if p is not None and changes_logits(p)]
-    if changed:
+    if changed or masks is not None:
         logits = logits.to(torch.float32, copy=True)     # the model's logits stay as they are (logprobs read them)
         for i in changed:
             logits[i] = apply_to_row(logits[i], params[i], histories[i] if histories else None)
+        if masks is not None:
+            apply_token_bitmask(logits, *masks)
     best, tokens = logits.max(dim=-1)
     failed = (best - best).isnan()     # inf - inf and NaN - NaN are NaN: the fewest host ops found
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]

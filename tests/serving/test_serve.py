@@ -401,11 +401,23 @@ def test_arbitrary_completion_bodies_get_an_answer_or_a_400_never_a_5xx(server, 
                                                          st.lists(st.fixed_dictionaries({"type": st.just("text"),
                                                                                          "text": st.text()})))}),
              max_size=4),
-    JUNK), extra=st.dictionaries(st.sampled_from(["n", "top_p", "top_k", "seed", "stream", "logprobs", "user"]),
+    JUNK), extra=st.dictionaries(st.sampled_from(["n", "top_p", "top_k", "seed", "stream", "logprobs", "user",
+                                                  "response_format", "structured_outputs"]),
                                  JUNK, max_size=2))
 def test_arbitrary_chat_bodies_get_an_answer_or_a_400_never_a_5xx(server, messages, extra):
     body = {"model": MODEL, "messages": messages, "max_tokens": 2, **extra}
     assert_answered(server, "/v1/chat/completions", body)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(constraint=st.one_of(
+    st.fixed_dictionaries({"regex": st.text(max_size=24)}), st.fixed_dictionaries({"grammar": st.text(max_size=40)}),
+    st.fixed_dictionaries({"choice": st.lists(st.text(max_size=6), max_size=3)}),
+    st.fixed_dictionaries({"json": st.one_of(st.text(max_size=30), st.dictionaries(
+        st.sampled_from(["type", "properties", "enum", "items", "pattern", "minLength", "$ref"]), JUNK, max_size=3))})))
+def test_arbitrary_structured_outputs_get_an_answer_or_a_400_never_a_5xx(server, constraint):
+    pytest.importorskip("llguidance")
+    assert_answered(server, "/v1/completions", {**GOOD, "max_tokens": 2, "structured_outputs": constraint})
 
 
 def test_the_server_is_healthy_after_the_hostile_input(server):
