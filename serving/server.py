@@ -159,21 +159,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.socket) -> int:
+    """Start the engine core at once (it checks the device and opens the model: an unknown device or
+    an unreadable model fails there, before any weights load) and the front end beside it."""
     from dataclasses import replace
-
-    from anydev.plugin_api import load_backend
 
     from .engine_core import EngineCoreProcess
 
-    device = load_backend(config.device).name   # an unknown or unavailable device fails first, before any model work
-    tokenizer = _open_tokenizer(args.model)     # an unreadable model fails here, before the engine core starts
-    config = replace(config, device=device, executor=executor)
+    config = replace(config, executor=executor)
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
         info = core.start(while_starting=_import_front_end)
+        tokenizer = info.tokenizer.build()
         model_name = _model_name(args)
         ranks = f"{config.tp}" if config.pp == 1 else f"{config.tp * config.pp} (tp {config.tp} x pp {config.pp})"
-        print(f"anydev serve: model '{model_name}' on {config.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
+        print(f"anydev serve: model '{model_name}' on {info.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
               f"{info.block_size} tokens, context {info.max_model_len}; engine core pid {core.process.pid}, "
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         for line in info.weights:
@@ -186,12 +185,6 @@ def _run_on(args: argparse.Namespace, config, executor: str, listener: socket.so
     finally:
         core.stop(timeout=30)
     return 0
-
-
-def _open_tokenizer(model: str | None):
-    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
-
-    return (demo_checkpoint() if model is None else open_checkpoint(model)).tokenizer
 
 
 def _model_name(args: argparse.Namespace) -> str:
@@ -348,7 +341,7 @@ def _front_end_main(args, link, index, lifeline, listener, supervisor, started) 
     (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
     from anydev.core.exits import run_command
 
-    tokenizer = _open_tokenizer(args.model)
+    tokenizer = link.info.tokenizer.build()
     code = run_command(serve_front_end, args, link, index, tokenizer, listener, supervisor,
                        lambda: started.send(index))
     sys.exit(code or 0)

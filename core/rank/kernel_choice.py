@@ -2,9 +2,12 @@
 contract's torch references (:mod:`anydev.plugin_api.kernels`), chosen by ``EngineConfig.kernels``."""
 from __future__ import annotations
 
-from anydev.plugin_api.kernels import KernelSet
+from typing import TYPE_CHECKING
 
 from ..errors import EngineConfigError
+
+if TYPE_CHECKING:
+    from anydev.plugin_api.kernels import KernelSet
 
 KERNEL_MODES = ("native", "reference")
 
@@ -18,4 +21,6 @@ def select_kernels(backend, mode: str) -> KernelSet:
     the engine's start-up line."""
     if mode not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {mode!r}")
+    from anydev.plugin_api.kernels import KernelSet   # (torch: imported here, where kernels are chosen)
+
     return backend.kernels() if mode == "native" else KernelSet.reference(backend.name)
