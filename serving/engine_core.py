@@ -307,9 +307,10 @@ class EngineCoreThread:
 # ---- in a process of its own ---------------------------------------------------------------------
 def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready) -> None:
     """The engine core process: check the device, open the model, load, say ready (or why not) on
-    ``ready``, serve, print the final counters. It leaves the server's process group first: Ctrl-C in the terminal and a supervisor's
-    stop signal the whole group, and the core leaves those to the front ends, which drain and then
-    say :class:`Shutdown` (a front end that dies is seen through its lifeline)."""
+    ``ready``, serve, print the final counters. It leaves the server's process group first: Ctrl-C in
+    the terminal and a supervisor's stop signal the whole group, and the core leaves those to the
+    front ends, which drain and then say :class:`Shutdown` (a front end that dies is seen through its
+    lifeline)."""
     os.setsid()
     from anydev.core import InferEngine
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint

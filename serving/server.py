@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import importlib.util
 import ipaddress
 import multiprocessing
 import multiprocessing.connection
@@ -32,6 +33,10 @@ from pathlib import Path
 
 from anydev.core.errors import EngineConfigError
 
+
+#: The modules ``anydev serve`` needs beyond anydev's own: the app's (fastapi, prometheus_client, uvicorn)
+#: and the engine core's messages and socket (msgspec, zmq: pyzmq).
+SERVE_MODULES = ("fastapi", "msgspec", "prometheus_client", "uvicorn", "zmq")
 
 #: ``--tool-call-parser``'s names: serving.tools.TOOL_PARSERS's keys (not imported here: the flags parse
 #: without the serving extra installed).
@@ -117,16 +122,12 @@ def model_argument(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     args.model = model_argument(args)
-    try:
-        import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
-        import msgspec  # noqa: F401  (the engine core's messages)
-        import prometheus_client  # noqa: F401
-        import uvicorn  # noqa: F401
-        import zmq  # noqa: F401  (pyzmq: the engine core's socket)
-    except ImportError as exc:
+    # Looked up, not imported: the front end imports them while the engine core starts.
+    missing = [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
         raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client, and pyzmq and msgspec for its "
-                                f"engine core ({exc.name} is not installed): "
-                                "pip install fastapi uvicorn prometheus-client pyzmq msgspec") from exc
+                                f"engine core ({', '.join(missing)} not installed): "
+                                "pip install fastapi uvicorn prometheus-client pyzmq msgspec")
 
     if args.max_connections is not None and args.max_connections < 1:
         raise EngineConfigError(f"--max-connections must be >= 1, got {args.max_connections}")
