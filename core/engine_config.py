@@ -163,16 +163,21 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype a :data:`DTYPES` name means."""
+    import torch
+
+    return getattr(torch, DTYPES[name])
+
+
 def resolve_dtype(config: EngineConfig, backend) -> torch.dtype:
     """The torch dtype ``config`` asks for (default: bfloat16 on accelerators, float32 on the cpu);
     :class:`EngineConfigError` when ranks must exchange it and the backend's collectives cannot."""
-    import torch
-
     if config.dtype is not None:
         name = DTYPES[config.dtype]
     else:
         name = "float32" if backend.torch_device_type == "cpu" else "bfloat16"
-    dtype = getattr(torch, name)
+    dtype = torch_dtype(name)
     if (config.tp > 1 or config.pp > 1) and name not in backend.runtime.collective_dtypes:
         raise EngineConfigError(
             f"backend '{backend.name}' cannot all-reduce {name}; choose a dtype among "
