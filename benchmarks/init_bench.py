@@ -40,7 +40,7 @@ from anydev.conformance.serial_init import HOST_ZERO_WORKER, SerialExecutor
 from anydev.core import EngineConfig, InferEngine, format_timeline
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.executors.registry import register_executor
-from anydev.core.engine_config import DTYPES, default_read_threads
+from anydev.core.engine_config import default_read_threads, torch_dtype
 from anydev.core.exits import exit_process, run_command
 from anydev.core.rank.kv_cache import KVLayout
 from anydev.core.loading.random_weights import add_shape_arguments, config_from_arguments, random_checkpoint
@@ -109,7 +109,7 @@ def run(args) -> int:
     model = checkpoint.config
     check_tp(model, args.tp)
     backend = load_backend(args.device)
-    dtype = DTYPES[args.dtype] if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
+    dtype = torch_dtype(args.dtype) if args.dtype else (torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16)
     block_bytes = KVLayout(model.num_hidden_layers, 1, args.block_size, rank_shard(model, args.tp, 0).num_kv_heads,
                            model.head_dim, dtype).block_bytes
     num_blocks = args.num_blocks or max(1, int((args.kv_gib_per_rank or 1.0) * 2**30) // block_bytes)

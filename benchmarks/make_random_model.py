@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from anydev.core.engine_config import DTYPES
+from anydev.core.engine_config import DTYPES, torch_dtype
 from anydev.core.loading.random_weights import (GGUF_TYPES, add_shape_arguments, config_from_arguments,
                                                save_random_gguf, save_random_model)
 
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         print(f"wrote {args.out}: {params / 1e6:.0f} M parameters ({args.gguf}), {args.out.stat().st_size / 1e9:.2f} GB, "
               f"{time.perf_counter() - start:.1f} s")
         return 0
-    params = save_random_model(args.out, config, DTYPES[args.dtype], int(args.shard_gib * 2**30))
+    params = save_random_model(args.out, config, torch_dtype(args.dtype), int(args.shard_gib * 2**30))
     files = sorted(args.out.glob("*.safetensors"))
     print(f"wrote {args.out}: {params / 1e6:.0f} M parameters ({args.dtype}) in {len(files)} file(s), "
           f"{sum(f.stat().st_size for f in files) / 1e9:.2f} GB, {time.perf_counter() - start:.1f} s; "

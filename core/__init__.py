@@ -9,7 +9,7 @@ from importlib import import_module
 _EXPORTS = {
     "EngineConfig": ".engine", "EngineCounters": ".engine", "GenerationOutput": ".engine", "GenerationStats": ".engine", "InferEngine": ".engine",
     "EngineClosedError": ".errors", "EngineConfigError": ".errors", "EngineInitError": ".errors",
-    "RequestFailedError": ".errors", "SamplingParams": ".sched.sampling", "StructuredOutput": ".sched.structured",
+    "RequestFailedError": ".errors", "SamplingParams": ".sched.sampling_params", "StructuredOutput": ".sched.structured",
     "PHASES": ".timeline", "PhaseRecord": ".timeline", "format_timeline": ".timeline",
 }
 

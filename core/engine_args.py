@@ -18,7 +18,7 @@ from dataclasses import fields
 
 from .engine_config import EngineConfig
 from .executors.registry import EXECUTORS
-from .loading.weights import QUANTIZATIONS
+from .loading.quantization_names import QUANTIZATIONS
 from .rank.kernel_choice import KERNEL_MODES
 
 

@@ -4,21 +4,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import torch
-
-from .models.registry import UnknownModelFamilyError, family_of
 from .errors import EngineConfigError
+from .loading.quantization_names import QUANTIZATIONS
 from .rank.kernel_choice import KERNEL_MODES
-from .executors.registry import validate_executor
-from .models.pipeline import RankLayout
-from .rank.worker_class import DEFAULT_WORKER, worker_class
-from .loading.weights import QUANTIZATIONS
-from .sched.sampling import MAX_SEED
+from .rank.worker_class import DEFAULT_WORKER
+from .sched.sampling_params import MAX_SEED
 
+# No torch here (the HTTP front ends build an EngineConfig for the engine core): validate_config
+# imports the modules that load it.
+
+#: ``dtype``'s accepted names and the torch dtype (its name in ``torch``) each means.
 DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
 }
 
 
@@ -101,6 +100,11 @@ def validate_config(config: EngineConfig, model) -> None:
     """Raise :class:`EngineConfigError` for the first bad setting of ``config`` for a model of
     config ``model`` (checked before any weights load), the executor's and the worker class's
     own checks included."""
+    from .executors.registry import validate_executor
+    from .models.pipeline import RankLayout
+    from .models.registry import UnknownModelFamilyError, family_of
+    from .rank.worker_class import worker_class
+
     try:
         family_of(model)
     except UnknownModelFamilyError as exc:
@@ -160,14 +164,21 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype a :data:`DTYPES` name means."""
+    import torch
+
+    return getattr(torch, DTYPES[name])
+
+
 def resolve_dtype(config: EngineConfig, backend) -> torch.dtype:
     """The torch dtype ``config`` asks for (default: bfloat16 on accelerators, float32 on the cpu);
     :class:`EngineConfigError` when ranks must exchange it and the backend's collectives cannot."""
     if config.dtype is not None:
-        dtype = DTYPES[config.dtype]
+        name = DTYPES[config.dtype]
     else:
-        dtype = torch.float32 if backend.torch_device_type == "cpu" else torch.bfloat16
-    name = str(dtype).removeprefix("torch.")
+        name = "float32" if backend.torch_device_type == "cpu" else "bfloat16"
+    dtype = torch_dtype(name)
     if (config.tp > 1 or config.pp > 1) and name not in backend.runtime.collective_dtypes:
         raise EngineConfigError(
             f"backend '{backend.name}' cannot all-reduce {name}; choose a dtype among "

@@ -12,10 +12,10 @@ has its request aborted.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, FastAPI
 
-from anydev.core import InferEngine
 from anydev.core.loading.tokenizer import Tokenizer
 
 from .async_engine import AsyncEngine
@@ -30,6 +30,9 @@ from .routes.info import add_info_routes
 from .state import ServerState
 from .tools import TOOL_PARSERS
 
+if TYPE_CHECKING:
+    from anydev.core import InferEngine
+
 __all__ = ["ServerState", "create_app"]
 
 
@@ -42,7 +45,7 @@ def create_app(engine: InferEngine | AsyncEngine, model_name: str, limits: Serve
     closes the engine). ``tool_call_parser``: a name in :data:`~.tools.TOOL_PARSERS` (chat requests with
     tools are refused without one)."""
     limits = limits or ServerLimits()
-    if isinstance(engine, InferEngine):
+    if not isinstance(engine, AsyncEngine):   # an InferEngine (not imported here: the front ends load no torch)
         tokenizer = engine.checkpoint.tokenizer
         engine = AsyncEngine.unstarted_over(engine)
     metrics = ServerMetrics(engine)

@@ -26,18 +26,20 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import msgspec
 import zmq
 
-from anydev.core import EngineConfig, InferEngine
 from anydev.core.errors import EngineConfigError
-from anydev.core.sched.sequence import Sequence
 from anydev.plugin_api.errors import AnydevError
 
 from .messages import (ENCODER, TO_CORE, AbortRequests, AddRequest, EngineFailure, EngineInfo, EngineOutputs,
-                       EngineStats, RequestOutput, Shutdown)
+                       EngineStats, RequestOutput, Shutdown, TokenizerSpec)
+
+if TYPE_CHECKING:   # the engine (torch) is imported by the core's process only, not by the front ends
+    from anydev.core import EngineConfig, InferEngine
+    from anydev.core.sched.sequence import Sequence
 
 #: Every front end hears from the core at least this often (seconds), from the step loop itself.
 HEARTBEAT_S = 0.5
@@ -232,8 +234,8 @@ def _new_logprobs(seq: Sequence, sent: int):
 
 def engine_info(engine: InferEngine) -> EngineInfo:
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
-                      num_blocks=engine.num_blocks, block_size=engine.config.block_size,
-                      weights=engine.weight_descriptions)
+                      num_blocks=engine.num_blocks, block_size=engine.config.block_size, device=engine.backend.name,
+                      tokenizer=TokenizerSpec.of(engine.checkpoint.tokenizer), weights=engine.weight_descriptions)
 
 
 def final_counters(stats: EngineStats) -> str:
@@ -304,14 +306,18 @@ class EngineCoreThread:
 
 # ---- in a process of its own ---------------------------------------------------------------------
 def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready) -> None:
-    """The engine core process: load, say ready (or why not) on ``ready``, serve, print the final
-    counters. It leaves the server's process group first: Ctrl-C in the terminal and a supervisor's
-    stop signal the whole group, and the core leaves those to the front ends, which drain and then
-    say :class:`Shutdown` (a front end that dies is seen through its lifeline)."""
+    """The engine core process: check the device, open the model, load, say ready (or why not) on
+    ``ready``, serve, print the final counters. It leaves the server's process group first: Ctrl-C in
+    the terminal and a supervisor's stop signal the whole group, and the core leaves those to the
+    front ends, which drain and then say :class:`Shutdown` (a front end that dies is seen through its
+    lifeline)."""
     os.setsid()
+    from anydev.core import InferEngine
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
+    from anydev.plugin_api import load_backend
 
     try:
+        load_backend(config.device)   # an unknown or unavailable device fails first, before any model work
         checkpoint = demo_checkpoint() if model is None else open_checkpoint(model)
         engine = InferEngine(checkpoint, config, progress=True)
     except AnydevError as exc:

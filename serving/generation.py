@@ -10,7 +10,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from anydev.core.output import OutputText
-from anydev.core.sched.sampling import MAX_SEED
+from anydev.core.sched.sampling_params import MAX_SEED
 
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
 from .output import Echo, best_answers, joined, logprobs_writer, prompt_text

@@ -14,9 +14,11 @@ run whatever a peer sends). One tagged union per direction lets a socket carry s
 from __future__ import annotations
 
 import msgspec
+import tokenizers
 
-from anydev.core.sched.logprobs import TokenLogprobs
-from anydev.core.sched.sampling import SamplingParams
+from anydev.core.loading.tokenizer import Tokenizer
+from anydev.core.sched.token_logprobs import TokenLogprobs
+from anydev.core.sched.sampling_params import SamplingParams
 
 
 # ---- front end -> engine core ------------------------------------------------------------------
@@ -98,13 +100,37 @@ class EngineFailure(msgspec.Struct, tag=True):
 FromCore = EngineOutputs | EngineFailure
 
 
+class TokenizerSpec(msgspec.Struct):
+    """The model's tokenizer as the engine core opened it: its ``tokenizer.json`` text and the rest
+    of :class:`~anydev.core.loading.tokenizer.Tokenizer`'s fields, so that a front end rebuilds the
+    same tokenizer without opening the checkpoint (which loads torch)."""
+
+    backend_json: str
+    chat_template: str | None
+    special_tokens: dict[str, str]
+    bos_token_id: int | None
+    eos_token_ids: list[int]
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> TokenizerSpec:
+        return cls(tokenizer.backend.to_str(), tokenizer.chat_template, dict(tokenizer.special_tokens),
+                   tokenizer.bos_token_id, list(tokenizer.eos_token_ids))
+
+    def build(self) -> Tokenizer:
+        backend = tokenizers.Tokenizer.from_str(self.backend_json)
+        return Tokenizer(backend, chat_template=self.chat_template, special_tokens=self.special_tokens,
+                         bos_token_id=self.bos_token_id, eos_token_ids=self.eos_token_ids)
+
+
 class EngineInfo(msgspec.Struct):
-    """What the engine core says once its engine is up (the front ends' limits and banner)."""
+    """What the engine core says once its engine is up (the front ends' limits, banner and tokenizer)."""
 
     max_model_len: int
     vocab_size: int
     num_blocks: int
     block_size: int
+    device: str
+    tokenizer: TokenizerSpec
     weights: list[str] = []     # per rank: the weights' formats and device bytes
 
 

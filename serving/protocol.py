@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from anydev.core import SamplingParams
-from anydev.core.sched.logprobs import MAX_LOGPROBS
-from anydev.core.sched.sampling import MAX_SEED
+from anydev.core.sched.token_logprobs import MAX_LOGPROBS
+from anydev.core.sched.sampling_params import MAX_SEED
 
 from .structured_bodies import BadStructuredOutput, ResponseFormat, StructuredOutputs, structured_output
 from .tool_bodies import NamedToolChoice, Tool, ToolCall

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import importlib.util
 import ipaddress
 import multiprocessing
 import multiprocessing.connection
@@ -32,6 +33,10 @@ from pathlib import Path
 
 from anydev.core.errors import EngineConfigError
 
+
+#: The modules ``anydev serve`` needs beyond anydev's own: the app's (fastapi, prometheus_client, uvicorn)
+#: and the engine core's messages and socket (msgspec, zmq: pyzmq).
+SERVE_MODULES = ("fastapi", "msgspec", "prometheus_client", "uvicorn", "zmq")
 
 #: ``--tool-call-parser``'s names: serving.tools.TOOL_PARSERS's keys (not imported here: the flags parse
 #: without the serving extra installed).
@@ -117,16 +122,12 @@ def model_argument(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     args.model = model_argument(args)
-    try:
-        import fastapi  # noqa: F401  (the app's, imported here to name what is missing)
-        import msgspec  # noqa: F401  (the engine core's messages)
-        import prometheus_client  # noqa: F401
-        import uvicorn  # noqa: F401
-        import zmq  # noqa: F401  (pyzmq: the engine core's socket)
-    except ImportError as exc:
+    # Looked up, not imported: the front end imports them while the engine core starts.
+    missing = [name for name in SERVE_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
         raise EngineConfigError(f"anydev serve needs fastapi, uvicorn and prometheus-client, and pyzmq and msgspec for its "
-                                f"engine core ({exc.name} is not installed): "
-                                "pip install fastapi uvicorn prometheus-client pyzmq msgspec") from exc
+                                f"engine core ({', '.join(missing)} not installed): "
+                                "pip install fastapi uvicorn prometheus-client pyzmq msgspec")
 
     if args.max_connections is not None and args.max_connections < 1:
         raise EngineConfigError(f"--max-connections must be >= 1, got {args.max_connections}")
@@ -162,21 +163,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[socket.socket]) -> int:
+    """Start the engine core at once (it checks the device and opens the model: an unknown device or
+    an unreadable model fails there, before any weights load) and the front end beside it."""
     from dataclasses import replace
-
-    from anydev.plugin_api import load_backend
 
     from .engine_core import EngineCoreProcess
 
-    device = load_backend(config.device).name   # an unknown or unavailable device fails first, before any model work
-    tokenizer = _open_tokenizer(args.model)     # an unreadable model fails here, before the engine core starts
-    config = replace(config, device=device, executor=executor)
+    config = replace(config, executor=executor)
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
         info = core.start(while_starting=_import_front_end)
+        tokenizer = info.tokenizer.build()
         model_name = _model_name(args)
         ranks = f"{config.tp}" if config.pp == 1 else f"{config.tp * config.pp} (tp {config.tp} x pp {config.pp})"
-        print(f"anydev serve: model '{model_name}' on {config.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
+        print(f"anydev serve: model '{model_name}' on {info.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "
               f"{info.block_size} tokens, context {info.max_model_len}; engine core pid {core.process.pid}, "
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         for line in info.weights:
@@ -189,12 +189,6 @@ def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[soc
     finally:
         core.stop(timeout=30)
     return 0
-
-
-def _open_tokenizer(model: str | None):
-    from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
-
-    return (demo_checkpoint() if model is None else open_checkpoint(model)).tokenizer
 
 
 def _model_name(args: argparse.Namespace) -> str:
@@ -353,7 +347,7 @@ def _front_end_main(args, link, index, lifeline, listeners, supervisor, started)
     (the engine core aborts its requests when it goes); ``started`` gets its index once it serves."""
     from anydev.core.exits import run_command
 
-    tokenizer = _open_tokenizer(args.model)
+    tokenizer = link.info.tokenizer.build()
     code = run_command(serve_front_end, args, link, index, tokenizer, listeners, supervisor,
                        lambda: started.send(index))
     sys.exit(code or 0)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
@@ -110,6 +111,41 @@ class _BoundedReader(GGUFReader):
         if end > len(self.data):
             raise _Truncated(end)
         return super()._get(offset, dtype, count, override_order)
+
+    def _get_field_parts(self, orig_offs, raw_type):
+        """The stock reader's parts, but an array of scalars as one part (``data`` one index, of the
+        whole array), and an array of strings as its strings' bytes alone, found by a walk over their
+        lengths: the stock reader makes two numpy views per item through ``_get``, some 25 s for
+        Llama-3's 128k tokens and 280k merges on a busy 2-core host. ``contents()`` gives the same values."""
+        if GGUFValueType(raw_type) != GGUFValueType.ARRAY:
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype, count = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
+        item_type = GGUFValueType(int(raw_itype[0]))
+        types = [GGUFValueType.ARRAY, item_type]
+        if item_type == GGUFValueType.STRING:
+            end, strings = self._strings(orig_offs + 12, int(count[0]))
+            return end - orig_offs, [raw_itype, count, *strings], list(range(2, 2 + len(strings))), types
+        scalar = self.gguf_scalar_to_np.get(item_type)
+        if scalar is None:    # nested arrays: the stock reader's way
+            return super()._get_field_parts(orig_offs, raw_type)
+        values = self._get(orig_offs + 12, scalar, int(count[0]))
+        return 12 + int(values.nbytes), [raw_itype, count, values], [2], types
+
+    def _strings(self, offset: int, count: int) -> tuple[int, list[np.ndarray]]:
+        """The end of ``count`` GGUF strings (a uint64 length, then the bytes) from ``offset``, and each
+        string's bytes (a view of the file)."""
+        length_of = struct.Struct(">Q" if self.endianess == GGUFEndian.BIG else "<Q").unpack_from
+        size, plain = len(self.data), self.data.view(np.ndarray)   # (slicing a memmap costs far more)
+        strings = []
+        for _ in range(count):
+            if offset + 8 > size:
+                raise _Truncated(offset + 8)
+            end = offset + 8 + length_of(plain, offset)[0]
+            if end > size:
+                raise _Truncated(end)
+            strings.append(plain[offset + 8:end])
+            offset = end
+        return offset, strings
 
 
 def _open_reader(path: Path) -> GGUFReader:

@@ -39,6 +39,7 @@ from ..models.registry import family_of
 from ..models.sharding import RankShard
 from .checkpoint_errors import ModelLoadError
 from .gguf_checks import block_scales
+from .quantization_names import QUANTIZATIONS
 from .staging import PinnedStaging
 from .tensor_slices import TensorSlice, row_bytes
 
@@ -52,10 +53,6 @@ _MIN_PART_BYTES = 256 << 10
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 #: The token embedding: kept as the checkpoint stores it (its lookup dequantizes only the rows it reads).
 EMBEDDING = "model.embed_tokens.weight"
-#: ``quantization`` values: quantize per channel while loading (``fp8`` is ``fp8_e4m3``), or
-#: dequantize GGUF blocks to the dtype on the device (the reference to compare with); None keeps what
-#: is stored.
-QUANTIZATIONS = {"int8": "int8", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "dequantize": None}
 
 
 def projection_formats(checkpoint, names, shard: RankShard, quantization: str | None) -> dict[str, str]:

@@ -3,10 +3,12 @@ every fused kernel run as its parts, or the contract's torch references (:mod:`a
 chosen by ``EngineConfig.kernels``."""
 from __future__ import annotations
 
-from anydev.plugin_api.kernel_offers import KernelOffer
-from anydev.plugin_api.kernels import FUSED, KernelSet
+from typing import TYPE_CHECKING
 
 from ..errors import EngineConfigError
+
+if TYPE_CHECKING:
+    from anydev.plugin_api.kernels import KernelSet
 
 KERNEL_MODES = ("native", "unfused", "reference")
 
@@ -22,6 +24,9 @@ def select_kernels(backend, mode: str) -> KernelSet:
     the result is the engine's start-up line."""
     if mode not in KERNEL_MODES:
         raise EngineConfigError(f"kernels must be one of {KERNEL_MODES}, got {mode!r}")
+    from anydev.plugin_api.kernel_offers import KernelOffer   # (torch: imported here, where kernels are chosen)
+    from anydev.plugin_api.kernels import FUSED, KernelSet
+
     if mode == "reference":
         return KernelSet.reference(backend.name)
     kernels = backend.kernels()

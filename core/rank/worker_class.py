@@ -7,16 +7,22 @@ same class from the config it receives, as vLLM's ``worker_cls`` does. The class
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from ..errors import EngineConfigError
-from .rank_worker import RankWorker
 
-DEFAULT_WORKER = f"{RankWorker.__module__}:{RankWorker.__qualname__}"
+if TYPE_CHECKING:
+    from .rank_worker import RankWorker
+
+#: :class:`~.rank_worker.RankWorker`'s name (spelled out: EngineConfig's default, read without torch).
+DEFAULT_WORKER = "anydev.core.rank.rank_worker:RankWorker"
 
 
 def worker_class(name: str) -> type[RankWorker]:
     """The RankWorker subclass ``name`` ("package.module:Class") names, imported; or
     :class:`EngineConfigError` saying why it cannot be used."""
+    from .rank_worker import RankWorker
+
     module_name, colon, attribute = name.partition(":") if isinstance(name, str) else ("", "", "")
     if not (module_name and colon and attribute):
         raise EngineConfigError(f"worker_cls must be 'package.module:Class', got {name!r}")

@@ -19,16 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-#: The most alternatives a request may ask for (OpenAI's top_logprobs maximum).
-MAX_LOGPROBS = 20
-
-
-@dataclass(frozen=True)
-class TokenLogprobs:
-    """One token's log-probability and its position's likeliest tokens (id, log-probability), best first."""
-
-    logprob: float
-    top: tuple[tuple[int, float], ...]
+from .token_logprobs import MAX_LOGPROBS, TokenLogprobs  # noqa: F401  (the engine's names for them)
 
 
 @dataclass(frozen=True)
