@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import openai
 import pytest
 
 pytest.importorskip("llguidance", reason="enforced tool_choice needs llguidance (pip install anydev[structured])")
@@ -104,3 +105,13 @@ def test_a_named_function_gives_exactly_that_call(server, name):
     calls, reason = _streamed(server, named)
     assert reason == "stop" and [c["name"] for c in calls] == [name]
     assert json.loads(calls[0]["arguments"]) == json.loads(choice.message.tool_calls[0].function.arguments)
+
+
+def test_required_with_tools_whose_defs_clash_is_a_400_naming_tools(server):
+    def tool(name, kind):
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {"x": {"$ref": "#/$defs/X"}}, "$defs": {"X": {"type": kind}}}}}
+    with pytest.raises(openai.BadRequestError) as error:
+        server.client().chat.completions.create(model=MODEL, messages=ASK, tool_choice="required", max_tokens=8,
+                                                tools=[tool("a", "string"), tool("b", "integer")])
+    assert error.value.body["param"] == "tools" and "$defs/X" in error.value.body["message"]
