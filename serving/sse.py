@@ -19,8 +19,8 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
     usage field. With ``continuous_usage`` (an extension, as vLLM's) every chunk carries the usage
     so far, and a chunk comes for every step that gave the request a token, text or not. With
     ``tools`` (chat) the text goes through the tool-call parser: content deltas, a ``tool_calls``
-    delta per complete call, finish reason "tool_calls" when it found one (a forced named function's: "stop"). Leaving early (the client
-    went away) aborts the request."""
+    delta per complete call, finish reason "tool_calls" when it found one (a forced named function's
+    stays "stop"). Leaving early (the client went away) aborts the request."""
     text = stream.text
     logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
     deltas = tools.stream() if tools is not None else None

@@ -1,7 +1,7 @@
 """Tool calls in a model's output: a parser per template family, chosen by ``--tool-call-parser``."""
 from .answer import ToolDeltas, ToolUse
-from .forced import ForcedToolUse, grammar_enforced, tool_use
 from .base import ParsedCall, ParsedOutput, ToolParser, ToolStream
+from .forced import ForcedToolUse, grammar_enforced, tool_use
 from .hermes import HermesParser
 from .llama3_json import Llama3JsonParser
 
