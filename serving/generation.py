@@ -18,16 +18,18 @@ from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
 from .sse import stream_events
 from .state import ServerState
-from .tools import ToolUse
+from .tools import ForcedToolUse, ToolUse
 
 
 async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], prompt: str | None,
-                requested: int | None, chat: bool, tools: ToolUse | None = None):
+                requested: int | None, chat: bool, tools: ToolUse | ForcedToolUse | None = None):
     """One prompt's answer. Completions with ``echo`` repeat the prompt (its text ``prompt``, or its
     decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered.
     ``tools`` (chat): the answer is read for tool calls."""
     limit = max_tokens(state, prompt_ids, requested)
     sampling = body.sampling(max(limit, 1))
+    if tools is not None and tools.grammar is not None:
+        sampling.structured = tools.grammar          # tool_choice required or named, enforced
     vocab = state.engine.info.vocab_size
     if sampling.logit_bias and max(sampling.logit_bias) >= vocab:
         raise APIError(400, f"logit_bias names token {max(sampling.logit_bias)}; token ids are 0..{vocab - 1}",
@@ -100,7 +102,8 @@ def _raise_as_api_error(state: ServerState, error: BaseException):
 
 
 async def whole_answer(state: ServerState, request: Request, stream: RequestStream, request_id: str,
-                       created: int, chat: bool, echo: Echo | None = None, tools: ToolUse | None = None) -> dict:
+                       created: int, chat: bool, echo: Echo | None = None,
+                       tools: ToolUse | ForcedToolUse | None = None) -> dict:
     collected = asyncio.ensure_future(_collect(stream))
     try:
         while not collected.done():
@@ -127,8 +130,8 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
               "finish_reason": "length" if echo and echo.only else finish_reason(seq.finish_reason)}
     if chat:
         choice["message"] = tools.message(content) if tools is not None else {"role": "assistant", "content": content}
-        if "tool_calls" in choice["message"] and choice["finish_reason"] == "stop":
-            choice["finish_reason"] = "tool_calls"
+        if tools is not None:
+            choice["finish_reason"] = tools.finish_reason(choice["finish_reason"], "tool_calls" in choice["message"])
     else:
         choice["text"] = content
     return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": created,

@@ -265,7 +265,8 @@ class ChatRequest(_Sampling):
                                      description="functions the model may call (needs --tool-call-parser)")
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = Field(
         None, description="none, auto (the default with tools), required, or one named function; required and "
-                          "named are asked of the model through its prompt, not enforced")
+                          "named are enforced by a grammar where the server has llguidance, else asked of the "
+                          "model through its prompt only")
     parallel_tool_calls: bool | None = Field(None, description="false: the answer keeps its first call only")
 
     def check_unsupported(self) -> None:

@@ -181,6 +181,8 @@ def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[soc
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         for line in info.weights:
             print(f"anydev serve: {line}", flush=True)
+        if args.tool_call_parser is not None:
+            print(f"anydev serve: {_tool_choice_line()}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
         if args.api_server_count == 1:
             serve_front_end(args, core.link(), 0, tokenizer, listeners)
@@ -189,6 +191,16 @@ def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[soc
     finally:
         core.stop(timeout=30)
     return 0
+
+
+def _tool_choice_line() -> str:
+    """How ``tool_choice`` required and named are served: enforced by a grammar, or by the prompt only."""
+    from .tools import grammar_enforced
+
+    if grammar_enforced():
+        return "tool_choice required and named are enforced by a grammar (llguidance)"
+    return ("tool_choice required and named are asked through the prompt only, not enforced (llguidance is not "
+            "installed: pip install 'anydev[structured]' to enforce them)")
 
 
 def _model_name(args: argparse.Namespace) -> str:

@@ -7,20 +7,20 @@ from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
 from .output import Echo, logprobs_writer
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
-from .tools import ToolUse
+from .tools import ForcedToolUse, ToolUse
 
 
 async def stream_events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
                         include_usage: bool, continuous_usage: bool, echo: Echo | None = None,
-                        tools: ToolUse | None = None):
+                        tools: ToolUse | ForcedToolUse | None = None):
     """Server-sent events: a chunk per settled piece of text, the finish reason last, then ``[DONE]``.
     Usage as OpenAI sends it: with ``include_usage`` every chunk has ``usage: null`` and one more
     chunk, with empty ``choices``, carries the usage before ``[DONE]``; without it no chunk has a
     usage field. With ``continuous_usage`` (an extension, as vLLM's) every chunk carries the usage
     so far, and a chunk comes for every step that gave the request a token, text or not. With
     ``tools`` (chat) the text goes through the tool-call parser: content deltas, a ``tool_calls``
-    delta per complete call, finish reason "tool_calls" when it found one. Leaving early (the client
-    went away) aborts the request."""
+    delta per complete call, finish reason "tool_calls" when it found one (a forced named function's
+    stays "stop"). Leaving early (the client went away) aborts the request."""
     text = stream.text
     logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
     deltas = tools.stream() if tools is not None else None
@@ -67,8 +67,7 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
                         yield event([choice(piece, None)])
                     if deltas is not None:
                         tools.check(deltas.calls)
-                        if deltas.calls and reason == "stop":
-                            reason = "tool_calls"
+                        reason = tools.finish_reason(reason, bool(deltas.calls))
                     yield event([choice(pieces[-1], reason)], usage(seq) if continuous_usage else None)
                     if include_usage:
                         yield event([], usage(seq))

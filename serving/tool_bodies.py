@@ -26,7 +26,8 @@ class FunctionDefinition(BaseModel):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict | None = Field(None, description="the arguments' JSON schema")
-    strict: bool | None = Field(None, description="accepted; the output is not constrained to the schema")
+    strict: bool | None = Field(None, description="accepted; the arguments follow the schema where tool_choice is "
+                                                   "required or this function (with llguidance), else unconstrained")
 
 
 class Tool(BaseModel):

@@ -7,7 +7,7 @@ from ..generation import serve
 from ..prompts import chat_prompt_ids, check_model, max_tokens
 from ..protocol import APIError, ChatRequest
 from ..state import ServerState
-from ..tools import TOOL_PARSERS, ToolUse
+from ..tools import TOOL_PARSERS, tool_use
 
 
 def add_chat_routes(app: FastAPI, state: ServerState, authorized: list, responses: dict) -> None:
@@ -23,5 +23,4 @@ def add_chat_routes(app: FastAPI, state: ServerState, authorized: list, response
         if body.max_tokens is not None and body.max_completion_tokens is not None:
             max_tokens(state, prompt_ids, body.max_tokens)     # both given: both within the limits
         return await serve(state, request, body, prompt_ids, None, body.requested_max_tokens, chat=True,
-                           tools=ToolUse(state.tool_parser, body.required_tool, body.parallel_tool_calls is not False)
-                           if body.calls_tools else None)
+                           tools=tool_use(state.tool_parser, body) if body.calls_tools else None)

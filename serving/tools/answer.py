@@ -1,8 +1,9 @@
 """A chat answer's tool calls in the OpenAI shape: the message's ``tool_calls``, or a stream's deltas.
 
-``tool_choice`` required or named is asked of the model through its prompt only (the output is not
-constrained); an answer without the call asked for is an error (500, ``tool_call_not_parsed``),
-never a silent text answer.
+Here ``tool_choice`` required or named is asked of the model through its prompt only (the output is
+not constrained): where llguidance is installed a grammar enforces them instead (:mod:`.forced`).
+An answer without the call asked for is an error (500, ``tool_call_not_parsed``), never a silent
+text answer.
 """
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ class ToolUse:
     parser: ToolParser
     required: str | None
     parallel: bool = True
+    grammar = None          # the output is not constrained
+
+    def finish_reason(self, reason: str | None, called: bool) -> str | None:
+        """The answer's finish reason: "tool_calls" where it ended on its own after a call."""
+        return "tool_calls" if called and reason == "stop" else reason
 
     def message(self, text: str) -> dict:
         """The assistant message of a whole answer: its content (None when only calls) and its tool_calls."""

@@ -1,7 +1,8 @@
 """Tool calls through ``anydev serve --tool-call-parser`` (a subprocess on 127.0.0.1), driven by the
 ``openai`` client: tools and tool_choice auto, required and named, whole and streamed, for the
-hermes and llama3_json formats. The model is tests/support/scripted_checkpoint.py's: its greedy
-answer is a fixed call of get_weather in its family's format, so what the server returns is decided
+hermes and llama3_json formats, on a server without llguidance (required and named asked through
+the prompt only; test_serve_forced_tools.py tests them enforced). The model is
+tests/support/scripted_checkpoint.py's: its greedy answer is a fixed call of get_weather in its family's format, so what the server returns is decided
 by the parser, not by chance. The conversation with tools is rendered as HF transformers'
 apply_chat_template(tools=...) renders it."""
 from __future__ import annotations
@@ -15,6 +16,7 @@ from anydev.core.loading.checkpoint import open_checkpoint
 from anydev.serving.prompts import template_message
 from anydev.serving.protocol import ChatRequest
 from scripted_checkpoint import write_scripted_checkpoint
+from no_llguidance import env_without_llguidance
 from serve_support import MODEL, Server
 
 TOOLS = [{"type": "function", "function": {
@@ -31,10 +33,12 @@ CALLED = [*ASK, {"role": "assistant", "content": None, "tool_calls": [
 @pytest.fixture(scope="module", params=["hermes", "llama3_json"])
 def family(request, tmp_path_factory):
     directory = write_scripted_checkpoint(tmp_path_factory.mktemp(request.param) / "scripted", request.param)
-    srv = Server("--model", str(directory), "--tool-call-parser", request.param, "--max-model-len", "1024")
+    hidden = env_without_llguidance(tmp_path_factory.mktemp("no-llguidance"))   # the prompt-only tool_choice
+    srv = Server("--model", str(directory), "--tool-call-parser", request.param, "--max-model-len", "1024", env=hidden)
     yield request.param, directory, srv
     code, out = srv.stop()
     assert code == 0, out
+    assert "tool_choice required and named are asked through the prompt only, not enforced" in out
 
 
 def _ask(srv, **extra):
