@@ -470,7 +470,11 @@ def test_a_burst_of_idle_sockets_never_takes_the_open_files_past_the_cap():
     the server's open files stay within the cap (plus a few in passage) however fast a burst of idle
     sockets comes, sampled throughout; requests sent during the burst are all answered."""
     import resource
-    cap, flood, margin = 32, 1500, 8
+    cap, flood, requests = 32, 1500, 8
+    # In passage past the cap: a connection with a protocol that the gate evicts (the requests', idle
+    # once answered) closes its file at the event loop's next turn, and each socket is accepted
+    # before the oldest bare one is closed for it.
+    margin = requests + 1
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and hard < flood + 200:
         pytest.skip(f"the open-file limit ({hard}) is below the {flood + 200} this burst needs")
@@ -486,7 +490,10 @@ def test_a_burst_of_idle_sockets_never_takes_the_open_files_past_the_cap():
             except OSError:
                 pass                  # a file closed while being listed
             time.sleep(0.002)
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode()
     try:
+        # the base once a request has been answered: the files the front end opens for its first one are in it
+        assert request(f"{srv.url}/v1/completions", "POST", body, {"content-type": "application/json"}, timeout=60)[0] == 200
         base = len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -495,15 +502,14 @@ def test_a_burst_of_idle_sockets_never_takes_the_open_files_past_the_cap():
             sock.setblocking(False)
             sock.connect_ex(("127.0.0.1", srv.port))
             idle.append(sock)
-        body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}).encode()
         with ThreadPoolExecutor(4) as pool:
             statuses = list(pool.map(lambda _: request(f"{srv.url}/v1/completions", "POST", body,
                                                        {"content-type": "application/json"}, timeout=60)[0],
-                                     range(8)))
+                                     range(requests)))
         srv.wait_for_metric("anydev_connections_dropped_total{reason=evicted_idle}", lambda v: v >= flood - cap)
         stop.set()
         sampler.join()
-        assert statuses == [200] * 8
+        assert statuses == [200] * requests
         assert max(peak) <= base + cap + margin, (base, max(peak))
     finally:
         stop.set()
