@@ -108,6 +108,16 @@ class Server:
             line = next(line for line in f if line.startswith(field + ":"))
         return int(line.split()[1])
 
+    def open_files_once_served(self) -> int:
+        """The server's open files after it has answered a completion: /health can answer while
+        uvicorn still sets up its listening sockets, before the gated accept path holds their
+        duplicates, so a count taken at /health 200 can be short of the steady one."""
+        body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 1}).encode()
+        status = request(f"{self.url}/v1/completions", "POST", body, {"content-type": "application/json"},
+                         timeout=60)[0]
+        assert status == 200, status
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
     def resources(self) -> dict:
         """What a leak would grow: the server's RSS, threads, open files, and the KV blocks in use."""
         return {"rss_mib": round(self.proc_status("VmRSS") / 1024, 1), "threads": self.proc_status("Threads"),
