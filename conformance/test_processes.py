@@ -25,26 +25,12 @@ TIMEOUT_S = 120
 
 
 def test_collectives_across_processes(backend, request):
-    import torch.distributed as dist
-
     if not backend.runtime.cross_process_collectives:
         pytest.skip(f"'{backend.name}' ({backend.runtime.hardware_label}) joins communicators of one process only "
                     "(cross_process_collectives = False)")
     require_devices(backend, NRANKS)
     record_ranks(request, NRANKS)
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=TIMEOUT_S))
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    ranks = [subprocess.Popen([sys.executable, "-m", "anydev.conformance.process_rank", backend.name, str(rank),
-                               str(NRANKS), str(store.port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for rank in range(NRANKS)]
-    try:
-        logs = [rank.communicate(timeout=TIMEOUT_S)[0] for rank in ranks]
-    finally:
-        for rank in ranks:
-            rank.kill()
-    for r, (rank, log) in enumerate(zip(ranks, logs)):
-        assert rank.returncode == 0, f"rank process {r} exited with {rank.returncode}:\n{log[-3000:]}"
-    results = [pickle.loads(store.get(f"results/{r}")) for r in range(NRANKS)]
+    results = _run_ranks(backend.name)
     inputs = [rank_input(r) for r in range(NRANKS)]
     expected = {
         "all_reduce": sum(inputs).tolist(),
@@ -58,3 +44,27 @@ def test_collectives_across_processes(backend, request):
             assert got["send_recv"] == inputs[(r - 1) % NRANKS].tolist(), \
                 f"send/recv across {NRANKS} processes: rank {r} did not get rank {(r - 1) % NRANKS}'s message"
     assert len(expected["all_reduce"]) == COUNT
+
+
+def _run_ranks(backend_name: str) -> list[dict]:
+    """Each rank process's results. The master store lives only in this call: a failing assertion's
+    traceback (which pytest keeps until the interpreter exits) holds no store server or rank process."""
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=TIMEOUT_S))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    ranks = [subprocess.Popen([sys.executable, "-m", "anydev.conformance.process_rank", backend_name, str(rank),
+                               str(NRANKS), str(store.port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for rank in range(NRANKS)]
+    try:
+        logs = [rank.communicate(timeout=TIMEOUT_S)[0] for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+            rank.wait()
+    failed = [f"rank process {r} exited with {rank.returncode}:\n{log[-3000:]}"
+              for r, (rank, log) in enumerate(zip(ranks, logs)) if rank.returncode != 0]
+    results = [] if failed else [pickle.loads(store.get(f"results/{r}")) for r in range(NRANKS)]
+    del store   # before any raise, for the traceback's sake
+    assert not failed, "\n".join(failed)
+    return results

@@ -8,13 +8,19 @@ Each mutant runs in its own pytest process on its checks (``Mutant.checks``), st
 failure (``-x``): that check caught it; with the kernels group's quick sweep (``--quick``) unless the
 mutant asks for the full one (``full_sweep``). Prints one line per mutant and ``mutants caught: N/N``; exits
 non-zero when a mutant survived (its checks all passed) or its run went wrong (no check failed, yet
-pytest did not pass: a usage error, a crash). ``--modules`` adds mutant modules (import names).
+pytest did not pass: a usage error, a crash, a hang). ``--modules`` adds mutant modules (import names).
+
+A run still going :data:`RUN_TIMEOUT_S` after it started, or :data:`EXIT_GRACE_S` after it wrote its
+report, is hung: it gets SIGABRT, and the line quotes the stacks that pytest's faulthandler writes. A
+run whose report already shows the failed check stays caught, and ``HUNG AFTER CATCHING`` names the
+hang beside it: the verdict is the check's, the hang is a bug of its own to look at.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +36,9 @@ SUITE_DIR = Path(__file__).resolve().parent.parent
 #: mutant which makes ranks miss each other fails in seconds, not minutes.
 RUN_ENV = {"ANYDEV_CPU_DEVICE_MEMORY": "1GiB", "ANYDEV_CPU_COLLECTIVE_TIMEOUT": "30", "OMP_NUM_THREADS": "1"}
 RUN_TIMEOUT_S = 600
+#: How long a run may take to exit once its report is written (pytest's own teardown, then the
+#: interpreter's): a run past it is hung at exit.
+EXIT_GRACE_S = 60
 
 
 @dataclass
@@ -38,6 +47,7 @@ class Outcome:
     verdict: str  # "caught" | "survived" | "error"
     detail: str  # the catching check and its reason, or what went wrong
     seconds: float
+    hang: str = ""  # a run that caught the mutant, then hung at exit: what hung and its stacks
 
 
 def pytest_command(m: Mutant, report: Path, tp: int, isolated: bool = False) -> list[str]:
@@ -57,13 +67,9 @@ def run_one(m: Mutant, workdir: Path, tp: int) -> Outcome:
     report = workdir / f"{m.name}.json"
     env = {**os.environ, **RUN_ENV}
     start = time.monotonic()
-    try:
-        proc = subprocess.run(pytest_command(m, report, tp), env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
-        if proc.returncode < 0:
-            proc = subprocess.run(pytest_command(m, report, tp, isolated=True), env=env, capture_output=True,
-                                  text=True, timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return Outcome(m, "error", f"the run did not finish within {RUN_TIMEOUT_S} s", time.monotonic() - start)
+    run = _run_pytest(pytest_command(m, report, tp), env, report, workdir / f"{m.name}.log")
+    if run.returncode is not None and run.returncode < 0:
+        run = _run_pytest(pytest_command(m, report, tp, isolated=True), env, report, workdir / f"{m.name}.log")
     seconds = time.monotonic() - start
     failed = []
     if report.exists():
@@ -72,11 +78,60 @@ def run_one(m: Mutant, workdir: Path, tp: int) -> Outcome:
         first = next((c for c in failed if c["status"] == "crashed"), failed[0])
         check = first["check"].removeprefix("conformance/")
         reason = " ".join(first["reason"].split("\n")[0].split())
-        return Outcome(m, "caught", f"{check}: {reason[:200]}", seconds)
-    if proc.returncode == 0:
+        return Outcome(m, "caught", f"{check}: {reason[:200]}", seconds, run.hang)
+    if run.hang:
+        return Outcome(m, "error", run.hang, seconds)
+    if run.returncode == 0:
         return Outcome(m, "survived", f"every check passed ({', '.join(m.checks)})", seconds)
-    tail = " | ".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
-    return Outcome(m, "error", f"pytest exited {proc.returncode} without a failed check: {tail[:300]}", seconds)
+    tail = " | ".join(run.output.strip().splitlines()[-3:])
+    return Outcome(m, "error", f"pytest exited {run.returncode} without a failed check: {tail[:300]}", seconds)
+
+
+@dataclass
+class _Run:
+    returncode: int | None  # None: it hung and was ended
+    output: str
+    hang: str = ""  # what hung, with the stacks it dumped ("" when it exited by itself)
+
+
+def _run_pytest(command: list[str], env: dict, report: Path, log: Path) -> _Run:
+    """Run one pytest process. One that is still running :data:`EXIT_GRACE_S` after writing its
+    report, or :data:`RUN_TIMEOUT_S` after starting, gets SIGABRT: pytest's faulthandler then writes
+    every thread's stack, which the hang's description quotes."""
+    report.unlink(missing_ok=True)
+    start = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        hang = ""
+        while proc.poll() is None:
+            time.sleep(0.2)
+            if time.monotonic() - start > RUN_TIMEOUT_S:
+                hang = f"the run did not finish within {RUN_TIMEOUT_S} s"
+            elif report.exists() and time.time() - report.stat().st_mtime > EXIT_GRACE_S:
+                hang = f"the run wrote its report, then did not exit within {EXIT_GRACE_S} s"
+            if hang:
+                proc.send_signal(signal.SIGABRT)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                break
+    output = log.read_text(errors="replace")
+    if hang:
+        return _Run(None, output, f"{hang}; its stacks: {_stacks(output)}")
+    return _Run(proc.returncode, output)
+
+
+def _stacks(output: str) -> str:
+    """The thread stacks faulthandler wrote, one line each (innermost frame first), or a note."""
+    dump = output[output.rfind("Fatal Python error: Aborted"):] if "Fatal Python error: Aborted" in output else ""
+    threads = [block for block in dump.split("\n\n") if block.lstrip().startswith(("Thread", "Current thread"))]
+    lines = []
+    for block in threads:
+        frames = [f.strip() for f in block.splitlines()[1:] if f.strip().startswith("File")]
+        lines.append(f"[{block.splitlines()[0].strip()} {' <- '.join(frames[:4])}]")
+    return " ".join(lines)[:1500] or "(none written)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     for o in outcomes:
         if o.verdict != "caught":
             print(f"NOT CAUGHT: {o.mutant.name} ({o.mutant.fault}): {o.verdict}: {o.detail}")
+        if o.hang:
+            print(f"HUNG AFTER CATCHING: {o.mutant.name}: {o.hang}")
     return 0 if caught == len(outcomes) else 1
 
 

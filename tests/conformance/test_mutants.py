@@ -122,3 +122,40 @@ def test_single_check_faults_are_caught_by_two_independent_checks(tmp_path):
     for mutant_name, checks in TWO_CHECKS.items():
         for check in checks:
             assert status.get((f"mutant-{mutant_name}", check)) == "fail", (mutant_name, check, status)
+
+
+LINGERS = """
+import faulthandler, json, sys, time
+faulthandler.enable()
+report, write = sys.argv[1], sys.argv[2] == "report"
+
+def linger_after_the_checks():
+    while True:
+        time.sleep(0.05)
+
+if write:
+    with open(report, "w") as f:
+        json.dump({"checks": [{"check": "conformance/test_x.py::test_y", "status": "fail", "reason": "wrong bytes"}]}, f)
+linger_after_the_checks()
+"""
+
+
+@pytest.mark.parametrize("writes_report", [True, False], ids=["hangs-after-its-report", "hangs-before-any-report"])
+def test_runner_ends_a_hung_run_and_quotes_its_stacks(tmp_path, monkeypatch, writes_report):
+    from anydev.conformance.mutants import __main__ as runner
+
+    script = tmp_path / "lingers.py"
+    script.write_text(LINGERS)
+    monkeypatch.setattr(runner, "EXIT_GRACE_S", 1)
+    monkeypatch.setattr(runner, "RUN_TIMEOUT_S", 4)
+    monkeypatch.setattr(runner, "pytest_command", lambda m, report, tp, isolated=False: [
+        sys.executable, str(script), str(report), "report" if writes_report else "none"])
+    outcome = runner.run_one(mutants.all_mutants()["memset-noop"], tmp_path, tp=1)
+    if writes_report:   # the check caught it: the verdict stands, the hang is reported beside it
+        assert outcome.verdict == "caught" and "test_x.py::test_y: wrong bytes" in outcome.detail, outcome
+        assert "wrote its report, then did not exit within 1 s" in outcome.hang, outcome
+        stacks = outcome.hang
+    else:
+        assert outcome.verdict == "error" and "did not finish within 4 s" in outcome.detail, outcome
+        stacks = outcome.detail
+    assert "linger_after_the_checks" in stacks, stacks
