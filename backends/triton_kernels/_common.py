@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import triton
@@ -57,9 +58,38 @@ def programs_to_fill(device: torch.device) -> int:
     return 32
 
 
+#: ``ANYDEV_TRITON_PDL=1`` launches the decode path's kernels with programmatic dependent launch on
+#: NVIDIA GPUs of compute capability 9.0 and later: each kernel is scheduled while the one before it
+#: drains, and waits (``griddepcontrol.wait``) for it to finish before touching memory. Off by default.
+PDL_ENV = "ANYDEV_TRITON_PDL"
+
+
+@functools.lru_cache(maxsize=None)
+def _pdl_on(device: torch.device) -> bool:
+    if os.environ.get(PDL_ENV, "0") != "1" or device.type != "cuda" or torch.version.hip is not None:
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def pdl(device: torch.device) -> dict:
+    """A launch's programmatic-dependent-launch arguments on ``device`` (see :data:`PDL_ENV`): the
+    kernel's ``USE_PDL`` and, where on, Triton's ``launch_pdl``. Every kernel launched with
+    ``launch_pdl`` must call :func:`pdl_wait` before its first memory access."""
+    return {"USE_PDL": True, "launch_pdl": True} if _pdl_on(device) else {"USE_PDL": False}
+
+
+@triton.jit
+def pdl_wait(USE_PDL: tl.constexpr):
+    """With USE_PDL: wait until the kernel before this one has finished and its writes are visible,
+    then let the next kernel be scheduled. Without: nothing."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 def next_power_of_2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
 __all__ = ["LOG2E", "tl", "triton", "dot_precision", "check_cache", "check_last_dim_contiguous",
-           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots"]
+           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]

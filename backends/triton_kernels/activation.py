@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_last_dim_contiguous, tl, triton
+from ._common import check_last_dim_contiguous, pdl, pdl_wait, tl, triton
 
 BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, I, stride_x, stride_o, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, I, stride_x, stride_o, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = False):
+    pdl_wait(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < I
@@ -26,5 +27,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     I = two_i // 2
     out = torch.empty((T, I), dtype=x.dtype, device=x.device)
     if T and I:
-        _silu_and_mul_kernel[(T, triton.cdiv(I, BLOCK))](x, out, I, x.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4)
+        _silu_and_mul_kernel[(T, triton.cdiv(I, BLOCK))](x, out, I, x.stride(0), out.stride(0), BLOCK=BLOCK, num_warps=4,
+                                                            **pdl(x.device))
     return out

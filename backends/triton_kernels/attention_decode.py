@@ -23,7 +23,7 @@ import threading
 import torch
 
 from ._attention import attend_tile
-from ._common import (LOG2E, check_cache, check_last_dim_contiguous, dot_precision, programs_to_fill,
+from ._common import (LOG2E, pdl, pdl_wait, check_cache, check_last_dim_contiguous, dot_precision, programs_to_fill,
                       next_power_of_2, tl, triton, upcast_dots)
 
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
@@ -40,7 +40,9 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
                    stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
                    stride_page, stride_slot, stride_kvh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                   BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+                   USE_PDL: tl.constexpr = False):
+    pdl_wait(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -177,6 +179,6 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
-        num_warps=4, num_stages=2,
+        num_warps=4, num_stages=2, **pdl(q.device),
     )
     return out

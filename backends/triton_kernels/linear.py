@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
-from ._common import check_last_dim_contiguous, dot, dot_precision, programs_to_fill, tl, triton, upcast_dots
+from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
@@ -101,7 +101,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, ASM: tl.constexpr = False):
+                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, ASM: tl.constexpr = False,
+                   USE_PDL: tl.constexpr = False):
+    pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
@@ -239,7 +241,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.int_dot, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
+        INT_DOT=p.int_dot, ASM=ptx_dp4a(x.device), num_warps=p.num_warps, **pdl(x.device),
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out

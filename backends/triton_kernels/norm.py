@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_last_dim_contiguous, next_power_of_2, tl, triton
+from ._common import check_last_dim_contiguous, next_power_of_2, pdl, pdl_wait, tl, triton
 
 
 @triton.jit
 def _rms_norm_kernel(x_ptr, residual_ptr, out_ptr, weight_ptr, eps, N,
                      stride_x, stride_r, stride_o,
-                     ADD_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):
+                     ADD_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = False):
+    pdl_wait(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < N
@@ -35,7 +36,7 @@ def _launch(x, residual, out, weight, eps):
         x, residual if residual is not None else x, out, weight, float(eps), N,
         x.stride(0), (residual if residual is not None else x).stride(0), out.stride(0),
         ADD_RESIDUAL=residual is not None, BLOCK=block,
-        num_warps=min(max(block // 256, 1), 16),
+        num_warps=min(max(block // 256, 1), 16), **pdl(x.device),
     )
 
 

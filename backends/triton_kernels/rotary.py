@@ -11,7 +11,7 @@ import torch
 
 from anydev.plugin_api.errors import InvalidArgumentError
 
-from ._common import check_cache, check_last_dim_contiguous, next_power_of_2, tl, triton
+from ._common import check_cache, check_last_dim_contiguous, next_power_of_2, pdl, pdl_wait, tl, triton
 
 
 @triton.jit
@@ -59,7 +59,8 @@ def _rotary_kernel(positions_ptr, q_ptr, k_ptr, v_ptr, cos_sin_ptr, k_cache_ptr,
                    q_norm_ptr, k_norm_ptr, eps, num_q_heads, num_k_heads,
                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos_sin,
                    Q_HEADS_PAD: tl.constexpr, K_HEADS_PAD: tl.constexpr, HALF: tl.constexpr,
-                   WRITE_KV: tl.constexpr, NORM: tl.constexpr):
+                   WRITE_KV: tl.constexpr, NORM: tl.constexpr, USE_PDL: tl.constexpr = False):
+    pdl_wait(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(positions_ptr + t)
     d = tl.arange(0, HALF)[None, :]
@@ -109,7 +110,7 @@ def _launch(positions, q, k, v, cos_sin_cache, k_cache, v_cache, slot_mapping, q
         q.stride(0), q.stride(1), k.stride(0), k.stride(1),
         (v if write_kv else k).stride(0), (v if write_kv else k).stride(1), cos_sin_cache.stride(0),
         Q_HEADS_PAD=next_power_of_2(H), K_HEADS_PAD=next_power_of_2(KV), HALF=D // 2, WRITE_KV=write_kv,
-        NORM=norm, num_warps=4 if H * D >= 2048 else 2,
+        NORM=norm, num_warps=4 if H * D >= 2048 else 2, **pdl(q.device),
     )
 
 

@@ -1,0 +1,37 @@
+"""Programmatic dependent launch (``ANYDEV_TRITON_PDL``) is asked for only where it exists: an NVIDIA
+GPU of compute capability 9.0 or later, and only when the variable turns it on."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anydev.backends.triton_kernels import triton_importable
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
+
+
+def test_pdl_stays_off_on_cpu_tensors_even_when_asked(monkeypatch):
+    from anydev.backends.triton_kernels import _common
+
+    _common._pdl_on.cache_clear()
+    monkeypatch.setenv(_common.PDL_ENV, "1")
+    try:
+        assert _common.pdl(torch.device("cpu")) == {"USE_PDL": False}
+    finally:
+        _common._pdl_on.cache_clear()
+
+
+def test_pdl_is_on_for_a_capability_9_cuda_device_only_when_asked(monkeypatch):
+    from anydev.backends.triton_kernels import _common
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    for value, want in (("1", {"USE_PDL": True, "launch_pdl": True}), ("0", {"USE_PDL": False})):
+        _common._pdl_on.cache_clear()
+        monkeypatch.setenv(_common.PDL_ENV, value)
+        assert _common.pdl(torch.device("cuda", 0)) == want, value
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    _common._pdl_on.cache_clear()
+    monkeypatch.setenv(_common.PDL_ENV, "1")
+    assert _common.pdl(torch.device("cuda", 0)) == {"USE_PDL": False}
+    _common._pdl_on.cache_clear()
