@@ -7,7 +7,7 @@
 set -uo pipefail
 DEV=${1:-nvidia}; R=${2:-$OUT/r}; W=${H34_WORK:-/tmp/h34-families}; mkdir -p $W $R
 PROMPT="Hello world"; ok=0
-text() { sed -n '/^--- output 0 /,/^prefill:/p' "$1" | sed '1d;$d'; }
+text() { sed -n '/^--- output 0 /,/^start-up timeline/p' "$1" | sed '1d;$d'; }   # the output, not its timings
 for arch in llama qwen3 qwen3_moe; do
   timeout 60 python3 - $W/$arch $arch <<'EOF' || { echo "families: $arch: writing the model failed"; continue; }
 import sys, torch
