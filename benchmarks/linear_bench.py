@@ -119,6 +119,8 @@ def methods(kernels, formats, float_gemv=False):
             yield fmt, fmt, lambda x, w, s, fmt=fmt: kernels.quantized_linear(x, w, s, fmt)
             if float_gemv and fmt in BLOCK_FORMATS:
                 yield f"{fmt} float", fmt, lambda x, w, s, fmt=fmt: float_plan_call(x, w, s, fmt)
+            if float_gemv and fmt in ("q8_0", "q4_0", "q4_1"):
+                yield f"{fmt} words", fmt, lambda x, w, s, fmt=fmt: word_plan_call(x, w, s, fmt)
 
 
 def float_plan_call(x, weight, scales, fmt):
@@ -128,6 +130,17 @@ def float_plan_call(x, weight, scales, fmt):
 
     M, K = x.shape
     return triton_linear.run(x, weight, scales, fmt, triton_linear.plan(M, weight.shape[0], K, fmt, x.device))
+
+
+def word_plan_call(x, weight, scales, fmt):
+    """The Triton kernel on ``fmt`` with its integer-dot plan's steps reading a block's words one a load
+    (``int_chunks`` off: the step before the aligned chunks), 64 outputs a program as that step's heuristic."""
+    from anydev.backends.triton_kernels import linear as triton_linear
+
+    M, K = x.shape
+    p = triton_linear.plan(M, weight.shape[0], K, fmt, x.device, x.dtype)
+    p = triton_linear.Plan.sliced(M, K, 1, 64, p.block_k, p.split, p.num_warps, int_dot=p.int_dot)
+    return triton_linear.run(x, weight, scales, fmt, p)
 
 
 def table(args, kernels, dev, models) -> list[dict]:
@@ -169,8 +182,9 @@ def candidates(M: int, K: int, fmt: str):
 
     if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
         block_k = 512 if fmt == "q6_k" else 256
+        chunks = triton_linear.int_chunks(fmt, K, 256)
         for bn, warps, split in itertools.product((64, 128, 256), (4, 8), (1, 2, 4, 8)):
-            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
+            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True, int_chunks=chunks)
         return
     if M == 1:
         widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
@@ -252,7 +266,8 @@ def parse_args(argv=None):
     p.add_argument("--formats", type=lambda s: s.split(","), default=["dense", *WEIGHT_FORMATS],
                    help="the table's columns: dense (torch's and the backend's bf16) and weight formats")
     p.add_argument("--float-gemv", action="store_true",
-                   help="at batch 1 also time each GGUF format's float GEMV plan (the Triton kernel's, no integer dots)")
+                   help="at batch 1 also time each GGUF format's float GEMV plan (the Triton kernel's, no integer dots) "
+                        "and, for q8_0/q4_0/q4_1, the integer steps that read a block's words one a load (\"FMT words\")")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],

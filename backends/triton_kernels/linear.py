@@ -21,6 +21,7 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
+from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
@@ -37,7 +38,9 @@ K_QUANTS = ("q4_k", "q6_k")
 class Plan:
     """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps, the
     software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
-    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen)."""
+    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen) and
+    whether those of the 32-value blocks read eight blocks a row in aligned 16-byte chunks
+    (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load."""
     block_m: int
     block_n: int
     block_k: int
@@ -46,14 +49,15 @@ class Plan:
     num_warps: int = 4
     num_stages: int | None = None
     int_dot: bool = False
+    int_chunks: bool = False
 
     @classmethod
     def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
-               num_stages: int | None = None, int_dot: bool = False) -> "Plan":
+               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
         return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages,
-                   int_dot)
+                   int_dot, int_chunks)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
@@ -66,7 +70,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     ``dtype`` bfloat16 where :func:`int_dots` allows, by the integer dots of :mod:`._gguf_int_gemv`, 64
     rows a program (``q4_k``/``q6_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
     activations' rounding to int8 is paid once a step for all of its rows; the fewest instructions a
-    value without spilling registers, in the sm_90 SASS). ``M > 1``:
+    value without spilling registers, in the sm_90 SASS); ``q8_0``/``q4_0``/``q4_1`` with ``K`` a multiple of
+    256 in aligned chunks (:func:`int_chunks`), 128 rows a program over 256 inputs (a row's step a
+    thread at 4 warps). ``M > 1``:
     ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
@@ -75,10 +81,12 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     recorded = recorded_plan(M, N, K, weight_format, device)
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
-        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages,
-                           int_dot and int_dot_tile(weight_format, block_k))
+        int_dot = int_dot and int_dot_tile(weight_format, block_k)
+        return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages, int_dot,
+                           int_dot and int_chunks(weight_format, K, block_k))
+    chunks = int_dot and int_chunks(weight_format, K, 256)
     if int_dot:
-        block_m, block_n, num_warps = 1, 128 if weight_format in K_QUANTS else 64, 4
+        block_m, block_n, num_warps = 1, 128 if weight_format in K_QUANTS or chunks else 64, 4
         block_k = 512 if weight_format == "q6_k" else 256
     elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
@@ -94,15 +102,15 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     split = 1
     while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
         split *= 2
-    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, int_dot=int_dot)
+    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, int_dot=int_dot, int_chunks=chunks)
 
 
 @triton.jit
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, ASM: tl.constexpr = False,
-                   USE_PDL: tl.constexpr = False):
+                   UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = False):
     pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -112,7 +120,9 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
     # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
     # INT_DOT (GGUF blocks, bfloat16 activations) the steps are integer dots (:mod:`._gguf_int_gemv`).
-    if BLOCK_M == 1 and FORMAT == 6:
+    if BLOCK_M == 1 and INT_CHUNKS:     # q8_0, q4_0, q4_1 in aligned chunks: a sum a step of eight blocks
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 256), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 6:
         acc = tl.zeros((BLOCK_N, 4), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:
         acc = tl.zeros((BLOCK_N, 2, 2), dtype=tl.float32)
@@ -132,7 +142,16 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
         k = k_start + k0 + tl.arange(0, BLOCK_K)
-        if BLOCK_M == 1 and FORMAT == 6 and INT_DOT:
+        if BLOCK_M == 1 and INT_CHUNKS and FORMAT == 3:
+            acc += q8_0_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
+                                   BLOCK_N, BLOCK_K // 256, ASM)
+        elif BLOCK_M == 1 and INT_CHUNKS and FORMAT == 4:
+            acc += q4_0_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
+                                   BLOCK_N, BLOCK_K // 256, ASM)
+        elif BLOCK_M == 1 and INT_CHUNKS:
+            acc += q4_1_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
+                                   BLOCK_N, BLOCK_K // 256, ASM)
+        elif BLOCK_M == 1 and FORMAT == 6 and INT_DOT:
             acc += q4_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, ROW_BYTES, BLOCK_N, ASM)
         elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:     # q6_k: BLOCK_K 512, a pair of super-blocks
             acc += q6_k_int_pair(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 512, N, K, ROW_BYTES, BLOCK_N,
@@ -170,7 +189,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
-    if BLOCK_M == 1 and FORMAT == 6:
+    if BLOCK_M == 1 and (FORMAT == 6 or INT_CHUNKS):
         acc = tl.sum(acc, axis=1)
     elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
@@ -188,6 +207,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
 #: ``q6_k`` super-blocks.
 INT_DOT_TILE = {"q4_k": 256, "q8_0": 64, "q4_0": 64, "q4_1": 32, "q6_k": 512}
 INT_DOT_FORMATS = tuple(INT_DOT_TILE)
+#: The integer-dot formats whose steps may read eight blocks (256 inputs) a row in aligned 16-byte chunks.
+INT_CHUNK_FORMATS = ("q8_0", "q4_0", "q4_1")
 
 
 def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
@@ -203,6 +224,13 @@ def int_dot_tile(weight_format: str, block_k: int) -> bool:
     multiple of it and of 64."""
     tile = INT_DOT_TILE[weight_format]
     return block_k == tile if weight_format in K_QUANTS else block_k % max(tile, 64) == 0
+
+
+def int_chunks(weight_format: str, K: int, block_k: int) -> bool:
+    """True where the integer-dot steps of ``weight_format`` may read aligned 16-byte chunks
+    (:mod:`._gguf_int_chunks`): :data:`INT_CHUNK_FORMATS` with ``K`` and ``block_k`` multiples of 256
+    (eight blocks a step, every row and step starting 16-byte aligned)."""
+    return weight_format in INT_CHUNK_FORMATS and K % 256 == 0 and block_k % 256 == 0
 
 
 def ptx_dp4a(device: torch.device) -> bool:
@@ -229,6 +257,9 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan needs one bfloat16 row, K a multiple of "
                                    f"{INT_DOT_TILE.get(weight_format)} and a block_k that suits it "
                                    f"(linear.int_dot_tile), got {p} for {x.dtype} [{M}, {K}]")
+    if p.int_chunks and not (p.int_dot and int_chunks(weight_format, K, p.block_k)):
+        raise InvalidArgumentError(f"{weight_format}: a plan of aligned chunks needs integer dots, a format of "
+                                   f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
     if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
@@ -241,7 +272,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.int_dot, ASM=ptx_dp4a(x.device), num_warps=p.num_warps, **pdl(x.device),
+        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
+        **pdl(x.device),
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out

@@ -50,7 +50,9 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'q4_k', 4096, 14336): (1, 64, 256, 8, 4, None),
     ('NVIDIA H200', 1, 'q4_k', 6144, 4096): (1, 64, 256, 8, 4, None),
     ('NVIDIA H200', 1, 'q4_k', 28672, 4096): (1, 64, 256, 2, 4, None),
-    ('NVIDIA H200', 1, 'q8_0', 4096, 4096): (1, 64, 256, 8, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 4096, 4096): (1, 64, 512, 8, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 64, 512, 4, 4, None),
+    ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 128, 512, 4, 8, None),
 }
 
 

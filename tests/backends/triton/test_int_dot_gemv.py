@@ -55,7 +55,9 @@ def test_dp4a_and_the_packed_int8_codes():
 
 def test_the_integer_gemv_on_activations_int8_holds_exactly():
     """Every format by its heuristic plan, and split into slices of which the last is short (the
-    aligned pairs of q8_0, q4_0 and q6_k cross no slice's end)."""
+    aligned pairs of q8_0, q4_0 and q6_k cross no slice's end); the 32-value blocks both in aligned
+    chunks (K a multiple of 256; also two steps a tile, the second past K) and a block's words a load
+    (K not)."""
     run_interpreted("""
         import torch
         from anydev.backends.triton_kernels import linear
@@ -63,7 +65,8 @@ def test_the_integer_gemv_on_activations_int8_holds_exactly():
         from anydev.plugin_api.weight_formats import dequantize
 
         cases = (("q8_0", 40, 512, 1), ("q4_0", 33, 768, 1), ("q4_0", 40, 768, 2), ("q4_1", 24, 512, 1),
-                 ("q4_k", 40, 768, 1), ("q4_k", 24, 768, 2), ("q6_k", 24, 512, 1), ("q6_k", 20, 1536, 2))
+                 ("q4_k", 40, 768, 1), ("q4_k", 24, 768, 2), ("q6_k", 24, 512, 1), ("q6_k", 20, 1536, 2),
+                 ("q4_0", 24, 576, 1), ("q4_1", 24, 544, 1), ("q8_0", 24, 768, 512))
         for fmt, N, K, split in cases:
             gen = torch.Generator().manual_seed(3)
             weight, scales = random_weight(fmt, N, K, gen)
@@ -72,9 +75,12 @@ def test_the_integer_gemv_on_activations_int8_holds_exactly():
             codes[:, 0] = 127 * torch.where(torch.rand(K // 32, generator=gen) < 0.5, -1, 1)
             x = (codes.float().view(1, K) * 2 ** -6).bfloat16()
             p = linear.plan(1, N, K, fmt, x.device, x.dtype)
-            assert p.int_dot, (fmt, p)
-            if split > 1:
-                p = linear.Plan.sliced(1, K, 1, p.block_n, p.block_k, split, p.num_warps, int_dot=True)
+            assert p.int_dot and p.int_chunks == (fmt in linear.INT_CHUNK_FORMATS and K % 256 == 0), (fmt, p)
+            if split == 512:    # one tile of two steps, the second past K
+                p = linear.Plan.sliced(1, K, 1, p.block_n, 512, 1, p.num_warps, int_dot=True, int_chunks=True)
+            elif split > 1:
+                p = linear.Plan.sliced(1, K, 1, p.block_n, p.block_k, split, p.num_warps, int_dot=True,
+                                       int_chunks=p.int_chunks)
                 assert p.k_per_split * (p.split - 1) < K < p.k_per_split * p.split, p
             got = linear.run(x, weight, scales, fmt, p).double()
             want = x.double() @ dequantize(weight, scales, fmt, K).double().T
@@ -101,6 +107,9 @@ def test_the_plans_choose_integer_dots_where_their_steps_fit_and_refuse_them_els
         assert not linear.plan(1, 64, K, fmt, cpu, torch.float16).int_dot
         assert not linear.plan(2, 64, K, fmt, cpu, torch.bfloat16).int_dot
     assert linear.plan(1, 64, 1024, "q6_k", cpu, torch.bfloat16).block_k == 512
+    for fmt in linear.INT_CHUNK_FORMATS:     # aligned chunks where K is a multiple of 256, else a block's words
+        assert linear.plan(1, 64, 768, fmt, cpu, torch.bfloat16).int_chunks, fmt
+        assert not linear.plan(1, 64, 576, fmt, cpu, torch.bfloat16).int_chunks, fmt
     for fmt, K in (("q4_0", 544), ("q8_0", 544), ("q6_k", 768)):
         assert not linear.int_dots(fmt, torch.bfloat16, K), fmt
         chosen = linear.plan(1, 64, K, fmt, cpu, torch.bfloat16)
@@ -112,3 +121,8 @@ def test_the_plans_choose_integer_dots_where_their_steps_fit_and_refuse_them_els
             linear.run(x, weight, None, "q6_k", p)
     with pytest.raises(InvalidArgumentError, match="integer-dot plan"):
         linear.run(x.half(), weight, None, "q6_k", linear.Plan.sliced(1, 768, 1, 64, 256, 1, int_dot=True))
+    q4_0 = torch.zeros(8, 576 // 32 * 18, dtype=torch.uint8)
+    for p in (linear.Plan.sliced(1, 576, 1, 64, 256, 1, int_dot=True, int_chunks=True),     # K % 256
+              linear.Plan.sliced(1, 576, 1, 64, 256, 1, int_chunks=True)):                  # no integer dots
+        with pytest.raises(InvalidArgumentError, match="aligned chunks"):
+            linear.run(torch.zeros(1, 576, dtype=torch.bfloat16), q4_0, None, "q4_0", p)

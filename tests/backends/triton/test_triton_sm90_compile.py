@@ -5,7 +5,8 @@ equal to 1 a constant (a batch-1 call's ``M``), and a kernel that calls a tensor
 compile on every GPU while passing every interpreted test. Each format is compiled at batch 1 with ``M``
 that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
-which only compilation runs."""
+which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
+(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads."""
 from __future__ import annotations
 
 import os
@@ -30,24 +31,31 @@ CHILD = textwrap.dedent("""
     fmt = sys.argv[1]
     weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
     kernel = linear._linear_kernel
-    cases = [(1, 16, 256, False), (32, 64, 256, False)]
+    cases = [(1, 16, 256, False, False), (32, 64, 256, False, False)]
     if fmt not in ("dense", "int8", "fp8_e4m3"):
-        cases.append((1, 32, 512 if fmt == "q6_k" else 256, True))     # the integer-dot GEMV, dp4a by PTX
-    for block_m, block_n, block_k, int_dot in cases:
+        cases.append((1, 32, 512 if fmt == "q6_k" else 256, True, False))     # the integer-dot GEMV, dp4a by PTX
+    if fmt in linear.INT_CHUNK_FORMATS:
+        cases.append((1, 128, 512, True, True))                              # two steps of aligned chunks a tile
+    for block_m, block_n, block_k, int_dot, chunks in cases:
         signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
                      "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
                      "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
-                         INT_DOT=int_dot, ASM=int_dot)
+                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot)
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
         signature.update({name: "constexpr" for name in constants})
         index = {name: i for i, name in enumerate(kernel.arg_names)}
-        source = ASTSource(fn=kernel, signature=signature, constexprs={(index[k],): v for k, v in constants.items()})
+        # as Triton specializes pointers and multiples of 16 (a row's bytes, the slices' inputs)
+        attrs = {(index[name],): [["tt.divisibility", 16]] for name in signature if signature[name] != "constexpr"
+                 and name not in ("M", "N", "K", "stride_xm")} if chunks else {}
+        source = ASTSource(fn=kernel, signature=signature, constexprs={(index[k],): v for k, v in constants.items()},
+                           attrs=attrs)
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
         assert compiled.asm["cubin"], (fmt, block_m)
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
+        assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
     print("ok")
 """)
 
