@@ -1,13 +1,14 @@
 """moe_route and moe_linear (contract 1.7, see ``anydev.plugin_api.kernels``).
 
-``moe_route``: one program per token: the softmax of its router logits in registers, then ``top_k``
-rounds of "largest probability, lowest index among equals", twice (the first sums the chosen
-weights for the renormalisation, the second stores them).
+``moe_route``: one program (one warp) per token: the softmax of its router logits in registers, then
+``top_k`` rounds of "largest probability, lowest index among equals", the picks gathered in registers
+and stored at once.
 
-``moe_linear``, up to :data:`GEMV_MAX_ROWS` rows: one GEMV per row and block of ``BLOCK_N``
-outputs, reading the weight of the row's own expert (the expert's rows start ``expert * N`` rows into
-the stacked weight) with the linear family's tiles, so every weight format the linear layers read
-works here too. At decode each token's ``top_k`` rows read ``top_k`` experts: the bytes read are the
+``moe_linear``, up to :data:`GEMV_MAX_ROWS` rows: one GEMV per row, block of ``BLOCK_N`` outputs and
+slice of K (split-K through :mod:`._split_k`: the last slice to finish adds the slices' sums), reading
+the weight of the row's own expert (the expert's rows start ``expert * N`` rows into the stacked
+weight) with the linear family's tiles, so every weight format the linear layers read works here
+too; the blocks, the split and the warps by shape (:mod:`.moe_plans`). At decode each token's ``top_k`` rows read ``top_k`` experts: the bytes read are the
 active experts' weights. More rows (a batch, a prompt): the rows sorted by expert (a stable sort on
 the device: graph-safe), and one program per ``BLOCK_M`` sorted rows and ``BLOCK_N`` outputs that runs
 ``tl.dot`` once per expert its rows use, each expert's weight tile read once for all its rows there.
@@ -19,37 +20,43 @@ import torch
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
+from . import moe_plans
 from ._common import check_last_dim_contiguous, dot, dot_precision, next_power_of_2, tl, triton, upcast_dots
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
+from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
+from .linear import K_QUANTS, Plan
 
 
 @triton.jit
 def _route_kernel(logits_ptr, weights_ptr, ids_ptr, E, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr,
-                  BLOCK_E: tl.constexpr):
+                  BLOCK_E: tl.constexpr, BLOCK_TOP: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     e = tl.arange(0, BLOCK_E)
     logits = tl.load(logits_ptr + t * E + e, mask=e < E, other=-float("inf")).to(tl.float32)
     p = tl.exp(logits - tl.max(logits, axis=0))
     p = tl.where(e < E, p / tl.sum(p, axis=0), -1.0)       # past E: below every probability
+    slot = tl.arange(0, BLOCK_TOP)
+    chosen = tl.zeros((BLOCK_TOP,), dtype=tl.float32)
+    chosen_ids = tl.zeros((BLOCK_TOP,), dtype=tl.int64)
     total = 0.0
-    left = p
-    for _ in tl.static_range(TOP_K):
-        best = tl.max(left, axis=0)
-        index = tl.min(tl.where(left == best, e, BLOCK_E), axis=0)
-        total += best
-        left = tl.where(e == index, -1.0, left)
-    if RENORMALIZE:
-        scale = 1.0 / total
-    else:
-        scale = total * 0.0 + 1.0
     left = p
     for j in tl.static_range(TOP_K):
         best = tl.max(left, axis=0)
         index = tl.min(tl.where(left == best, e, BLOCK_E), axis=0)
-        tl.store(weights_ptr + t * TOP_K + j, best * scale)
-        tl.store(ids_ptr + t * TOP_K + j, index.to(tl.int64))
+        chosen = tl.where(slot == j, best, chosen)
+        chosen_ids = tl.where(slot == j, index.to(tl.int64), chosen_ids)
+        total += best
         left = tl.where(e == index, -1.0, left)
+    if RENORMALIZE:
+        chosen = chosen / total
+    tl.store(weights_ptr + t * TOP_K + slot, chosen, mask=slot < TOP_K)
+    tl.store(ids_ptr + t * TOP_K + slot, chosen_ids, mask=slot < TOP_K)
+
+
+#: One warp a token: its reductions over the experts are warp shuffles, with no shared-memory round
+#: trip and barrier each (2 a pick, ``top_k`` picks in a row: the kernel's whole time at decode).
+ROUTE_WARPS = 1
 
 
 def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool):
@@ -62,17 +69,18 @@ def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool):
     ids = torch.empty((T, top_k), dtype=torch.int64, device=router_logits.device)
     if T:
         _route_kernel[(T,)](router_logits, weights, ids, E, TOP_K=top_k, RENORMALIZE=bool(renormalize),
-                            BLOCK_E=next_power_of_2(E))
+                            BLOCK_E=next_power_of_2(E), BLOCK_TOP=max(2, next_power_of_2(top_k)), num_warps=ROUTE_WARPS)
     return weights, ids
 
 
 @triton.jit
-def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, N, K, stride_x, ROW_BYTES,
-                       FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr):
-    pid_n, r = tl.program_id(0), tl.program_id(1).to(tl.int64)
+def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, partial_ptr, counters_ptr, R, N, K, stride_x,
+                       ROW_BYTES, K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr,
+                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr):
+    pid_n, pid_k, r = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     expert = tl.load(ids_ptr + r).to(tl.int64)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    k_start = pid_k.to(tl.int64) * K_PER_SPLIT
     x_row = x_ptr + r * stride_x
     if FORMAT <= 2:      # one element a value: the expert's [N, K] starts N * K elements on
         w_expert = w_ptr + expert * N * K
@@ -86,15 +94,16 @@ def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, N, K, stride_
         acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 32), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
+        kb = k_start + k0
         if FORMAT == 6:
-            acc += q4_k_gemv_block(w_expert, x_row, n, k0 // 256, N, K, ROW_BYTES, BLOCK_N)
+            acc += q4_k_gemv_block(w_expert, x_row, n, kb // 256, N, K, ROW_BYTES, BLOCK_N)
         elif FORMAT == 7:
-            acc += q6_k_gemv_block(w_expert, x_row, n, k0 // 256, N, K, ROW_BYTES, BLOCK_N)
+            acc += q6_k_gemv_block(w_expert, x_row, n, kb // 256, N, K, ROW_BYTES, BLOCK_N)
         elif FORMAT >= 3:
-            acc += block32_gemv(w_expert, x_row, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N, BLOCK_K // 32)
+            acc += block32_gemv(w_expert, x_row, n, kb, N, K, ROW_BYTES, FORMAT, BLOCK_N, BLOCK_K // 32)
         else:
-            k = k0 + tl.arange(0, BLOCK_K).to(tl.int64)
+            k = kb + tl.arange(0, BLOCK_K).to(tl.int64)
             if FORMAT == 1:
                 w = int8_float(stored_values(w_expert, n[None, :], k[:, None], N, K))
             else:
@@ -107,7 +116,7 @@ def _moe_linear_kernel(x_ptr, w_ptr, scales_ptr, ids_ptr, out_ptr, N, K, stride_
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
     if CHANNEL_SCALES:
         acc = acc * tl.load(scales_ptr + expert * N + n, mask=n < N, other=0.0)
-    tl.store(out_ptr + r * N + n, acc.to(out_ptr.dtype.element_ty), mask=n < N)
+    store_summed(acc, out_ptr, partial_ptr, counters_ptr, r * N + n, n < N, R, N, SLICES)
 
 
 @triton.jit
@@ -188,17 +197,27 @@ def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | Non
             ROW_BYTES, FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_M=block_m, BLOCK_N=block_n,
             BLOCK_K=block_k, PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device), num_warps=4)
         return out
-    if fmt in ("q4_k", "q6_k"):
-        block_n, block_k = 32, 256
-    elif fmt in ("q8_0", "q4_0", "q4_1"):
-        block_n, block_k = 32, 128
-    else:
-        block_n = 16
-        block_k = next((b for b in (512, 256, 128) if K % b == 0), min(512, next_power_of_2(K)))
-    grid = (triton.cdiv(N, block_n), R)
+    return gemv(x, weight, scales, fmt, expert_ids, moe_plans.gemv_plan(R, N, K, fmt, x.device), out)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, fmt: str, expert_ids: torch.Tensor,
+         p: Plan, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The few-rows path of :func:`moe_linear` on checked arguments (``fmt`` "dense" for a float
+    weight) with plan ``p`` (:mod:`.moe_plans`; benchmarks/moe_bench.py sweeps plans through it)."""
+    R, K = x.shape
+    E, N = weight.shape[:2]
+    if fmt in K_QUANTS and p.block_k != 256:
+        raise InvalidArgumentError(f"{fmt}: a plan's block_k must be 256 (one super-block a step), got {p}")
+    if out is None:
+        out = torch.empty((R, N), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(N, p.block_n), p.split, R)
+    split_k = p.split > 1
+    partial = torch.empty((p.split, R, N), dtype=torch.float32, device=x.device) if split_k else out
+    counters = arrival_counters(x.device, grid[0] * grid[2]) if split_k else out
     _moe_linear_kernel[grid](
-        x, weight, scales if scales is not None else weight, expert_ids, out, N, K, x.stride(0), ROW_BYTES,
-        FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=8 if fmt == "dense" else 4,
+        x, weight, scales if scales is not None else weight, expert_ids, out, partial, counters, R, N, K, x.stride(0),
+        row_bytes(fmt, K) if fmt != "dense" else K, p.k_per_split, FORMAT=CODES[fmt],
+        CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
+        num_warps=p.num_warps, **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out

@@ -1,4 +1,4 @@
-"""The MoE kernels (moe_route, moe_linear's GEMV and grouped tl.dot kernels in every weight format) compile for an H100/H200 (sm_90) on
+"""The MoE kernels (moe_route, moe_linear's GEMV (unsplit and split-K) and grouped tl.dot kernels in every weight format) compile for an H100/H200 (sm_90) on
 this CPU, with Triton's compiler and the ptxas its wheel ships, no GPU: the interpreter that CI runs
 them under never compiles them (see test_triton_sm90_compile.py for what only compilation sees)."""
 from __future__ import annotations
@@ -29,15 +29,18 @@ CHILD = textwrap.dedent("""
 
     for renormalize in (False, True):
         compile(moe._route_kernel, {"logits_ptr": "*bf16", "weights_ptr": "*fp32", "ids_ptr": "*i64", "E": "i32"},
-                dict(TOP_K=8, RENORMALIZE=renormalize, BLOCK_E=128))
+                dict(TOP_K=8, RENORMALIZE=renormalize, BLOCK_E=128, BLOCK_TOP=8), warps=moe.ROUTE_WARPS)
     blocks = {"q4_k": (32, 256), "q6_k": (32, 256), "q8_0": (32, 128), "q4_0": (32, 128), "q4_1": (32, 128)}
     for fmt, code in CODES.items():
         weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
         block_n, block_k = blocks.get(fmt, (16, 256))
-        compile(moe._moe_linear_kernel, {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "ids_ptr": "*i64",
-                                         "out_ptr": "*bf16", "N": "i32", "K": "i32", "stride_x": "i32",
-                                         "ROW_BYTES": "i32"},
-                dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_N=block_n, BLOCK_K=block_k))
+        for slices in (1, 2):           # split-K stores through the partial sums and arrival counters
+            compile(moe._moe_linear_kernel,
+                    {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "ids_ptr": "*i64", "out_ptr": "*bf16",
+                     "partial_ptr": "*fp32", "counters_ptr": "*i32", "R": "i32", "N": "i32", "K": "i32",
+                     "stride_x": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"},
+                    dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_N=block_n, BLOCK_K=block_k,
+                         SLICES=slices))
         dot_n, dot_k = (32, 256) if fmt in ("q4_k", "q6_k") else (64, 64)
         compile(moe._moe_linear_dot_kernel,
                 {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "sorted_ids_ptr": "*i64", "order_ptr": "*i64",
