@@ -87,14 +87,18 @@ def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: tor
     logits as they are and writes float32 (one kernel: no float32 copy of the logits first); the top
     ``k`` are those of the logits as they are (a log-softmax shifts a row by a constant: the same
     tokens, in the same order, found in half the bytes for 16-bit logits), their log-probabilities
-    gathered beside the target's, and the ids written beside them by the same concatenation."""
+    gathered beside the target's straight into the row, the ids copied after them."""
     rows = logits if index is None else logits.index_select(0, index)
+    if out is None:
+        out = torch.empty((rows.shape[0], 1 + 2 * k), dtype=torch.float32, device=rows.device)
     logp = rows.log_softmax(dim=-1, dtype=torch.float32)
     chosen = targets.clamp(min=0)[:, None]
     if k == 0:
         return torch.gather(logp, 1, chosen, out=out)
     top = rows.topk(k, dim=-1).indices
-    return torch.cat((logp.gather(1, torch.cat((chosen, top), dim=1)), top), dim=1, out=out)
+    torch.gather(logp, 1, torch.cat((chosen, top), dim=1), out=out[:, :1 + k])
+    out[:, 1 + k:].copy_(top)
+    return out
 
 
 def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
