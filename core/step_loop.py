@@ -52,7 +52,7 @@ class StepLoop:
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
-                                     plan.num_tokens, decode, start, built, _packed_spans(layout))
+                                     plan.num_tokens, decode, start, built, *_packed_rows(layout))
             if self.async_steps:
                 self._inflight = launched
             else:
@@ -87,15 +87,20 @@ class StepLoop:
         """Give each sequence of a launched step its sampled token (those finished meanwhile drop it)."""
         self._account(launched)
         got = []
-        packed = getattr(tokens, "logprobs", None)
-        packed = list(packed) if packed is not None else None     # row views: TokenLogprobs are built when read
+        packed = getattr(tokens, "logprobs", None)     # kept as row views: TokenLogprobs are built when read
+        out_rows, prompt_rows = launched.logprob_rows, launched.prompt_rows
         with self._lock:
             for seq, row in launched.rows:
                 seq.num_pending = 0
                 if seq.status is not Status.FINISHED:
-                    if packed is not None and row in launched.logprob_spans and tokens[row] >= 0:
-                        _take_logprobs(seq, packed, *launched.logprob_spans[row])
-                    self._append_token(seq, tokens[row])
+                    token = tokens[row]
+                    if packed is not None and token >= 0:
+                        if row in prompt_rows:
+                            _take_prompt_logprobs(seq, packed, prompt_rows[row])
+                        mine = out_rows.get(row)
+                        if mine is not None:
+                            seq.logprob_rows.add(packed[mine], seq.sampling.logprobs)
+                    self._append_token(seq, token)
                     got.append(seq)
         return got
 
@@ -173,34 +178,39 @@ class _Launched:
     decode: bool
     start: float
     built: float
-    #: row -> (its prompt positions' packed rows as (first, end) or None, its sampled token's packed row or None)
-    logprob_spans: dict[int, tuple]
+    #: row -> the packed row of its sampled token's logprobs (rows that asked for them)
+    logprob_rows: dict[int, int]
+    #: row -> the packed rows (first, end) of its prompt positions' logprobs (rows that score their prompt)
+    prompt_rows: dict[int, tuple[int, int]]
 
 
-def _packed_spans(layout: StepLayout) -> dict[int, tuple]:
-    """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then its token)."""
+_NO_ROWS: dict = {}
+
+
+def _packed_rows(layout: StepLayout) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """Where each row's packed logprobs rows are (see ``sched.logprobs``: a row's prompt positions, then
+    its token): its sampled token's row, and its prompt positions' rows (first, end)."""
     if not layout.prompt:       # decode steps: the asking rows' tokens, in row order
-        return {row: (None, i) for i, row in enumerate(layout.output)}
-    spans, cursor = {}, 0
-    prompt = {row: count for row, _, count in layout.prompt}
+        return ({row: i for i, row in enumerate(layout.output)} if layout.output else _NO_ROWS), _NO_ROWS
+    mine, prompt, cursor = {}, {}, 0
+    counts = {row: count for row, _, count in layout.prompt}
     output = set(layout.output)
-    for row in sorted(prompt.keys() | output):
-        first = cursor
-        cursor += prompt.get(row, 0)
-        mine = cursor if row in output else None
-        cursor += row in output
-        spans[row] = ((first, first + prompt[row]) if row in prompt else None, mine)
-    return spans
+    for row in sorted(counts.keys() | output):
+        if row in counts:
+            prompt[row] = (cursor, cursor + counts[row])
+            cursor += counts[row]
+        if row in output:
+            mine[row] = cursor
+            cursor += 1
+    return mine, prompt
 
 
-def _take_logprobs(seq: Sequence, packed: list, prompt: tuple[int, int] | None, mine: int | None) -> None:
-    """Give ``seq`` its share of a step's logprobs (``packed``: the step's packed rows), each top list
-    cut to what it asked for; its output tokens' rows are kept as they are (see ``LogprobRows``)."""
-    params = seq.sampling
-    if prompt is not None and seq.scores_prompt and prompt[1] - prompt[0] >= len(seq.prompt) - 1:
-        seq.prompt_logprobs = unpack_logprobs(packed[prompt[0]:prompt[0] + len(seq.prompt) - 1], params.prompt_logprobs)
-    if mine is not None:
-        seq.logprob_rows.add(packed[mine], params.logprobs)
+def _take_prompt_logprobs(seq: Sequence, packed, rows: tuple[int, int]) -> None:
+    """Give ``seq`` its prompt's logprobs from a step's packed rows ``packed`` (``rows``: its prompt
+    positions' rows), the top lists cut to what it asked for, once the step holds its whole prompt."""
+    if seq.scores_prompt and rows[1] - rows[0] >= len(seq.prompt) - 1:
+        seq.prompt_logprobs = unpack_logprobs(packed[rows[0]:rows[0] + len(seq.prompt) - 1],
+                                              seq.sampling.prompt_logprobs)
 
 
 def _row_key(seq: Sequence, params: SamplingParams | None) -> tuple[int, int] | None:

@@ -347,7 +347,8 @@ class RankWorker:
                 logits = logits[:batch.real_rows] if batch.real_rows is not None else logits
             if self.samples:
                 self.structured.start_step(self.io.read)
-                tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch)
+                tokens, logprobs = self._sample(logits, sampling, seeds, layout, token_logits, batch,
+                                                place_rows=self.io.logprob_rows)
             else:
                 tokens, logprobs = None, None
             self._drop_ended(ended)
@@ -405,10 +406,13 @@ class RankWorker:
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
                 seeds: list[tuple[int, int] | None], layout: StepLayout, token_logits: torch.Tensor | None,
-                batch: StepBatch, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
+                batch: StepBatch, offset: int = 0,
+                place_rows: Callable[[int, int], torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The rows' tokens and, when some rows ask for them, their packed logprobs (on the device;
-        see :mod:`~anydev.core.sched.logprobs`). Rows with structured output have their grammar's mask
-        applied (``offset``: the first row's index in the step, under pp's micro-batches)."""
+        see :mod:`~anydev.core.sched.logprobs`), written where ``place_rows(rows, width)`` says when
+        given (the step's readback: see ``StepIO.logprob_rows``). Rows with structured output have
+        their grammar's mask applied (``offset``: the first row's index in the step, under pp's
+        micro-batches)."""
         histories = self._histories(sampling, seeds, batch)
         generators = self.generators.rows(seeds)
         masks = self.structured.masks(sampling, seeds, offset)
@@ -426,7 +430,8 @@ class RankWorker:
         if layout.empty:
             return tokens, None
         ids = batch.input_ids.tolist() if layout.scores_prompt else []
-        return tokens, pack_step(layout, logits, tokens, token_logits, ids)
+        out = place_rows(layout.num_rows, 1 + 2 * layout.k) if place_rows is not None else None
+        return tokens, pack_step(layout, logits, tokens, token_logits, ids, out)
 
     def _histories(self, sampling: list[SamplingParams | None], seeds: list[tuple[int, int] | None],
                    batch: StepBatch) -> list | None:

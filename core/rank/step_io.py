@@ -1,14 +1,15 @@
 """A rank's step inputs and sampled tokens in persistent memory, so the host never waits for the
 device between steps.
 
-One device buffer holds ``[P int64: the last step's sampled tokens | the packed step]`` (the layout
-of :class:`~anydev.core.models.batch.StepBatch` with ``num_prev`` P): every step, eager or a graph
-replay, reads its inputs there, and a token the host has not read back yet is taken from the first
-part on the device (``token_src``). A step's bytes go in through a ring of two pinned host buffers
-(the host fills one while the device may still copy out of the other); sampled tokens come back
-through another ring of two, each with an event, so the engine reads step N's tokens after it has
-launched step N+1; a step whose requests ask for logprobs sends its packed rows
-(:mod:`~anydev.core.sched.logprobs`) back beside its tokens, through a third ring of two.
+One device buffer holds ``[logprobs rows | P int64: the last step's sampled tokens | the packed
+step]`` (after the first part, the layout of :class:`~anydev.core.models.batch.StepBatch` with
+``num_prev`` P): every step, eager or a graph replay, reads its inputs there, and a token the host
+has not read back yet is taken from the token slots on the device (``token_src``). A step's bytes go
+in through a ring of two pinned host buffers (the host fills one while the device may still copy out
+of the other); sampled tokens come back through another ring of two, each with an event, so the
+engine reads step N's tokens after it has launched step N+1. A step whose requests ask for logprobs
+writes its packed rows (:mod:`~anydev.core.sched.logprobs`) so that they end where the token slots
+begin (:meth:`StepIO.logprob_rows`): its tokens and rows come back in one copy, behind one event.
 Everything goes through the device API (alloc, alloc_host, memcpy_async, events).
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ from ..sched.logprobs import MAX_LOGPROBS
 
 #: The float32 values of one packed logprobs row at most (see ``sched.logprobs.pack_logprobs``).
 LOGPROB_WIDTH = 1 + 2 * MAX_LOGPROBS
+#: Alignment of the logprobs rows' start and of the token slots (bytes).
+_ALIGN = 256
 
 
 @dataclass(frozen=True)
@@ -57,19 +60,20 @@ class StepIO:
         #: Packed logprobs rows a step may send back (its sampled rows and its prompts' positions).
         self.max_logprob_rows = max_logprob_rows or num_prev
         self._objects = []
+        #: Bytes before the token slots, where a step's logprobs rows end.
+        self._lp_bytes = -(-4 * self.max_logprob_rows * LOGPROB_WIDTH // _ALIGN) * _ALIGN
         try:
-            self.buffer = self._own(device.alloc(8 * num_prev + max_step_bytes))
-            self.inputs = self.buffer.as_tensor()
+            self.buffer = self._own(device.alloc(self._lp_bytes + 8 * num_prev + max_step_bytes))
+            whole = self.buffer.as_tensor()
+            self._logprob_device = whole[:self._lp_bytes]
+            self.inputs = whole[self._lp_bytes:]
             self.prev_tokens = self.inputs[:8 * num_prev].view(torch.int64)
             self.staging = self._own(PinnedStaging(device, 2 * max_step_bytes, count=2))
-            self._readback = [self._own(device.alloc_host(8 * num_prev)) for _ in range(2)]
-            self._arrays = [host.numpy(np.int64) for host in self._readback]
+            # each readback mirrors the device buffer's first two parts: rows, then tokens
+            self._readback = [self._own(device.alloc_host(self._lp_bytes + 8 * num_prev)) for _ in range(2)]
+            self._bytes = [host.numpy(np.uint8) for host in self._readback]
+            self._arrays = [array[self._lp_bytes:].view(np.int64) for array in self._bytes]
             self._events = [self._own(device.create_event()) for _ in range(2)]
-            lp_bytes = 4 * self.max_logprob_rows * LOGPROB_WIDTH
-            self._logprob_buffer = self._own(device.alloc(lp_bytes))
-            self._logprob_device = self._logprob_buffer.as_tensor().view(torch.float32)
-            self._logprob_readback = [self._own(device.alloc_host(lp_bytes)) for _ in range(2)]
-            self._logprob_arrays = [host.numpy(np.float32) for host in self._logprob_readback]
         except BaseException:
             self.close()
             raise
@@ -88,30 +92,44 @@ class StepIO:
                              f"input buffer ({self.max_step_bytes} bytes after {self.num_prev} slots)")
         index, host, array = self.staging.acquire()
         array[:nbytes] = batch.packed.numpy()
-        self.stream.memcpy_async(self.buffer, host, nbytes, dst_offset=8 * self.num_prev)
+        self.stream.memcpy_async(self.buffer, host, nbytes, dst_offset=self._lp_bytes + 8 * self.num_prev)
         self.staging.release(index, self.stream)
         return batch.placed(self.inputs)
+
+    def logprob_rows(self, rows: int, width: int) -> torch.Tensor:
+        """The device view [rows, width] float32 where a step's packed logprobs rows go (they end
+        where the token slots begin, so :meth:`publish` reads them back in the tokens' copy).
+        Rewritten by the next step's rows, in stream order."""
+        if rows > self.max_logprob_rows or width > LOGPROB_WIDTH:
+            raise ValueError(f"a step's {rows} logprobs rows of {width} values do not fit this rank's readback "
+                             f"({self.max_logprob_rows} rows of {LOGPROB_WIDTH} at most)")
+        start = self._rows_start(rows, width)
+        return self._logprob_device[start:start + 4 * rows * width].view(torch.float32).view(rows, width)
+
+    def _rows_start(self, rows: int, width: int) -> int:
+        return self._lp_bytes - -(-4 * rows * width // 16) * 16
 
     def publish(self, tokens: torch.Tensor, read_back: bool, logprobs: torch.Tensor | None = None) -> TokenTicket | None:
         """Store a step's sampled ``tokens`` [rows] (int64, on the device) where the next step takes
         them; with ``read_back``, also start copying them to the host (see :meth:`read`). A negative
         token (a row whose sampling failed: see ``sampling.ROW_FAILURES``) is kept and read back as it
         is; the next step embeds token 0 in its place (``StepBatch.embedding_ids``). ``logprobs``: the
-        step's packed logprobs rows (on the device), read back with the tokens."""
+        step's packed logprobs rows (on the device), read back in the same copy as the tokens; rows
+        written in place (into :meth:`logprob_rows` of their shape) are not copied again."""
         rows = tokens.shape[0]
         self.prev_tokens[:rows].copy_(tokens)
         if not read_back:
             return None
         slot, self._next = self._next, self._next ^ 1
-        self.stream.memcpy_async(self._readback[slot], self.buffer, 8 * rows)
-        shape = None
+        start, shape = self._lp_bytes, None
         if logprobs is not None and logprobs.numel():
             shape = tuple(logprobs.shape)
-            if shape[0] > self.max_logprob_rows:
-                raise ValueError(f"a step's {shape[0]} logprobs rows do not fit this rank's readback "
-                                 f"({self.max_logprob_rows} rows)")
-            self._logprob_device[:logprobs.numel()].copy_(logprobs.reshape(-1))
-            self.stream.memcpy_async(self._logprob_readback[slot], self._logprob_buffer, 4 * logprobs.numel())
+            place = self.logprob_rows(*shape)
+            if place.data_ptr() != logprobs.data_ptr():
+                place.copy_(logprobs)
+            start = self._rows_start(*shape)
+        self.stream.memcpy_async(self._readback[slot], self.buffer, self._lp_bytes - start + 8 * rows,
+                                 dst_offset=start, src_offset=start)
         self.stream.record(self._events[slot])
         return TokenTicket(slot, rows, shape)
 
@@ -121,7 +139,9 @@ class StepIO:
         tokens = SampledTokens(self._arrays[ticket.slot][:ticket.rows].tolist())
         if ticket.logprobs is not None:
             rows, width = ticket.logprobs
-            tokens.logprobs = self._logprob_arrays[ticket.slot][:rows * width].reshape(rows, width).copy()
+            start = self._rows_start(rows, width)
+            tokens.logprobs = self._bytes[ticket.slot][start:start + 4 * rows * width].view(np.float32) \
+                .reshape(rows, width).copy()
         return tokens
 
     def close(self) -> None:

@@ -42,6 +42,11 @@ class StepLayout:
     def scores_prompt(self) -> bool:
         return bool(self.prompt)
 
+    @property
+    def num_rows(self) -> int:
+        """The step's packed rows: its scored prompt positions and its sampled tokens that ask."""
+        return sum(count for _, _, count in self.prompt) + len(self.output)
+
 
 def step_layout(params: list, starts: list[int]) -> StepLayout:
     """The layout of a step whose row i has sampling ``params[i]`` (None: it needs no token) and
@@ -74,42 +79,57 @@ def step_layout(params: list, starts: list[int]) -> StepLayout:
 NO_LOGPROBS = StepLayout((), (), (), 0)
 
 
-def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int) -> torch.Tensor:
-    """``[len(index), 1 + 2k]`` float32 on the device: for the logits rows ``index`` (None: every
-    row), the log-probability of ``targets`` (a failed row's negative token code reads token 0), then
-    the top ``k`` log-probabilities and their ids. The log-softmax reads the logits as they are and
-    writes float32 (one kernel: no float32 copy of the logits first); the top ``k`` are those of the
-    logits as they are (a log-softmax shifts a row by a constant: the same tokens, in the same order,
-    found in half the bytes for 16-bit logits), their log-probabilities gathered beside the target's."""
+def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[len(index), 1 + 2k]`` float32 on the device (written into ``out`` when given): for the logits
+    rows ``index`` (None: every row), the log-probability of ``targets`` (a failed row's negative token
+    code reads token 0), then the top ``k`` log-probabilities and their ids. The log-softmax reads the
+    logits as they are and writes float32 (one kernel: no float32 copy of the logits first); the top
+    ``k`` are those of the logits as they are (a log-softmax shifts a row by a constant: the same
+    tokens, in the same order, found in half the bytes for 16-bit logits), their log-probabilities
+    gathered beside the target's straight into the row, the ids copied after them."""
     rows = logits if index is None else logits.index_select(0, index)
+    if out is None:
+        out = torch.empty((rows.shape[0], 1 + 2 * k), dtype=torch.float32, device=rows.device)
     logp = rows.log_softmax(dim=-1, dtype=torch.float32)
+    chosen = targets.clamp(min=0)[:, None]
     if k == 0:
-        return logp.gather(1, targets.clamp(min=0)[:, None])
+        return torch.gather(logp, 1, chosen, out=out)
     top = rows.topk(k, dim=-1).indices
-    picked = logp.gather(1, torch.cat((targets.clamp(min=0)[:, None], top), dim=1))
-    return torch.cat((picked, top.float()), dim=1)
+    torch.gather(logp, 1, torch.cat((chosen, top), dim=1), out=out[:, :1 + k])
+    out[:, 1 + k:].copy_(top)
+    return out
 
 
 def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
-              input_ids: list[int]) -> torch.Tensor:
-    """The step's packed rows (see the module): ``logits`` [rows, vocab] and ``tokens`` [rows] the
-    sampled ones, ``token_logits`` [step tokens, vocab] (needed when some row scores its prompt) and
-    ``input_ids`` the step's token ids (on the host: the prompts' next tokens are the targets)."""
-    device, parts = logits.device, []
-    if layout.prompt:
-        positions = [start + j for _, start, count in layout.prompt for j in range(count)]
-        targets = [input_ids[p + 1] for p in positions]
-        parts.append(pack_logprobs(token_logits, torch.tensor(positions, device=device),
-                                   torch.tensor(targets, device=device), layout.k))
-    if layout.output == tuple(range(logits.shape[0])):      # every row asks: no index to copy to the device
-        parts.append(pack_logprobs(logits, None, tokens, layout.k))
-    elif layout.output:
-        rows = torch.tensor(layout.output, device=device)
-        parts.append(pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k))
-    packed = torch.cat(parts) if len(parts) > 1 else parts[0]
-    if layout.prompt and layout.output:
-        packed = packed.index_select(0, torch.tensor(layout.order, device=device))
-    return packed
+              input_ids: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The step's packed rows (see the module), written into ``out`` ([layout.num_rows, 1 + 2k]) when
+    given: ``logits`` [rows, vocab] and ``tokens`` [rows] the sampled ones, ``token_logits`` [step
+    tokens, vocab] (needed when some row scores its prompt) and ``input_ids`` the step's token ids (on
+    the host: the prompts' next tokens are the targets)."""
+    device = logits.device
+    if not layout.prompt:        # decode steps: the sampled rows' alone, straight into ``out``
+        if layout.output == tuple(range(logits.shape[0])):      # every row asks: no index to copy to the device
+            return pack_logprobs(logits, None, tokens, layout.k, out)
+        rows = _on_device(layout.output, device)
+        return pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k, out)
+    positions = [start + j for _, start, count in layout.prompt for j in range(count)]
+    targets = _on_device([input_ids[p + 1] for p in positions], device)
+    positions = _on_device(positions, device)
+    if not layout.output:
+        return pack_logprobs(token_logits, positions, targets, layout.k, out)
+    rows = _on_device(layout.output, device)
+    parts = (pack_logprobs(token_logits, positions, targets, layout.k),
+             pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k))
+    return torch.index_select(torch.cat(parts), 0, _on_device(layout.order, device), out=out)
+
+
+def _on_device(values: tuple | list, device: torch.device) -> torch.Tensor:
+    """``values`` as int64 on ``device``, the host not waiting for the device: torch's blocking copy
+    from host memory (``torch.tensor(values, device=...)``) synchronizes the stream, which would stall
+    the step loop's overlap. On CUDA the values go through pinned memory (torch's host caching
+    allocator keeps the block until the copy has run)."""
+    return torch.tensor(values, dtype=torch.int64, pin_memory=device.type == "cuda").to(device, non_blocking=True)
 
 
 def unpack_logprobs(packed, k: int | None = None) -> list[TokenLogprobs]:

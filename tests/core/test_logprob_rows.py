@@ -76,22 +76,30 @@ def test_the_step_loop_builds_no_logprobs_objects_for_output_tokens(monkeypatch)
             assert entry.top[0][0] == token and entry.logprob == entry.top[0][1]   # greedy: its token is the top one
 
 
-def test_logprobs_add_no_host_wait_to_a_step(monkeypatch):
-    """The packed rows come back with the tokens, behind the same event: through the device API the
-    host waits on the device (an event, a stream, the device) as often with logprobs as without."""
+def test_logprobs_add_no_host_wait_and_no_copy_back_to_a_step(monkeypatch):
+    """The packed rows come back in the tokens' copy, behind the same event: through the device API
+    the host waits on the device (an event, a stream, the device) and copies from it as often with
+    logprobs as without."""
     from anydev.plugin_api.objects import device, event, stream
+    from anydev.plugin_api.objects.memory import DeviceBuffer
 
-    waits = []
+    waits, copies = [], []
     for cls, name in ((event.Event, "synchronize"), (event.Event, "query"), (stream.Stream, "synchronize"),
                       (device.Device, "synchronize")):
         original = getattr(cls, name)
         monkeypatch.setattr(cls, name, lambda self, *a, _f=original, _n=name, **kw: waits.append(_n) or _f(self, *a, **kw))
+    memcpy = stream.Stream.memcpy_async
+    monkeypatch.setattr(stream.Stream, "memcpy_async", lambda self, dst, src, *a, **kw: (
+        copies.append(1) if isinstance(src, DeviceBuffer) and not isinstance(dst, DeviceBuffer) else None,
+        memcpy(self, dst, src, *a, **kw))[1])
     counts = {}
     with InferEngine(demo_checkpoint()) as engine:
         prompts = [[5, 9, 33], [7, 1, 2, 4], [11, 12]]
         engine.generate_ids(prompts, SamplingParams(max_new_tokens=2, ignore_eos=True, logprobs=2))   # warm
         for k in (None, 5, None, 5):
             waits.clear()
+            copies.clear()
             engine.generate_ids(prompts, SamplingParams(max_new_tokens=12, ignore_eos=True, logprobs=k))
-            counts.setdefault(k, []).append(len(waits))
-    assert counts[None][0] >= 12 and counts[5] == counts[None]      # a wait per step's tokens, no more
+            counts.setdefault(k, []).append((len(waits), len(copies)))
+    assert counts[None][0][0] >= 12 and counts[None][0][1] >= 12     # a wait and a copy per step's tokens
+    assert counts[5] == counts[None]                                  # no more with logprobs
