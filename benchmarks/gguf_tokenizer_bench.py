@@ -7,7 +7,8 @@ tokenizer built from the metadata, phase by phase.
 
 Phases (seconds, each run in a fresh process so that nothing is warm but the page cache): "open" the
 GGUF reader, "metadata" the fields as Python values, "tokenizer" the Tokenizer built from them, and
-"open_checkpoint" the whole ``open_checkpoint`` again (reader, config and tokenizer).
+"open_checkpoint" the whole ``open_checkpoint`` again (reader, config and tokenizer); each also as the
+process's CPU seconds ("open cpu", ...).
 """
 from __future__ import annotations
 
@@ -79,25 +80,28 @@ def write_file(path: Path) -> None:
 
 
 def time_phases(path: str) -> dict:
-    """One fresh process's phases (run as ``--phases PATH``)."""
-    start = time.perf_counter()
-    from anydev.core.loading import gguf_loader
+    """One fresh process's phases (run as ``--phases PATH``): wall seconds, and the process's CPU seconds
+    as ``<phase> cpu`` (on a shared host the wall time holds the other processes' turns too)."""
+    phases = {}
+    wall, cpu = time.perf_counter(), time.process_time()
 
-    phases = {"imports": time.perf_counter() - start}
-    at = time.perf_counter()
+    def mark(phase: str) -> None:
+        nonlocal wall, cpu
+        phases[phase], phases[f"{phase} cpu"] = time.perf_counter() - wall, time.process_time() - cpu
+        wall, cpu = time.perf_counter(), time.process_time()
+
+    from anydev.core.loading import gguf_loader
+    mark("imports")
     reader = gguf_loader._open_reader(Path(path))
-    phases["open"] = time.perf_counter() - at
-    at = time.perf_counter()
+    mark("open")
     meta = gguf_loader.read_metadata(reader)
-    phases["metadata"] = time.perf_counter() - at
-    at = time.perf_counter()
+    mark("metadata")
     tokenizer = gguf_loader.gguf_tokenizer(meta, path)
-    phases["tokenizer"] = time.perf_counter() - at
-    at = time.perf_counter()
+    mark("tokenizer")
     from anydev.core.loading.checkpoint import open_checkpoint
 
     open_checkpoint(path).close()
-    phases["open_checkpoint"] = time.perf_counter() - at
+    mark("open_checkpoint")
     phases["vocab"] = tokenizer.vocab_size
     return phases
 

@@ -39,6 +39,7 @@ from .messages import (ENCODER, TO_CORE, AbortRequests, AddRequest, EngineFailur
 
 if TYPE_CHECKING:   # the engine (torch) is imported by the core's process only, not by the front ends
     from anydev.core import EngineConfig, InferEngine
+    from anydev.core.loading.tokenizer import Tokenizer
     from anydev.core.sched.sequence import Sequence
 
 #: Every front end hears from the core at least this often (seconds), from the step loop itself.
@@ -232,10 +233,12 @@ def _new_logprobs(seq: Sequence, sent: int):
     return seq.logprobs[sent:] if seq.sampling.logprobs is not None else None
 
 
-def engine_info(engine: InferEngine) -> EngineInfo:
+def engine_info(engine: InferEngine, tokenizer: TokenizerSpec | None = None) -> EngineInfo:
+    """What the core says once ``engine`` is up; ``tokenizer``: the checkpoint's, when already made."""
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
                       num_blocks=engine.num_blocks, block_size=engine.config.block_size, device=engine.backend.name,
-                      tokenizer=TokenizerSpec.of(engine.checkpoint.tokenizer), weights=engine.weight_descriptions)
+                      tokenizer=tokenizer or TokenizerSpec.of(engine.checkpoint.tokenizer),
+                      weights=engine.weight_descriptions)
 
 
 def final_counters(stats: EngineStats) -> str:
@@ -306,8 +309,9 @@ class EngineCoreThread:
 
 # ---- in a process of its own ---------------------------------------------------------------------
 def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready) -> None:
-    """The engine core process: check the device, open the model, load, say ready (or why not) on
-    ``ready``, serve, print the final counters. It leaves the server's process group first: Ctrl-C in
+    """The engine core process: check the device, open the model, send its tokenizer on ``ready`` (the
+    front end builds it while the weights load), load, say ready (or why not) on ``ready``, serve,
+    print the final counters. It leaves the server's process group first: Ctrl-C in
     the terminal and a supervisor's stop signal the whole group, and the core leaves those to the
     front ends, which drain and then say :class:`Shutdown` (a front end that dies is seen through its
     lifeline)."""
@@ -319,6 +323,8 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
     try:
         load_backend(config.device)   # an unknown or unavailable device fails first, before any model work
         checkpoint = demo_checkpoint() if model is None else open_checkpoint(model)
+        tokenizer = TokenizerSpec.of(checkpoint.tokenizer)
+        ready.send(("tokenizer", ENCODER.encode(tokenizer)))
         engine = InferEngine(checkpoint, config, progress=True)
     except AnydevError as exc:
         ready.send(("failed", str(exc)))
@@ -327,7 +333,7 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
         ready.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise
     with engine:
-        ready.send(("ready", ENCODER.encode(engine_info(engine))))
+        ready.send(("ready", ENCODER.encode(engine_info(engine, tokenizer))))
         core = EngineCore(engine, address, set(lifelines), lifelines)
         try:
             core.run()
@@ -342,7 +348,8 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
 class EngineCoreProcess:
     """The core in a process of its own (spawned: no forked copy of this process's threads), serving
     ``num_clients`` front ends. :meth:`start` returns once the engine is up, or raises
-    :class:`EngineCoreError` with the reason it could not start."""
+    :class:`EngineCoreError` with the reason it could not start; :attr:`tokenizer` is the model's,
+    built here while the core loaded the weights."""
 
     def __init__(self, model: str | None, config: EngineConfig, num_clients: int = 1):
         self.address = new_address()
@@ -354,6 +361,7 @@ class EngineCoreProcess:
                                        args=(model, config, self.address, lifelines, ready_write))
         self._ready_write = ready_write
         self.info: EngineInfo | None = None
+        self.tokenizer: Tokenizer | None = None
 
     def start(self, while_starting: Callable[[], None] | None = None) -> EngineInfo:
         """Start the core and wait until its engine is up; ``while_starting()`` (optional) runs here
@@ -365,14 +373,10 @@ class EngineCoreProcess:
         try:
             if while_starting is not None:
                 while_starting()
-            while not self._ready_read.poll(0.5):
-                if not self.process.is_alive():
-                    raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting")
-            try:
-                state, detail = self._ready_read.recv()
-            except EOFError:
-                self.process.join(5)
-                raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting") from None
+            state, detail = self._next_state()
+            if state == "tokenizer":
+                self.tokenizer = msgspec.msgpack.decode(detail, type=TokenizerSpec).build()
+                state, detail = self._next_state()
             if state != "ready":
                 raise EngineCoreError(detail)
         except BaseException:
@@ -380,6 +384,17 @@ class EngineCoreProcess:
             raise
         self.info = msgspec.msgpack.decode(detail, type=EngineInfo)
         return self.info
+
+    def _next_state(self) -> tuple[str, object]:
+        """The core's next word on its start: ("tokenizer", spec), ("ready", info) or ("failed", why)."""
+        while not self._ready_read.poll(0.5):
+            if not self.process.is_alive():
+                raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting")
+        try:
+            return self._ready_read.recv()
+        except EOFError:
+            self.process.join(5)
+            raise EngineCoreError(f"the engine core exited with code {self.process.exitcode} while starting") from None
 
     def link(self, describe: bool = True) -> CoreLink:
         """The link for a front end; ``describe=False`` for one in another process (it cannot ask

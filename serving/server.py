@@ -173,7 +173,7 @@ def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[soc
     core = EngineCoreProcess(args.model, config, num_clients=args.api_server_count)
     try:
         info = core.start(while_starting=_import_front_end)
-        tokenizer = info.tokenizer.build()
+        tokenizer = core.tokenizer
         model_name = _model_name(args)
         ranks = f"{config.tp}" if config.pp == 1 else f"{config.tp * config.pp} (tp {config.tp} x pp {config.pp})"
         print(f"anydev serve: model '{model_name}' on {info.device} x {ranks} ({executor}), {info.num_blocks} KV blocks of "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFEndian, GGUFReader, GGUFValueType, ReaderField
 from gguf.quants import dequantize
 
 from anydev.plugin_api.weight_formats import BLOCK_FORMATS
@@ -114,9 +114,10 @@ class _BoundedReader(GGUFReader):
 
     def _get_field_parts(self, orig_offs, raw_type):
         """The stock reader's parts, but an array of scalars as one part (``data`` one index, of the
-        whole array), and an array of strings as its strings' bytes alone, found by a walk over their
-        lengths: the stock reader makes two numpy views per item through ``_get``, some 25 s for
-        Llama-3's 128k tokens and 280k merges on a busy 2-core host. ``contents()`` gives the same values."""
+        whole array), and an array of strings as one :class:`_DecodedStrings` part, decoded during a walk
+        over their lengths: the stock reader makes two numpy views per item through ``_get`` (some 25 s
+        for Llama-3's 128k tokens and 280k merges on a busy 2-core host), then ``contents()`` decodes
+        each. ``contents()`` gives the same values."""
         if GGUFValueType(raw_type) != GGUFValueType.ARRAY:
             return super()._get_field_parts(orig_offs, raw_type)
         raw_itype, count = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
@@ -124,28 +125,52 @@ class _BoundedReader(GGUFReader):
         types = [GGUFValueType.ARRAY, item_type]
         if item_type == GGUFValueType.STRING:
             end, strings = self._strings(orig_offs + 12, int(count[0]))
-            return end - orig_offs, [raw_itype, count, *strings], list(range(2, 2 + len(strings))), types
+            return end - orig_offs, [raw_itype, count, strings], [2], types
         scalar = self.gguf_scalar_to_np.get(item_type)
         if scalar is None:    # nested arrays: the stock reader's way
             return super()._get_field_parts(orig_offs, raw_type)
         values = self._get(orig_offs + 12, scalar, int(count[0]))
         return 12 + int(values.nbytes), [raw_itype, count, values], [2], types
 
-    def _strings(self, offset: int, count: int) -> tuple[int, list[np.ndarray]]:
-        """The end of ``count`` GGUF strings (a uint64 length, then the bytes) from ``offset``, and each
-        string's bytes (a view of the file)."""
+    def _push_field(self, field: ReaderField, skip_sum: bool = False) -> int:
+        if field.types == [GGUFValueType.ARRAY, GGUFValueType.STRING] and isinstance(field.parts[-1], _DecodedStrings):
+            field = _StringArrayField(*field)
+        return super()._push_field(field, skip_sum)
+
+    def _strings(self, offset: int, count: int) -> tuple[int, _DecodedStrings]:
+        """The end of ``count`` GGUF strings (a uint64 length, then UTF-8 bytes) from ``offset``, and the
+        strings, decoded."""
         length_of = struct.Struct(">Q" if self.endianess == GGUFEndian.BIG else "<Q").unpack_from
-        size, plain = len(self.data), self.data.view(np.ndarray)   # (slicing a memmap costs far more)
-        strings = []
+        size, file = len(self.data), memoryview(self.data.view(np.ndarray)).cast("B")   # (slicing a memmap costs far more)
+        start, strings = offset, []
+        append = strings.append
         for _ in range(count):
             if offset + 8 > size:
                 raise _Truncated(offset + 8)
-            end = offset + 8 + length_of(plain, offset)[0]
+            end = offset + 8 + length_of(file, offset)[0]
             if end > size:
                 raise _Truncated(end)
-            strings.append(plain[offset + 8:end])
+            append(str(file[offset + 8:end], "utf-8"))
             offset = end
-        return offset, strings
+        return offset, _DecodedStrings(strings, offset - start)
+
+
+class _DecodedStrings(list):
+    """A string array's values, decoded; ``nbytes`` is the size they take in the file (lengths included),
+    as a numpy part's would be."""
+
+    def __init__(self, strings: list[str], nbytes: int):
+        super().__init__(strings)
+        self.nbytes = nbytes
+
+
+class _StringArrayField(ReaderField):
+    """A string array field whose one data part is its :class:`_DecodedStrings`."""
+    __slots__ = ()
+
+    def contents(self, index_or_slice: int | slice = slice(None)):
+        strings = self.parts[self.data[0]]
+        return strings[index_or_slice] if isinstance(index_or_slice, int) else list(strings[index_or_slice])
 
 
 def _open_reader(path: Path) -> GGUFReader:

@@ -6,6 +6,9 @@ from the scores; it needs transformers installed.
 """
 from __future__ import annotations
 
+import itertools
+import operator
+
 from tokenizers import AddedToken, Regex, Tokenizer as BackendTokenizer, decoders, models, pre_tokenizers, processors
 
 from .checkpoint_errors import ModelLoadError
@@ -30,13 +33,15 @@ def byte_level_bpe(meta: dict, source: str) -> BackendTokenizer:
     merges = meta.get("tokenizer.ggml.merges")
     if not merges:
         raise ModelLoadError(f"{source}: GGUF 'gpt2' tokenizer has no tokenizer.ggml.merges")
-    vocab = {token: index for index, token in reversed(list(enumerate(tokens)))}   # first id wins
-    pairs = [tuple(m.split(" ", 1)) for m in merges]
+    # Whole-list operations (no Python loop per token): Llama-3 has 128,256 tokens and 280,147 merges.
+    vocab = dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1)))   # first id wins
+    lefts, rights = merge_parts(merges, source)
     # tokenizers aborts the process on a merge outside the vocabulary; refuse such files up front.
-    bad = next((m for m, p in zip(merges, pairs) if len(p) != 2 or p[0] not in vocab or p[1] not in vocab
-                or p[0] + p[1] not in vocab), None)
-    if bad is not None:
+    known = vocab.__contains__
+    if not (all(map(known, lefts)) and all(map(known, rights)) and all(map(known, map(operator.add, lefts, rights)))):
+        bad = next(f"{a} {b}" for a, b in zip(lefts, rights) if not (a in vocab and b in vocab and a + b in vocab))
         raise ModelLoadError(f"{source}: GGUF merge {bad!r} uses or makes a token missing from the vocabulary")
+    pairs = list(zip(lefts, rights))
     backend = BackendTokenizer(models.BPE(vocab=vocab, merges=pairs))
     split = PRE_TOKENIZER_SPLITS.get(meta.get("tokenizer.ggml.pre"))
     if split is None:
@@ -47,6 +52,19 @@ def byte_level_bpe(meta: dict, source: str) -> BackendTokenizer:
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     backend.decoder = decoders.ByteLevel()
     return backend
+
+
+def merge_parts(merges: list[str], source: str) -> tuple[list[str], list[str]]:
+    """Each merge ``"a b"`` split at its first space into its two parts; a merge without a space is
+    refused (a tokenizer cannot be built from it)."""
+    if set(map(str.count, merges, itertools.repeat(" "))) == {1}:   # byte-level tokens hold no space
+        parts = " ".join(merges).split(" ")
+        return parts[0::2], parts[1::2]
+    split = [m.split(" ", 1) for m in merges]
+    bad = next((m for m, p in zip(merges, split) if len(p) != 2), None)
+    if bad is not None:
+        raise ModelLoadError(f"{source}: GGUF merge {bad!r} is not two tokens separated by a space")
+    return [p[0] for p in split], [p[1] for p in split]
 
 
 def sentencepiece_via_transformers(meta: dict, source: str) -> BackendTokenizer:
