@@ -58,32 +58,41 @@ def programs_to_fill(device: torch.device) -> int:
     return 32
 
 
-#: ``ANYDEV_TRITON_PDL=1`` launches the decode path's kernels with programmatic dependent launch on
-#: NVIDIA GPUs of compute capability 9.0 and later: each kernel is scheduled while the one before it
-#: drains, and waits (``griddepcontrol.wait``) for it to finish before touching memory. Off by default.
+#: ``ANYDEV_TRITON_PDL`` launches the decode path's kernels with programmatic dependent launch on
+#: NVIDIA GPUs of compute capability 9.0 and later, each waiting (``griddepcontrol.wait``) for the
+#: kernel before it to finish before touching memory: ``1`` lets the next kernel be scheduled as soon
+#: as every program of this one has started (``launch_dependents`` after the wait), ``2`` only once
+#: this one ends. Off (``0``) by default.
 PDL_ENV = "ANYDEV_TRITON_PDL"
+PDL_MODES = {"0": 0, "1": 1, "2": 2}
 
 
 @functools.lru_cache(maxsize=None)
-def _pdl_on(device: torch.device) -> bool:
-    if os.environ.get(PDL_ENV, "0") != "1" or device.type != "cuda" or torch.version.hip is not None:
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+def _pdl_mode(device: torch.device) -> int:
+    value = os.environ.get(PDL_ENV, "0")
+    if value not in PDL_MODES:
+        raise InvalidArgumentError(f"{PDL_ENV}={value!r}: use 0 (off), 1 (the next kernel scheduled early) or 2 "
+                                   "(the next kernel scheduled at this one's end)")
+    if device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(device)[0] < 9:
+        return 0
+    return PDL_MODES[value]
 
 
 def pdl(device: torch.device) -> dict:
     """A launch's programmatic-dependent-launch arguments on ``device`` (see :data:`PDL_ENV`): the
-    kernel's ``USE_PDL`` and, where on, Triton's ``launch_pdl``. Every kernel launched with
+    kernel's ``USE_PDL`` mode and, where on, Triton's ``launch_pdl``. Every kernel launched with
     ``launch_pdl`` must call :func:`pdl_wait` before its first memory access."""
-    return {"USE_PDL": True, "launch_pdl": True} if _pdl_on(device) else {"USE_PDL": False}
+    mode = _pdl_mode(device)
+    return {"USE_PDL": mode, "launch_pdl": True} if mode else {"USE_PDL": 0}
 
 
 @triton.jit
 def pdl_wait(USE_PDL: tl.constexpr):
-    """With USE_PDL: wait until the kernel before this one has finished and its writes are visible,
-    then let the next kernel be scheduled. Without: nothing."""
-    if USE_PDL:
+    """USE_PDL 1 or 2: wait until the kernel before this one has finished and its writes are visible;
+    1 then lets the next kernel be scheduled. 0: nothing."""
+    if USE_PDL > 0:
         tl.extra.cuda.gdc_wait()
+    if USE_PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
 
 

@@ -79,6 +79,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
     int_dot = M == 1 and dtype is not None and int_dots(weight_format, dtype, K)
     recorded = recorded_plan(M, N, K, weight_format, device)
+    if M == 1 and weight_format in INT_DOT_TILE and not int_dot:
+        recorded = None     # a GGUF format's batch-1 plans are its integer-dot GEMV's (bfloat16 activations)
     if recorded is not None:
         block_m, block_n, block_k, split, num_warps, num_stages = recorded
         int_dot = int_dot and int_dot_tile(weight_format, block_k)
@@ -110,7 +112,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
-                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = False):
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)

@@ -10,7 +10,7 @@ from ._common import check_last_dim_contiguous, next_power_of_2, pdl, pdl_wait, 
 @triton.jit
 def _rms_norm_kernel(x_ptr, residual_ptr, out_ptr, weight_ptr, eps, N,
                      stride_x, stride_r, stride_o,
-                     ADD_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = False):
+                     ADD_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)

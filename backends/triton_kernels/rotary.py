@@ -59,7 +59,7 @@ def _rotary_kernel(positions_ptr, q_ptr, k_ptr, v_ptr, cos_sin_ptr, k_cache_ptr,
                    q_norm_ptr, k_norm_ptr, eps, num_q_heads, num_k_heads,
                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_cos_sin,
                    Q_HEADS_PAD: tl.constexpr, K_HEADS_PAD: tl.constexpr, HALF: tl.constexpr,
-                   WRITE_KV: tl.constexpr, NORM: tl.constexpr, USE_PDL: tl.constexpr = False):
+                   WRITE_KV: tl.constexpr, NORM: tl.constexpr, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(positions_ptr + t)

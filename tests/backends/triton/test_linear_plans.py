@@ -33,6 +33,21 @@ def test_plan_takes_the_recorded_plan_of_its_bucket_and_the_heuristic_elsewhere(
     assert linear_plans.rows_bucket(16) == 16 and linear_plans.rows_bucket(65) is None
 
 
+
+@pytest.mark.parametrize("weight_format, block_k", [("q6_k", 512), ("q4_k", 256), ("q8_0", 512)])
+def test_a_gguf_batch_1_plan_is_the_integer_dot_gemvs_only(monkeypatch, weight_format, block_k):
+    """A recorded GGUF batch-1 plan (measured on the integer-dot GEMV: bfloat16) is not taken by a
+    float32 or float16 call, which runs the float GEMV whose q6_k steps take one super-block."""
+    from anydev.backends.triton_kernels import linear, linear_plans
+
+    heuristic = {dtype: linear.plan(1, 4096, 4096, weight_format, CPU, dtype) for dtype in (torch.float32, torch.float16)}
+    monkeypatch.setitem(linear_plans.RECORDED, ("cpu", 1, weight_format, 4096, 4096), (1, 64, block_k, 8, 4, None))
+    taken = linear.plan(1, 4096, 4096, weight_format, CPU, torch.bfloat16)
+    assert (taken.block_n, taken.block_k, taken.split, taken.int_dot) == (64, block_k, 8, True), taken
+    for dtype, want in heuristic.items():
+        assert linear.plan(1, 4096, 4096, weight_format, CPU, dtype) == want, dtype
+
+
 def test_a_recorded_plan_computes_the_reference_product():
     script = textwrap.dedent(f"""
         import torch

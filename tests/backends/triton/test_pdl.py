@@ -13,12 +13,12 @@ pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not i
 def test_pdl_stays_off_on_cpu_tensors_even_when_asked(monkeypatch):
     from anydev.backends.triton_kernels import _common
 
-    _common._pdl_on.cache_clear()
+    _common._pdl_mode.cache_clear()
     monkeypatch.setenv(_common.PDL_ENV, "1")
     try:
-        assert _common.pdl(torch.device("cpu")) == {"USE_PDL": False}
+        assert _common.pdl(torch.device("cpu")) == {"USE_PDL": 0}
     finally:
-        _common._pdl_on.cache_clear()
+        _common._pdl_mode.cache_clear()
 
 
 def test_pdl_is_on_for_a_capability_9_cuda_device_only_when_asked(monkeypatch):
@@ -26,12 +26,26 @@ def test_pdl_is_on_for_a_capability_9_cuda_device_only_when_asked(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.version, "hip", None)
-    for value, want in (("1", {"USE_PDL": True, "launch_pdl": True}), ("0", {"USE_PDL": False})):
-        _common._pdl_on.cache_clear()
+    for value, want in (("1", {"USE_PDL": 1, "launch_pdl": True}), ("2", {"USE_PDL": 2, "launch_pdl": True}),
+                        ("0", {"USE_PDL": 0})):
+        _common._pdl_mode.cache_clear()
         monkeypatch.setenv(_common.PDL_ENV, value)
         assert _common.pdl(torch.device("cuda", 0)) == want, value
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    _common._pdl_on.cache_clear()
+    _common._pdl_mode.cache_clear()
     monkeypatch.setenv(_common.PDL_ENV, "1")
-    assert _common.pdl(torch.device("cuda", 0)) == {"USE_PDL": False}
-    _common._pdl_on.cache_clear()
+    assert _common.pdl(torch.device("cuda", 0)) == {"USE_PDL": 0}
+    _common._pdl_mode.cache_clear()
+
+
+def test_an_unknown_pdl_mode_is_refused_naming_the_variable(monkeypatch):
+    from anydev.backends.triton_kernels import _common
+    from anydev.plugin_api.errors import InvalidArgumentError
+
+    _common._pdl_mode.cache_clear()
+    monkeypatch.setenv(_common.PDL_ENV, "yes")
+    try:
+        with pytest.raises(InvalidArgumentError, match="ANYDEV_TRITON_PDL"):
+            _common.pdl(torch.device("cpu"))
+    finally:
+        _common._pdl_mode.cache_clear()
