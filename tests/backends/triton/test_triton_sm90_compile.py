@@ -6,7 +6,9 @@ compile on every GPU while passing every interpreted test. Each format is compil
 that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
-(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads."""
+(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
+compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
+and must wait on ``griddepcontrol``; every other case without, and must not."""
 from __future__ import annotations
 
 import os
@@ -42,7 +44,8 @@ CHILD = textwrap.dedent("""
                      "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
-                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot)
+                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot,
+                         USE_PDL=1 if (block_m, int_dot) == (1, False) else 0)   # programmatic dependent launch
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
         signature.update({name: "constexpr" for name in constants})
@@ -56,6 +59,8 @@ CHILD = textwrap.dedent("""
         assert compiled.asm["cubin"], (fmt, block_m)
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
+        waits = "griddepcontrol.wait" in compiled.asm["ptx"]
+        assert waits == bool(constants["USE_PDL"]), (fmt, block_m, "griddepcontrol.wait where USE_PDL asks for it only")
     print("ok")
 """)
 
