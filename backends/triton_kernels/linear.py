@@ -32,6 +32,8 @@ from .linear_plans import recorded_plan
 DENSE_MAX_ROWS = 16
 #: The formats whose tiles are whole 256-value super-blocks (a plan's ``block_k`` must be 256).
 K_QUANTS = ("q4_k", "q6_k")
+#: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`).
+BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +94,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         block_k = 512 if weight_format == "q6_k" else 256
     elif M == 1 and weight_format in K_QUANTS:     # q4_k/q6_k_gemv_block: one super-block a step
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
-    elif M == 1 and weight_format in ("q8_0", "q4_0", "q4_1"):     # block32_gemv: 4 blocks a step
+    elif M == 1 and weight_format in BLOCK32_FORMATS:     # block32_gemv: 4 blocks a step
         block_m, block_n, block_k, num_warps = 1, 32, 128, 4
     elif M == 1:
         block_m, block_n, block_k, num_warps = 1, 16, 512, 8
@@ -210,7 +212,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
 INT_DOT_TILE = {"q4_k": 256, "q8_0": 64, "q4_0": 64, "q4_1": 32, "q6_k": 512}
 INT_DOT_FORMATS = tuple(INT_DOT_TILE)
 #: The integer-dot formats whose steps may read eight blocks (256 inputs) a row in aligned 16-byte chunks.
-INT_CHUNK_FORMATS = ("q8_0", "q4_0", "q4_1")
+INT_CHUNK_FORMATS = BLOCK32_FORMATS
 
 
 def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:

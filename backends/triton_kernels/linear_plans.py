@@ -56,9 +56,9 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
 }
 
 
-def rows_bucket(rows: int) -> int | None:
-    """The bucket of ``rows`` in :data:`ROW_BUCKETS`, or None past the last."""
-    return next((bucket for bucket in ROW_BUCKETS if rows <= bucket), None)
+def rows_bucket(rows: int, buckets: tuple[int, ...] = ROW_BUCKETS) -> int | None:
+    """The smallest of ``buckets`` (ascending; default :data:`ROW_BUCKETS`) at least ``rows``, or None past the last."""
+    return next((bucket for bucket in buckets if rows <= bucket), None)
 
 
 @functools.lru_cache(maxsize=None)

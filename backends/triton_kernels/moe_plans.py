@@ -14,8 +14,8 @@ into :data:`RECORDED`, the run itself (date, commit, command, output) under resu
 from __future__ import annotations
 
 from ._common import next_power_of_2, programs_to_fill, triton
-from .linear import K_QUANTS, Plan
-from .linear_plans import device_name
+from .linear import BLOCK32_FORMATS, K_QUANTS, Plan
+from .linear_plans import device_name, rows_bucket
 
 #: Rows (``R`` of ``x``) are looked up by the smallest of these at least as large (the GEMV's rows
 #: reach ``moe.GEMV_MAX_ROWS``).
@@ -25,17 +25,10 @@ ROW_BUCKETS = (1, 2, 4, 8, 16)
 #: num_stages).
 RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int | None]] = {}
 
-#: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`: four blocks a step).
-BLOCK32 = ("q8_0", "q4_0", "q4_1")
-
-
-def rows_bucket(rows: int) -> int | None:
-    return next((bucket for bucket in ROW_BUCKETS if rows <= bucket), None)
-
 
 def gemv_plan(R: int, N: int, K: int, weight_format: str, device, table: dict | None = None) -> Plan:
     """The recorded plan of this call (``table``, default :data:`RECORDED`), else :func:`heuristic`'s."""
-    bucket = rows_bucket(R)
+    bucket = rows_bucket(R, ROW_BUCKETS)
     recorded = None if bucket is None else (RECORDED if table is None else table).get(
         (device_name(device), bucket, weight_format, N, K))
     if recorded is not None:
@@ -53,7 +46,7 @@ def heuristic(R: int, N: int, K: int, weight_format: str, fill: int) -> Plan:
     models) otherwise leave most multiprocessors idle."""
     if weight_format in K_QUANTS:
         block_n, block_k, num_warps = 32, 256, 4
-    elif weight_format in BLOCK32:
+    elif weight_format in BLOCK32_FORMATS:
         block_n, block_k, num_warps = 32, 128, 4
     else:
         block_n = 16
@@ -73,7 +66,7 @@ def legacy(N: int, K: int, weight_format: str) -> Plan:
     8 warps for float weights), kept for side-by-side runs (``moe_bench.py --plans legacy,chosen``)."""
     if weight_format in K_QUANTS:
         return Plan.sliced(1, K, 1, 32, 256, 1, 4)
-    if weight_format in BLOCK32:
+    if weight_format in BLOCK32_FORMATS:
         return Plan.sliced(1, K, 1, 32, 128, 1, 4)
     block_k = next((b for b in (512, 256, 128) if K % b == 0), min(512, next_power_of_2(K)))
     return Plan.sliced(1, K, 1, 16, block_k, 1, 8 if weight_format == "dense" else 4)
