@@ -39,6 +39,9 @@ import threading
 import time
 from pathlib import Path
 
+from anydev.core.process_timeline import parse_phases_line
+from anydev.serving.server import CORE_STARTUP_LINE
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_INFER = ROOT / "examples" / "test_infer.py"
 CASES = ("test_infer", "serve")
@@ -213,6 +216,12 @@ def run_serve(args, prompt: str, triton_cache: str, workdir: Path) -> dict:
             proc.wait()
     row["rc"], row["wall"] = proc.returncode, time.time() - spawned
     reader.join(10)
+    if "error" not in row:   # read once the server is gone and its output all read
+        startup = next((line for _, line in lines if line.startswith(CORE_STARTUP_LINE)), None)
+        if startup is None:
+            row["error"] = f"the server printed no {CORE_STARTUP_LINE.strip()!r} line"
+        else:
+            row["core_phases"] = parse_phases_line(startup[startup.index("(") + 1:startup.rindex(")")])
     (workdir / "serve.log").write_text("".join(f"{at:9.3f} {line}" for at, line in lines))
     if "error" in row:
         row["error"] += "\n" + (workdir / "serve.log").read_text()[-4000:]
@@ -259,7 +268,8 @@ def summary(row: dict) -> str:
     if "error" in row:
         return f"{head}, FAILED (exit {row['rc']}):\n{row['error']}"
     phases = ", ".join(f"{p} {s:.2f}" for p, s in row["phases"].items() if s >= 0.005)
-    return f"{head}, to first token {row['to_first_token']:.2f} s ({phases})"
+    core = ", ".join(f"{p} {s:.2f}" for p, s in row.get("core_phases", {}).items())
+    return f"{head}, to first token {row['to_first_token']:.2f} s ({phases})" + (f"\n{'':16}engine core: {core}" if core else "")
 
 
 def main(argv=None) -> int:

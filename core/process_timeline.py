@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 from .timeline import CAPTURE_PHASES, PHASES
@@ -43,6 +44,23 @@ def process_start_time() -> float | None:
         return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - started_since_boot)
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+def phases_line(phases: dict[str, float]) -> str:
+    """``phases`` (seconds) in one line, those of 5 ms or more: "imports 3.10 s, weights 0.68 s"."""
+    return ", ".join(f"{phase} {seconds:.2f} s" for phase, seconds in phases.items() if seconds >= 0.005)
+
+
+_PHASE_IN_LINE = re.compile(r"\s*(?P<phase>[^,]+?) (?P<seconds>\d+\.\d+) s(?:,|$)")
+
+
+def parse_phases_line(line: str) -> dict[str, float]:
+    """The phases of a :func:`phases_line`; a phase not of :data:`PROCESS_PHASES` raises ValueError."""
+    phases = {m["phase"]: float(m["seconds"]) for m in _PHASE_IN_LINE.finditer(line)}
+    unknown = [phase for phase in phases if phase not in PROCESS_PHASES]
+    if unknown:
+        raise ValueError(f"unknown start-up phases {unknown} in {line!r}")
+    return phases
 
 
 class ProcessTimeline:

@@ -233,12 +233,14 @@ def _new_logprobs(seq: Sequence, sent: int):
     return seq.logprobs[sent:] if seq.sampling.logprobs is not None else None
 
 
-def engine_info(engine: InferEngine, tokenizer: TokenizerSpec | None = None) -> EngineInfo:
-    """What the core says once ``engine`` is up; ``tokenizer``: the checkpoint's, when already made."""
+def engine_info(engine: InferEngine, tokenizer: TokenizerSpec | None = None,
+                startup: dict[str, float] | None = None) -> EngineInfo:
+    """What the core says once ``engine`` is up; ``tokenizer``: the checkpoint's, when already made;
+    ``startup``: the core process's start-up phases (seconds), where it has them."""
     return EngineInfo(max_model_len=engine.max_model_len, vocab_size=engine.checkpoint.config.vocab_size,
                       num_blocks=engine.num_blocks, block_size=engine.config.block_size, device=engine.backend.name,
                       tokenizer=tokenizer or TokenizerSpec.of(engine.checkpoint.tokenizer),
-                      weights=engine.weight_descriptions)
+                      weights=engine.weight_descriptions, startup=startup or {})
 
 
 def final_counters(stats: EngineStats) -> str:
@@ -308,24 +310,33 @@ class EngineCoreThread:
 
 
 # ---- in a process of its own ---------------------------------------------------------------------
-def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready) -> None:
+def _core_process_main(model: str | None, config: EngineConfig, address: str, lifelines: dict, ready,
+                       spawned_at: float) -> None:
     """The engine core process: check the device, open the model, send its tokenizer on ``ready`` (the
-    front end builds it while the weights load), load, say ready (or why not) on ``ready``, serve,
-    print the final counters. It leaves the server's process group first: Ctrl-C in
+    front end builds it while the weights load), load, say ready (or why not) on ``ready`` with its
+    start-up phases since ``spawned_at`` (``time.time()`` just before the spawn), serve, print the
+    final counters. It leaves the server's process group first: Ctrl-C in
     the terminal and a supervisor's stop signal the whole group, and the core leaves those to the
     front ends, which drain and then say :class:`Shutdown` (a front end that dies is seen through its
     lifeline)."""
+    from anydev.core.process_timeline import ProcessTimeline
+
+    startup = ProcessTimeline(started=spawned_at)   # "interpreter": the spawn, unpickling and this module's imports
     os.setsid()
     from anydev.core import InferEngine
     from anydev.core.loading.checkpoint import demo_checkpoint, open_checkpoint
     from anydev.plugin_api import load_backend
 
+    startup.mark("imports")
     try:
         load_backend(config.device)   # an unknown or unavailable device fails first, before any model work
+        startup.mark("backend open")
         checkpoint = demo_checkpoint() if model is None else open_checkpoint(model)
         tokenizer = TokenizerSpec.of(checkpoint.tokenizer)
         ready.send(("tokenizer", ENCODER.encode(tokenizer)))
+        startup.mark("checkpoint + tokenizer")
         engine = InferEngine(checkpoint, config, progress=True)
+        startup.mark_engine(engine)
     except AnydevError as exc:
         ready.send(("failed", str(exc)))
         sys.exit(1)
@@ -333,7 +344,7 @@ def _core_process_main(model: str | None, config: EngineConfig, address: str, li
         ready.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise
     with engine:
-        ready.send(("ready", ENCODER.encode(engine_info(engine, tokenizer))))
+        ready.send(("ready", ENCODER.encode(engine_info(engine, tokenizer, startup.to_json()["phases"]))))
         core = EngineCore(engine, address, set(lifelines), lifelines)
         try:
             core.run()
@@ -357,8 +368,9 @@ class EngineCoreProcess:
         self._ready_read, ready_write = context.Pipe(duplex=False)
         self.client_lifelines = [context.Pipe(duplex=False) for _ in range(num_clients)]   # (core's read, client's write)
         lifelines = {client_identity(i): read for i, (read, _) in enumerate(self.client_lifelines)}
+        # time.time() here stands for the spawn (start() follows at once): the core's phases count from it.
         self.process = context.Process(target=_core_process_main, name="anydev-engine-core",
-                                       args=(model, config, self.address, lifelines, ready_write))
+                                       args=(model, config, self.address, lifelines, ready_write, time.time()))
         self._ready_write = ready_write
         self.info: EngineInfo | None = None
         self.tokenizer: Tokenizer | None = None

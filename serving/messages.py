@@ -132,6 +132,7 @@ class EngineInfo(msgspec.Struct):
     device: str
     tokenizer: TokenizerSpec
     weights: list[str] = []     # per rank: the weights' formats and device bytes
+    startup: dict[str, float] = {}   # the core process's start-up phases in seconds (process_timeline's names)
 
 
 ENCODER = msgspec.msgpack.Encoder()

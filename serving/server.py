@@ -32,11 +32,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from anydev.core.errors import EngineConfigError
+from anydev.core.process_timeline import phases_line
 
 
 #: The modules ``anydev serve`` needs beyond anydev's own: the app's (fastapi, prometheus_client, uvicorn)
 #: and the engine core's messages and socket (msgspec, zmq: pyzmq).
 SERVE_MODULES = ("fastapi", "msgspec", "prometheus_client", "uvicorn", "zmq")
+
+#: The start of the line that says the engine core's start-up, phase by phase (spawn to ready).
+CORE_STARTUP_LINE = "anydev serve: engine core start-up "
 
 #: ``--tool-call-parser``'s names: serving.tools.TOOL_PARSERS's keys (not imported here: the flags parse
 #: without the serving extra installed).
@@ -181,6 +185,8 @@ def _run_on(args: argparse.Namespace, config, executor: str, listeners: list[soc
               f"{args.api_server_count} front end{'s' if args.api_server_count > 1 else ''}", flush=True)
         for line in info.weights:
             print(f"anydev serve: {line}", flush=True)
+        if info.startup:
+            print(f"{CORE_STARTUP_LINE}{sum(info.startup.values()):.2f} s ({phases_line(info.startup)})", flush=True)
         if args.tool_call_parser is not None:
             print(f"anydev serve: {_tool_choice_line()}", flush=True)
         print(f"anydev serve: starting on http://{args.host}:{args.port}/v1", flush=True)
