@@ -446,6 +446,36 @@ def test_quantized_linear_equals_the_reference(kernels, torch_device, quick, dty
         assert_close(got, want, dtype, f"quantized_linear {weight_format} (T {T}, N {N}, K {K})")
 
 
+def embedding_cases(quick: bool) -> list[tuple[int, int, int]]:
+    """(T, N, hidden): decode's one row, a prefill's rows (repeats, the first and last rows of the
+    table), widths of whole programs (256 values each) and with a part-filled last one (the k-quants'
+    rows are whole super-blocks: theirs are cut to a multiple of 256)."""
+    if quick:
+        return [(1, 64, 256), (9, 64, 288)]
+    return [(1, 512, 4096), (37, 256, 800), (300, 128, 2048)]
+
+
+@pytest.mark.parametrize("weight_format", weight_formats.WEIGHT_FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_quantized_embedding_equals_the_reference(kernels, torch_device, quick, dtype, weight_format):
+    kernel = native(kernels, "quantized_embedding", dtype, weight_format)
+    for seed, (T, N, hidden) in enumerate(embedding_cases(quick)):
+        if weight_format in weight_formats.BLOCK_FORMATS and weight_formats.BLOCK_FORMATS[weight_format].elems == 256:
+            hidden -= hidden % 256
+        gen = torch.Generator().manual_seed(seed)
+        weight, scales = random_weight(weight_format, N, hidden, gen)
+        weight = weight.to(torch_device)
+        scales = scales.to(torch_device) if scales is not None else None
+        ids = torch.cat((torch.tensor([N - 1, 0]), torch.randint(0, N, (max(0, T - 2),), generator=gen)))[:T]
+        ids = ids.to(torch_device)
+        got = kernel(ids, weight, scales, weight_format, hidden, dtype)
+        what = f"quantized_embedding {weight_format} (T {T}, N {N}, hidden {hidden})"
+        assert got.dtype == dtype and got.is_contiguous() and got.device == weight.device, \
+            f"{what}: output {got.dtype} on {got.device}, contiguous {got.is_contiguous()}"
+        assert_close(got, reference.quantized_embedding(ids, weight, scales, weight_format, hidden, torch.float32),
+                     dtype, what)
+
+
 # ---- mixture of experts (contract 1.7) -----------------------------------------------------------
 
 def route_cases(quick: bool) -> list[tuple[int, int, int]]:

@@ -29,6 +29,8 @@ Conventions shared by all kernels:
   ``quantized_linear`` (a weight in one of :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`,
   stored as :mod:`anydev.plugin_api.weight_formats` says). An implementation may pick its method
   by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
+  ``quantized_embedding`` (contract 1.9) looks up rows of a table stored the same way (a GGUF token
+  embedding kept in its format), dequantized in one launch rather than by a dozen torch ops.
 * **Offers for some inputs** (contract 1.6): a backend may offer a kernel for some activation dtypes
   and, for ``quantized_linear`` and ``moe_linear``, some weight formats only
   (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, e.g. Q4_K alone); the :class:`KernelSet`
@@ -257,6 +259,19 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor
     return (x.float() @ w.T).to(x.dtype)
 
 
+def quantized_embedding(ids: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
+                        hidden: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``ids`` of a quantized table (contract 1.9: a token embedding kept in its format), as
+    ``[T, hidden]`` contiguous in ``dtype`` (float32, float16 or bfloat16). ``ids`` ``[T]`` int64, each
+    in ``0 .. N - 1``; ``weight`` (with ``scales``) stores the ``[N, hidden]`` matrix in ``weight_format``
+    as for :func:`quantized_linear`. Only the rows named are read; nothing is read back to the host
+    (the lookup runs inside a captured decode graph). Row ``t`` is ``W[ids[t]]`` as ``dequantize``
+    gives it, rounded once to ``dtype``."""
+    rows = weight.index_select(0, ids)
+    row_scales = None if scales is None else scales.index_select(0, ids)
+    return dequantize(rows, row_scales, weight_format, hidden).to(dtype)
+
+
 # ---- mixture of experts (contract 1.7) -----------------------------------------------------------
 
 def moe_route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,12 +347,14 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
     KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
+    KernelSpec("quantized_embedding", quantized_embedding, (1, 9), dtype_arg="dtype", format_arg="weight_format",
+               weight_formats=WEIGHT_FORMATS),
     KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
     KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
 )}
 #: Every kernel's name, in the registry's order: those of 1.2, the fused ones (1.3, 1.8), the linear
-#: layers (1.5), the mixture-of-experts kernels (1.7).
+#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -438,7 +455,7 @@ def _by_input(spec: KernelSpec, offer: KernelOffer, fallback: Callable) -> Calla
 
     def kernel(*args, **kwargs):
         x = args[dtype_at] if len(args) > dtype_at else kwargs[spec.dtype_arg]
-        takes = x.dtype in dtypes
+        takes = (x if isinstance(x, torch.dtype) else x.dtype) in dtypes
         if takes and format_at is not None:
             # None is a float weight (moe_linear), which every offer takes for the dtypes it declares.
             weight_format = args[format_at] if len(args) > format_at else kwargs[spec.format_arg]

@@ -275,6 +275,31 @@ class QuantizedLinearQ4KNextBlock(_OneKernel):
     _kernel = quantized_linear
 
 
+@mutant("quantized-embedding-row-of-the-next-id", checks=CHECKS)
+class QuantizedEmbeddingRowOfTheNextId(_OneKernel):
+    """quantized_embedding looks up row ``ids[t] + 1`` (the last row wraps to the first): an off-by-one
+    row offset."""
+
+    @staticmethod
+    def quantized_embedding(ids, weight, scales, weight_format, hidden, dtype):
+        return reference.quantized_embedding((ids + 1) % weight.shape[0], weight, scales, weight_format, hidden, dtype)
+
+    _kernel = quantized_embedding
+
+
+@mutant("quantized-embedding-drops-the-last-32-values", checks=CHECKS)
+class QuantizedEmbeddingDropsTheLast32Values(_OneKernel):
+    """quantized_embedding leaves the last 32 values of every row 0 (a last program that stops short)."""
+
+    @staticmethod
+    def quantized_embedding(ids, weight, scales, weight_format, hidden, dtype):
+        out = reference.quantized_embedding(ids, weight, scales, weight_format, hidden, dtype)
+        out[:, -32:] = 0
+        return out
+
+    _kernel = quantized_embedding
+
+
 @mutant("quantized-linear-q4-0-nibbles-swapped", checks=CHECKS)
 class QuantizedLinearQ40NibblesSwapped(_OneKernel):
     """quantized_linear takes q4_0 values 0-15 from the high nibbles and 16-31 from the low ones."""

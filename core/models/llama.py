@@ -88,7 +88,7 @@ class LlamaRank:
 
     def embed_tokens(self, batch: StepBatch) -> torch.Tensor:
         """The step's token embeddings [T, hidden]."""
-        return embedding(batch.embedding_ids(), self.embed, self.dtype)
+        return embedding(self.kernels, batch.embedding_ids(), self.embed, self.dtype)
 
     def run_layers(self, x: torch.Tensor, residual: torch.Tensor | None, batch: StepBatch):
         """The layers: (hidden, residual) in, (hidden, residual) out, each [T, hidden]; the last

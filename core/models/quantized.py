@@ -13,7 +13,7 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, dequantize
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +53,13 @@ def linear(kernels, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -
     return out if bias is None else out + bias
 
 
-def embedding(ids: torch.Tensor, table, dtype: torch.dtype) -> torch.Tensor:
-    """Rows ``ids`` of the embedding ``table`` as ``[len(ids), hidden]`` in ``dtype``. A
-    :class:`QuantizedWeight` table gives up only those rows' stored bytes (and scales), dequantized on
-    its device: shapes follow ``ids``' alone and nothing is read on the host, so the lookup runs inside
-    a captured decode graph."""
+def embedding(kernels, ids: torch.Tensor, table, dtype: torch.dtype) -> torch.Tensor:
+    """Rows ``ids`` of the embedding ``table`` as ``[len(ids), hidden]`` in ``dtype``: a float table by
+    ``F.embedding``, a :class:`QuantizedWeight` one by ``kernels``' ``quantized_embedding`` (only those
+    rows read, dequantized on the device; nothing read on the host, so it runs inside a decode graph)."""
     if not isinstance(table, QuantizedWeight):
         return F.embedding(ids, table)
-    rows = table.data.index_select(0, ids)
-    scales = None if table.scales is None else table.scales.index_select(0, ids)
-    return dequantize(rows, scales, table.weight_format, table.in_features).to(dtype)
+    return kernels.quantized_embedding(ids, table.data, table.scales, table.weight_format, table.in_features, dtype)
 
 
 def quantize(weight: torch.Tensor, weight_format: str) -> QuantizedWeight:

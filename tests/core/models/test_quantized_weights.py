@@ -25,14 +25,14 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 class Run:
     """One engine's greedy tokens of ``prompts``, its ranks' weight lines, rank 0's projections: their
     formats (None: a float tensor) and bytes, and its token embedding's format and bytes; with
-    ``spy``, the weights rank 0's ``quantized_linear`` ran (their data pointers)."""
+    ``spy``, the weights rank 0's ``quantized_linear`` and ``quantized_embedding`` ran (their data pointers)."""
 
     def __init__(self, model, spy: bool = False, prompts=PROMPTS, **config):
         with InferEngine(model, EngineConfig(block_size=8, max_model_len=64, **config)) as engine:
-            self.quantized_linear_weights = set()
+            self.quantized_linear_weights, self.embedding_lookups = set(), set()
             if spy:
-                engine.workers[0].model.kernels = QuantizedLinearSpy(engine.workers[0].model.kernels,
-                                                                     self.quantized_linear_weights)
+                engine.workers[0].model.kernels = QuantizedKernelSpy(engine.workers[0].model.kernels,
+                                                                     self.quantized_linear_weights, self.embedding_lookups)
             self.tokens = [out.token_ids for out in engine.generate_ids(prompts, GREEDY)]
             self.described = engine.weight_descriptions
             self.decode_steps = engine.last_stats.decode_steps
@@ -49,18 +49,23 @@ class Run:
             self.embedding_pointer = getattr(embedding, "data", embedding).data_ptr()
 
 
-class QuantizedLinearSpy:
-    """A rank's kernel set that notes the data pointer of each weight ``quantized_linear`` runs."""
+class QuantizedKernelSpy:
+    """A rank's kernel set that notes the data pointer of each weight ``quantized_linear`` runs and of
+    each table ``quantized_embedding`` looks rows up in."""
 
-    def __init__(self, kernels, seen: set):
-        self._kernels, self._seen = kernels, seen
+    def __init__(self, kernels, linear_weights: set, embedding_tables: set):
+        self._kernels, self._linear, self._embedding = kernels, linear_weights, embedding_tables
 
     def __getattr__(self, name):
         return getattr(self._kernels, name)
 
     def quantized_linear(self, x, weight, scales, weight_format):
-        self._seen.add(weight.data_ptr())
+        self._linear.add(weight.data_ptr())
         return self._kernels.quantized_linear(x, weight, scales, weight_format)
+
+    def quantized_embedding(self, ids, weight, scales, weight_format, hidden, dtype):
+        self._embedding.add(weight.data_ptr())
+        return self._kernels.quantized_embedding(ids, weight, scales, weight_format, hidden, dtype)
 
 
 @pytest.fixture(scope="module", params=["Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"])
@@ -90,7 +95,8 @@ def embedding_shape(path) -> tuple[int, int]:
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 @pytest.mark.parametrize("tensor_type", ["Q8_0", "Q4_K"])
 def test_the_token_embedding_stays_in_its_gguf_blocks(tmp_path, tensor_type, tied):
-    """The embedding is looked up from its blocks (the rows it reads dequantized on the device) and
+    """The embedding is looked up from its blocks by the kernel set's ``quantized_embedding`` (the rows
+    it reads dequantized on the device) and
     holds its blocks' bytes on the device, not 4 (float32) bytes a value; "dequantize" gives the
     reference. Tied (no output.weight), the head runs ``quantized_linear`` on the embedding's blocks,
     and at TP=2 each rank's half of them (the vocabulary split) gives the same tokens (a tied model
@@ -105,6 +111,7 @@ def test_the_token_embedding_stays_in_its_gguf_blocks(tmp_path, tensor_type, tie
     assert kept.embedding_bytes == vocab * row_bytes(fmt, hidden)        # its blocks
     assert reference.embedding_bytes == vocab * hidden * 4               # float32
     assert (kept.embedding_pointer in kept.quantized_linear_weights) == tied
+    assert kept.embedding_lookups == {kept.embedding_pointer}          # looked up by quantized_embedding (1.9)
     if tied:
         split = Run(path, tp=2, prompts=prompts)
         assert split.tokens == kept.tokens and all(f"{fmt} " in line for line in split.described)

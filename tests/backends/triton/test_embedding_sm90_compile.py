@@ -1,0 +1,46 @@
+"""The quantized_embedding kernel compiles for an H100/H200 (sm_90) in every weight format, on this CPU
+with Triton's compiler and the ptxas its wheel ships, no GPU: the interpreter that CI checks its values
+under never compiles it (see test_triton_sm90_compile.py for what only compilation sees)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from anydev.backends.triton_kernels import triton_importable
+
+pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not installed (pip install triton)")
+
+CHILD = textwrap.dedent("""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from anydev.backends.triton_kernels import embedding
+    from anydev.backends.triton_kernels._weight_tiles import CODES
+
+    kernel = embedding._embedding_kernel
+    index = {name: i for i, name in enumerate(kernel.arg_names)}
+    for fmt, code in CODES.items():
+        if fmt == "dense":
+            continue
+        weight = {"int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
+        for out in ("*bf16", "*fp32"):
+            signature = {"ids_ptr": "*i64", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": out, "N": "i32",
+                         "K": "i32", "ROW_BYTES": "i32", "FORMAT": "constexpr"}
+            source = ASTSource(fn=kernel, signature=signature, constexprs={(index["FORMAT"],): code})
+            assert triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["cubin"], fmt
+    print("ok")
+""")
+
+
+def test_the_embedding_kernel_compiles_for_sm90_in_every_format():
+    import importlib.util
+    spec = importlib.util.find_spec("triton.backends.nvidia")
+    if spec is None or not os.path.exists(os.path.join(os.path.dirname(spec.origin), "bin", "ptxas")):
+        pytest.skip("this triton build cannot compile for NVIDIA here (no NVIDIA backend or no ptxas)")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
