@@ -12,7 +12,10 @@ strings are bounded, so the grammar keeps moving through keys, numbers and nesti
 rounds in alternating order. The masks are computed on the sampling rank after each step's forward
 is launched (core/sched/grammar_matchers.py). Reported: each mode's median decode tok/s and their
 ratio, and that every constrained answer is a prefix of JSON the schema accepts (checked by
-llguidance on the tokens).
+llguidance on the tokens). ``--host-steps N`` also times the host's share alone, no model: the
+engine's grammar matchers (core/sched/grammar_matchers.py) for --batch rows over N steps, each step
+filling the rows' masks and then feeding each row a token its mask allows (catch_up), in ms a step:
+the work that must fit beside a step's forward for the device not to wait.
 """
 from __future__ import annotations
 
@@ -20,8 +23,12 @@ import argparse
 import glob
 import json
 import os
+import random
 import statistics
 import sysconfig
+import time
+
+import numpy as np
 
 import torch
 
@@ -31,6 +38,7 @@ from anydev.core.exits import run_command
 from anydev.core.loading.checkpoint import Checkpoint
 from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, RandomStore, llama_config
 from anydev.core.loading.tokenizer import Tokenizer
+from anydev.core.sched.grammar_matchers import GrammarMatchers
 from anydev.core.sched.structured import StructuredOutput, library
 
 CASE_FIELDS = ("max_model_len", "max_num_seqs", "enable_prefix_caching", "max_num_batched_tokens")
@@ -52,6 +60,7 @@ def parse_args(argv=None):
     p.add_argument("--vocab", type=int, default=32000, help="the BPE tokenizer's size (the model's vocab)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--host-steps", type=int, default=0, help="also time the host's mask work over this many steps")
     p.add_argument("--out")
     return p.parse_args(argv)
 
@@ -107,10 +116,39 @@ def run(args) -> int:
         print(f"{name:>12}: {value:10.1f} decode tok/s (rounds: {', '.join(f'{v:.1f}' for v in speeds[name])})")
     print(f"json_schema / plain: {report['ratio_json_schema_over_plain']:.3f} (batch {args.batch}, vocab "
           f"{tokenizer.vocab_size}); every answer follows the schema: {'yes' if valid else 'NO'}")
+    if args.host_steps:
+        report["host_ms_per_step"] = host_cost(tokenizer, structured, args.batch, args.host_steps)
+        cost = report["host_ms_per_step"]
+        print(f"host, {args.batch} rows: fill {cost['fill']:.3f} ms a step, catch_up {cost['catch_up']:.3f} ms "
+              f"({os.cpu_count()} cpus; every fed token accepted: {'yes' if cost['accepted'] else 'NO'})")
+        valid &= cost["accepted"]
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
     return 0 if valid else 1
+
+
+def host_cost(tokenizer: Tokenizer, structured: StructuredOutput, rows: int, steps: int) -> dict:
+    """The engine's matchers for ``rows`` rows of ``structured``: ms a step to fill their masks and to
+    feed each row a token its mask allows (a seeded choice), and whether every token was accepted."""
+    matchers = GrammarMatchers(tokenizer, tokenizer.vocab_size)
+    constrained = [(row, structured) for row in range(rows)]
+    masks = np.zeros((rows, matchers.words), dtype=np.int32)
+    matchers.fill(constrained, masks)          # untimed: builds the llguidance tokenizer and the matchers
+    choose = random.Random(0)
+    fill = catch_up = 0.0
+    for _ in range(steps):
+        start = time.perf_counter()
+        matchers.fill(constrained, masks)
+        fill += time.perf_counter() - start
+        allowed = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little")[:, :tokenizer.vocab_size]
+        tokens = [choose.choice(ids) if (ids := np.flatnonzero(row).tolist()) else -1 for row in allowed]   # -1: none
+        matchers.sampled("step", [(row, row) for row in range(rows)])
+        start = time.perf_counter()
+        matchers.catch_up(lambda ticket: tokens)
+        catch_up += time.perf_counter() - start
+    accepted = all(matchers.rejection(row) is None for row in range(rows))
+    return {"fill": 1e3 * fill / steps, "catch_up": 1e3 * catch_up / steps, "steps": steps, "accepted": accepted}
 
 
 def _accepted(lltokenizer, eos: set[int], structured: StructuredOutput, ids: list[int]) -> bool:
