@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Session 14, call 1 on one H200 (252 s of device time left to the session): issue 32's start-up of
-# the 8B Q4_K GGUF (random weights) after the GGUF tokenizer and metadata work, test_infer and
-# `anydev serve` with Triton's cache cold and warm, serve's engine core now split into its own
-# phases (core_phases); then serve cold with --lazy-graphs (what the start-up captures cost).
+# Issue 32 on one H200, in one short call: the start-up of the 8B Q4_K GGUF (random weights) after
+# the GGUF tokenizer and metadata work, test_infer and `anydev serve` with Triton's cache cold and
+# warm, serve's engine core split into its own phases (core_phases: is it the six decode buckets and eight token buckets it
+# captures?), then serve cold with --lazy-graphs. Run from the repo root on the device machine.
 # Bounded to 130 s; few files, written straight under $OUT (a call cut short still returns them).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
