@@ -23,8 +23,8 @@ class KernelSpec:
 
     ``reference`` is the torch reference (its docstring is the spec); ``since`` the contract version
     that added the kernel. ``dtype_arg`` names the argument whose dtype (or which, where it is a
-    ``torch.dtype``) is the kernel's activation dtype; ``format_arg`` the argument naming the weight format, for a kernel that takes one of
-    ``weight_formats``. ``fused``: the kernels a fused kernel stands for, in the order its reference
+    ``torch.dtype``) is the kernel's activation dtype; ``format_arg`` the argument naming the weight
+    format, for a kernel that takes one of ``weight_formats``. ``fused``: the kernels a fused kernel stands for, in the order its reference
     calls them (a backend that does not offer it gets their composition)."""
 
     name: str
