@@ -11,12 +11,10 @@ compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backend
 and must wait on ``griddepcontrol``; every other case without, and must not."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from sm90_compile import run_sm90_compile
 
 from anydev.backends.triton_kernels import triton_importable
 
@@ -65,23 +63,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def _nvidia_backend() -> str | None:
-    """Why Triton cannot compile for NVIDIA here, or None when it can."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("triton.backends.nvidia")
-    if spec is None:
-        return "this triton build has no NVIDIA backend"
-    ptxas = os.path.join(os.path.dirname(spec.origin), "bin", "ptxas")
-    return None if os.path.exists(ptxas) else f"this triton build ships no ptxas ({ptxas})"
-
-
 @pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"])
 def test_the_linear_kernel_compiles_for_sm90(weight_format):
-    reason = _nvidia_backend()
-    if reason:
-        pytest.skip(reason)
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", CHILD, weight_format], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+    run_sm90_compile(CHILD, weight_format)
