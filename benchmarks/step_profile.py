@@ -1,5 +1,6 @@
 """Where a decode step's time goes: the kernels of a few decode steps of the engine, by device time
-(torch.profiler), for the 1B llama shape with random weights (``--model``: a checkpoint, e.g. a GGUF file).
+(torch.profiler), for a random-weight model of decode_bench's shapes (``--shape``, default the 1B llama;
+``--model``: a checkpoint, e.g. a GGUF file; ``--logprobs N``: every request asks for top-N logprobs).
 
     python benchmarks/step_profile.py --device nvidia --batch-sizes 1,32 --context 256
     python benchmarks/step_profile.py --tiny --context 16 --steps 2                       # cpu smoke
@@ -33,7 +34,8 @@ import torch
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.exits import exit_process, run_command
-from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
+from decode_bench import SHAPES
 
 _MIXED_STEPS = 64    # at most this many mixed steps are profiled
 #: The settings the profile sets itself (from --context, --batch-sizes and --graphs).
@@ -48,6 +50,9 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=4, help="decode steps profiled")
     p.add_argument("--graphs", action="store_true", help="replay decode graphs (default: eager)")
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--shape", default="1b", choices=tuple(SHAPES), help="the random model's shape (decode_bench's)")
+    p.add_argument("--layers", type=int, default=None, help="of the random model (default: the shape's)")
+    p.add_argument("--logprobs", type=int, default=None, help="each request asks for this many top logprobs a token")
     p.add_argument("--model", help="profile this checkpoint (an HF directory or a .gguf file) instead of random weights")
     p.add_argument("--rows", type=int, default=25, help="table rows")
     p.add_argument("--mixed", type=int, default=0,
@@ -72,7 +77,10 @@ def run(args) -> int:
         checkpoint = open_checkpoint(args.model)
         model = checkpoint.config
     else:
-        model = llama_config(max_position_embeddings=context, **(LLAMA_TINY if args.tiny else {}))
+        family, shape = SHAPES[args.shape]
+        tiny = dict(LLAMA_TINY, **TINY_EXTRA.get(family, {})) if args.tiny else {}
+        layers = {"num_hidden_layers": args.layers} if args.layers else {}
+        model = model_config(family, max_position_embeddings=context, **{**shape, **tiny, **layers})
         checkpoint = random_checkpoint(model)
     generator = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, model.vocab_size, (max(batch_sizes), args.context), generator=generator).tolist()
@@ -84,7 +92,8 @@ def run(args) -> int:
     with InferEngine(checkpoint, config) as engine:
         print(f"model: {checkpoint!r}; {engine.kernels_description}; graphs {'on' if engine.uses_graphs else 'off'}")
         for batch in batch_sizes:
-            seqs = [engine.add_request(p, SamplingParams(max_new_tokens=args.steps + 2 + extra, ignore_eos=True))
+            params = SamplingParams(max_new_tokens=args.steps + 2 + extra, ignore_eos=True, logprobs=args.logprobs)
+            seqs = [engine.add_request(p, params)
                     for p in prompts[:batch]]
             while any(seq.num_cached < len(seq.prompt) for seq in seqs):   # prefill, and one decode to warm up
                 engine.step()
