@@ -4,14 +4,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 R=$OUT; LOG=$OUT/steps.log; BUDGET=230; T0=$SECONDS
-step() {
-  local name=$1 limit=$2; shift 2
-  local left=$((BUDGET - (SECONDS - T0))); (( limit > left )) && limit=$left
-  if (( limit < 5 )); then echo "skipped $name (no time left)" | tee -a $LOG; return; fi
-  echo "\$ $*" >> $R/$name.txt; local t=$SECONDS
-  timeout -k 5 -s ABRT $limit "$@" >> $R/$name.txt 2>&1
-  echo "$? $name ($((SECONDS - t)) s, limit $limit)" | tee -a $LOG
-}
+source parts/step.sh
 source scripts/device_setup.sh > $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
 python3 benchmarks/make_random_model.py /tmp/q4k.gguf "${SHAPE[@]}" --gguf Q4_K > $R/make.txt 2>&1 &

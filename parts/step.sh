@@ -1,0 +1,11 @@
+# Sourced by the H200 call scripts: `step NAME LIMIT CMD...` runs CMD under `timeout`, its limit cut to
+# what is left of BUDGET seconds since T0, its output appended to $R/NAME.txt and its exit status and
+# seconds logged to $LOG. STEP_WRAP (an array, default empty) goes before CMD, e.g. (taskset -c 0-3).
+step() {
+  local name=$1 limit=$2; shift 2
+  local left=$((BUDGET - (SECONDS - T0))); (( limit > left )) && limit=$left
+  if (( limit < 5 )); then echo "skipped $name (no time left)" | tee -a $LOG; return; fi
+  echo "\$ $*" >> $R/$name.txt; local t=$SECONDS
+  timeout -k 5 -s ABRT $limit ${STEP_WRAP[@]+"${STEP_WRAP[@]}"} "$@" >> $R/$name.txt 2>&1
+  echo "$? $name ($((SECONDS - t)) s, limit $limit)" | tee -a $LOG
+}
