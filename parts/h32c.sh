@@ -7,14 +7,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 R=$OUT; LOG=$OUT/steps.log; BUDGET=130; T0=$SECONDS
-step() {
-  local name=$1 limit=$2; shift 2
-  local left=$((BUDGET - (SECONDS - T0))); (( limit > left )) && limit=$left
-  if (( limit < 5 )); then echo "skipped $name (no time left)" | tee -a $LOG; return; fi
-  echo "\$ $*" >> $R/$name.txt; local t=$SECONDS
-  timeout -k 5 -s ABRT $limit "$@" >> $R/$name.txt 2>&1
-  echo "$? $name ($((SECONDS - t)) s, limit $limit)" | tee -a $LOG
-}
+source parts/step.sh
 { date -u; nvidia-smi -L; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; nproc; } > $R/env.txt 2>&1
 source scripts/device_setup.sh >> $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
 Q4=/tmp/llama-8b-q4_k.gguf

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 15, call 1 on one H200: llama.cpp's build and the five 8B GGUF files in the background (cores
-# 4-15, setsid: they last into call 2 while the machine stays warm), and on cores 0-3 the profiles that say
+# 4-15, setsid: they outlast the call while the machine stays warm; the call meant to use them
+# landed on a fresh machine, and parts/s15c3.sh builds and measures in one call instead), and on cores 0-3 the profiles that say
 # what bounds each open target: quantized_embedding's conformance, the MoE decode step (issue 34), the 1B
 # step with and without logprobs=5 at batch 64 (issue 33), structured output's host work at batch 32
 # (issue 33), the 8B Q4_K and Q8_0 steps at batch 1 (issue 31). Bounded to BUDGET seconds.
