@@ -59,6 +59,17 @@ def test_step_profile_attributes_a_decode_step_to_its_ops(capsys):
     assert "aten::mm" in out and "aten::index_select" in out   # the projections and the paged reads, profiled
 
 
+def test_step_profile_builds_the_shape_asked_and_profiles_logprobs(capsys):
+    """--shape picks the family, --layers the depth, and --logprobs makes every request's step rank
+    its top tokens (aten::topk appears only then)."""
+    args = ["--tiny", "--context", "8", "--steps", "2", "--rows", "400", "--shape", "qwen3-30b-a3b", "--layers", "1"]
+    assert load("step_profile").main(args) == 0
+    plain = capsys.readouterr().out
+    assert "qwen3_moe, layers=1" in plain and "aten::topk" not in plain
+    assert load("step_profile").main(args + ["--logprobs", "3"]) == 0
+    assert "aten::topk" in capsys.readouterr().out
+
+
 def test_step_profile_profiles_each_mixed_step_of_a_long_prompt(capsys):
     """--mixed: a 40-token prompt in chunks of 16 tokens (2 of them the batch's decodes) takes 3
     mixed steps, each profiled."""
