@@ -53,13 +53,9 @@ import torch
 from anydev.core import EngineConfigError, InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.exits import exit_process, run_command
-from anydev.core.loading.random_weights import (LLAMA_1B, LLAMA_TINY, QWEN3_8B, QWEN3_30B_A3B, TINY_EXTRA,
-                                               model_config, random_checkpoint)
+from anydev.core.loading.random_weights import (LLAMA_1B, LLAMA_8B, LLAMA_TINY, QWEN3_8B, QWEN3_30B_A3B,
+                                               TINY_EXTRA, model_config, random_checkpoint)
 from anydev.core.models.registry import family_of
-
-#: The Llama-3-8B shape (the decode targets' model).
-LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                num_attention_heads=32, num_key_value_heads=8)
 
 #: --shape: (family, shape).
 SHAPES = {"1b": ("llama", LLAMA_1B), "8b": ("llama", LLAMA_8B), "qwen3-8b": ("qwen3", QWEN3_8B),

@@ -3,7 +3,7 @@
     python benchmarks/logprobs_bench.py --device nvidia --batch 256 --new-tokens 128 --out r/logprobs.json
     python benchmarks/logprobs_bench.py --tiny --batch 8 --new-tokens 8          # cpu smoke
 
-The model is Llama-shaped with random weights (default the 1B shape; --tiny: hidden 64, 2 layers);
+The model is Llama-shaped with random weights (--shape: 1b, the default, or 8b; --tiny: hidden 64, 2 layers);
 --batch prompts of --prompt-len random tokens decode exactly --new-tokens greedily (no EOS), once
 with ``logprobs`` None and once with ``logprobs`` --logprobs on every request (the sampling rank
 computes them in the step: see core/sched/logprobs.py), for --repeats rounds in alternating order.
@@ -20,9 +20,11 @@ import torch
 
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
-from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, llama_config, random_checkpoint
+from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_8B, LLAMA_TINY, llama_config, random_checkpoint
 from anydev.core.exits import run_command
 
+#: --shape: the Llama shapes a decode step's host work is measured beside (1b: host-bound at batch 64).
+SHAPES = {"1b": LLAMA_1B, "8b": LLAMA_8B}
 CASE_FIELDS = ("max_model_len", "max_num_seqs", "enable_prefix_caching", "max_num_batched_tokens")
 
 
@@ -35,13 +37,14 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--logprobs", type=int, default=5)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shape", default="1b", choices=tuple(SHAPES), help="the random model's Llama shape")
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--out")
     return p.parse_args(argv)
 
 
 def run(args) -> int:
-    shape = dict(LLAMA_1B, **(LLAMA_TINY if args.tiny else {}))
+    shape = dict(SHAPES[args.shape], **(LLAMA_TINY if args.tiny else {}))
     longest = args.prompt_len + args.new_tokens + 16
     checkpoint = random_checkpoint(llama_config(max_position_embeddings=longest, **shape))
     prompts = torch.randint(2, shape["vocab_size"], (args.batch, args.prompt_len),
@@ -62,7 +65,7 @@ def run(args) -> int:
     medians = {name: statistics.median(v) for name, v in speeds.items()}
     plain, asked = medians.values()
     report = {"device": args.device, "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-              "shape": "tiny" if args.tiny else "1b", "decode_tokens_per_s": medians, "rounds": speeds,
+              "shape": "tiny" if args.tiny else args.shape, "decode_tokens_per_s": medians, "rounds": speeds,
               "ratio_logprobs_over_plain": asked / plain if plain else None}
     for name, value in medians.items():
         print(f"{name:>12}: {value:10.1f} decode tok/s (rounds: {', '.join(f'{v:.1f}' for v in speeds[name])})")

@@ -3,7 +3,7 @@
     python benchmarks/structured_bench.py --device nvidia --batch 32 --new-tokens 128 --out r/structured.json
     python benchmarks/structured_bench.py --tiny --batch 8 --new-tokens 16          # cpu smoke
 
-The model is Llama-shaped with random weights (default the 1B shape; --tiny: hidden 64, 2 layers),
+The model is Llama-shaped with random weights (--shape: 1b, the default, or 8b; --tiny: hidden 64, 2 layers),
 its tokenizer a byte-level BPE of --vocab tokens trained at start on the Python standard library's
 sources (a real vocabulary's size and pieces: the mask's cost grows with them; the model's vocab is
 the tokenizer's). --batch prompts of --prompt-len random tokens decode exactly --new-tokens tokens
@@ -36,11 +36,13 @@ from anydev.core import InferEngine, SamplingParams
 from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
 from anydev.core.exits import run_command
 from anydev.core.loading.checkpoint import Checkpoint
-from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_TINY, RandomStore, llama_config
+from anydev.core.loading.random_weights import LLAMA_1B, LLAMA_8B, LLAMA_TINY, RandomStore, llama_config
 from anydev.core.loading.tokenizer import Tokenizer
 from anydev.core.sched.grammar_matchers import GrammarMatchers
 from anydev.core.sched.structured import StructuredOutput, library
 
+#: --shape: 1b (its step is host-bound at batch 32: the masks' host work shows) or 8b.
+SHAPES = {"1b": LLAMA_1B, "8b": LLAMA_8B}
 CASE_FIELDS = ("max_model_len", "max_num_seqs", "enable_prefix_caching", "max_num_batched_tokens")
 SCHEMA = {"type": "array", "minItems": 1, "items": {
     "type": "object", "additionalProperties": False, "required": ["id", "name", "score", "tags"],
@@ -59,6 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--vocab", type=int, default=32000, help="the BPE tokenizer's size (the model's vocab)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--shape", default="1b", choices=tuple(SHAPES),
+                   help="the random model's Llama shape (its vocab is --vocab's tokenizer's)")
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--host-steps", type=int, default=0, help="also time the host's mask work over this many steps")
     p.add_argument("--out")
@@ -81,7 +85,7 @@ def stdlib_tokenizer(vocab_size: int) -> Tokenizer:
 
 def run(args) -> int:
     tokenizer = stdlib_tokenizer(args.vocab)
-    shape = {**LLAMA_1B, **(LLAMA_TINY if args.tiny else {}), "vocab_size": tokenizer.vocab_size}
+    shape = {**SHAPES[args.shape], **(LLAMA_TINY if args.tiny else {}), "vocab_size": tokenizer.vocab_size}
     longest = args.prompt_len + args.new_tokens + 16
     config = llama_config(max_position_embeddings=longest, **shape)
     checkpoint = Checkpoint(config, tokenizer, RandomStore(config), "random weights, stdlib BPE tokenizer")
@@ -109,7 +113,7 @@ def run(args) -> int:
     medians = {name: statistics.median(v) for name, v in speeds.items()}
     plain, constrained = medians.values()
     report = {"device": args.device, "batch": args.batch, "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-              "vocab": tokenizer.vocab_size, "shape": "tiny" if args.tiny else "1b", "schema": SCHEMA,
+              "vocab": tokenizer.vocab_size, "shape": "tiny" if args.tiny else args.shape, "schema": SCHEMA,
               "decode_tokens_per_s": medians, "rounds": speeds, "answers_follow_the_schema": valid,
               "ratio_json_schema_over_plain": constrained / plain if plain else None}
     for name, value in medians.items():

@@ -19,6 +19,9 @@ from .gguf_writing import gguf_model_writer, write_gguf
 #: The ~1B Llama shape of the decode benchmark.
 LLAMA_1B = dict(vocab_size=32000, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8)
+#: The Llama-3-8B shape (the decode targets' model).
+LLAMA_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                num_attention_heads=32, num_key_value_heads=8)
 #: A llama shape too small to keep any device busy (its step time is host work), 2 layers.
 LLAMA_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
