@@ -70,8 +70,12 @@ class IncrementalDetokenizer:
         # A window whose first tokens read as nothing (skipped special tokens, a space a sentencepiece
         # decoder strips at the start of a text) starts at an earlier character boundary: the
         # decoder's start-of-text rules then apply to text both decodes share, not to the new part.
+        # The walk back is bounded (MAX_HELD windows) so that a long run of tokens that read as nothing
+        # (ids a vocabulary lacks, skipped special tokens) costs each token the same: past it, a
+        # sentencepiece space after such a run reads as at the start of a text.
         back = len(self._starts) - 1
-        while not base and back > 0:
+        oldest = max(0, back - MAX_HELD)
+        while not base and back > oldest:
             back -= 1
             self._prefix = self._starts[back]
             base = self._text(self._prefix, self._read)

@@ -115,6 +115,21 @@ def test_the_window_stays_short_on_a_long_output(demo_tokenizer):
     assert len(decoder.ids) <= 6 * MAX_HELD     # what each token decodes does not grow with the text
 
 
+def test_a_long_run_of_tokens_that_read_as_nothing_keeps_the_window_short(demo_tokenizer):
+    tokenizer = demo_tokenizer
+    beyond = tokenizer.vocab_size + 1000      # an id the vocabulary lacks: it decodes to nothing
+    assert tokenizer.decode([beyond]) == ""
+    ids = tokenizer.encode("the", add_special_tokens=False) + [beyond] * 600 + tokenizer.encode(" fox", add_special_tokens=False)
+    decoder = IncrementalDetokenizer(tokenizer)
+    longest = 0
+    text = ""
+    for t in ids:
+        text += decoder.add(t)
+        longest = max(longest, len(decoder.ids))
+    assert text + decoder.finish() == tokenizer.decode(ids) == "the fox"
+    assert longest <= 6 * MAX_HELD      # each token's decode does not grow with the run
+
+
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(text=st.text("ab\ncé", max_size=40), stops=st.lists(st.text("abcé", min_size=1, max_size=4), min_size=1, max_size=4),
        cuts=st.lists(st.integers(0, 40), max_size=10))
