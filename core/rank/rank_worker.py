@@ -356,7 +356,7 @@ class RankWorker:
                 tokens = self._rank0_tokens(tokens, logits.shape[0], logits.device)
             ticket = self.io.publish(tokens, read_back=self.samples, logprobs=logprobs) if tokens is not None else None
             if self.samples:
-                self.structured.published(ticket)
+                self.structured.published(ticket, self.io.read)
         return ticket, (self.io.read(read) if read is not None else None)
 
     def forward_stage(self, micro_batches: list[StepBatch], sampling: list[list[SamplingParams | None]],
@@ -401,7 +401,7 @@ class RankWorker:
             # the micro-batches' packed rows, in row order, as one step's (every one of the same width)
             packed = _same_width(logprobs) if logprobs else None
             ticket = self.io.publish(torch.cat(tokens), read_back=True, logprobs=packed)
-            self.structured.published(ticket)
+            self.structured.published(ticket, self.io.read)
             return ticket
 
     def _sample(self, logits: torch.Tensor, sampling: list[SamplingParams | None],
@@ -431,7 +431,7 @@ class RankWorker:
             return tokens, None
         ids = batch.input_ids.tolist() if layout.scores_prompt else []
         out = place_rows(layout.num_rows, 1 + 2 * layout.k) if place_rows is not None else None
-        return tokens, pack_step(layout, logits, tokens, token_logits, ids, out)
+        return tokens, pack_step(self.model.kernels, layout, logits, tokens, token_logits, ids, out)
 
     def _histories(self, sampling: list[SamplingParams | None], seeds: list[tuple[int, int] | None],
                    batch: StepBatch) -> list | None:

@@ -1,6 +1,6 @@
 """The sampling rank's part in structured output: each step's constrained rows, their token bitmask
-filled on the host (:class:`~anydev.core.sched.grammar_matchers.GrammarMatchers`) and copied to the
-device with the rows' indices through pinned memory, in stream order, without waiting for the device.
+filled on the host, most of it ahead on the matchers' worker thread
+(:class:`~anydev.core.sched.grammar_matchers.GrammarMatchers`), and copied to the device with the rows' indices through pinned memory, in stream order, without waiting for the device.
 
 The pinned buffers and the device buffer are allocated the first time a step has a constrained
 row, so a rank that never serves one holds none of it."""
@@ -63,9 +63,10 @@ class StructuredRows:
             if key is not None and self.matchers.rejection(key[0]) is not None:
                 tokens[i] = GRAMMAR_REJECTED
 
-    def published(self, ticket) -> None:
-        """The step's tokens went out with ``ticket``: its constrained rows read them at the next step."""
-        self.matchers.sampled(ticket, self._rows)
+    def published(self, ticket, read) -> None:
+        """The step's tokens went out with ``ticket`` (``read(ticket)``: them, once the device has them):
+        the matchers' worker feeds them to the constrained rows' matchers and fills their next masks."""
+        self.matchers.sampled(ticket, self._rows, read)
         self._rows = []
 
     def _staging_(self) -> PinnedStaging:
@@ -76,7 +77,10 @@ class StructuredRows:
         return self._staging
 
     def close(self) -> None:
-        for obj in (self._staging, self._device_mask):
-            if obj is not None:
-                obj.close()
-        self._staging = self._device_mask = None
+        try:
+            self.matchers.close()     # its worker may be reading the step's tokens
+        finally:
+            for obj in (self._staging, self._device_mask):
+                if obj is not None:
+                    obj.close()
+            self._staging = self._device_mask = None

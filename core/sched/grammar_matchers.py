@@ -1,12 +1,17 @@
 """The sampling rank's grammar matchers: one per constrained sequence, advanced by each token it
 samples, and the token bitmask of the rows of a step, filled on the host.
 
-A step's tokens reach the matchers at the next step, after that step's forward is launched (the host
-then waits for the earlier step's tokens only, while the device runs the new forward), so the masks
-of step N+1 are computed while the device runs step N+1's layers; the mask then goes to the device
-and is applied to the logits before the token is drawn (:func:`apply_token_bitmask`).
+A step's tokens reach the matchers on a worker thread as soon as the device has them: once step N is
+published, the thread waits for its tokens, feeds them to the matchers and fills the masks those
+sequences need next, while the host builds and launches step N+1 (llguidance fills masks without
+holding the GIL). Step N+1's sampling waits for that work, takes the masks ready and fills only
+those of sequences new to the step; the mask then goes to the device and is applied to the logits
+before the token is drawn (:func:`apply_token_bitmask`). Without a ``read`` for the thread
+(:meth:`GrammarMatchers.sampled`), the tokens reach the matchers at the next step's start instead.
 """
 from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -28,28 +33,58 @@ class GrammarMatchers:
         #: The last published step's constrained rows: (its ticket, [(row, sequence id)]).
         self._unread: tuple[object, list[tuple[int, int]]] | None = None
         self.words = (vocab_size + 31) // 32
+        self._worker: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None       # the worker's catch-up and masks of the step published last
+        self._ready: tuple[dict[int, int], np.ndarray] | None = None   # masks filled ahead: {seq id: row}, rows
 
     # ---- the tokens ------------------------------------------------------------------------------
-    def sampled(self, ticket, rows: list[tuple[int, int]]) -> None:
-        """A step was published with ``ticket``; its rows ``rows`` ((row, sequence id)) are constrained."""
+    def sampled(self, ticket, rows: list[tuple[int, int]], read=None) -> None:
+        """A step was published with ``ticket``; its rows ``rows`` ((row, sequence id)) are constrained.
+        With ``read`` (``read(ticket)``: that step's tokens, waiting for that step only, callable from
+        another thread) the worker thread catches up and fills those sequences' next masks now."""
         self._unread = (ticket, rows) if rows else None
+        self._ready = None
+        if rows and read is not None:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(1, thread_name_prefix="anydev-grammar")
+            self._pending = self._worker.submit(self._ahead, read)
+
+    def _ahead(self, read) -> None:
+        """The worker's job: catch up, then fill the masks of the sequences that just advanced."""
+        seq_ids = self._consume(read)
+        masks = np.empty((len(seq_ids), self.words), dtype=np.int32)
+        self._compute([(self._by_seq[seq_id], i) for i, seq_id in enumerate(seq_ids)], masks)
+        self._ready = ({seq_id: i for i, seq_id in enumerate(seq_ids)}, masks)
 
     def catch_up(self, read) -> None:
         """Feed each matcher the token its sequence sampled in the step published last (``read(ticket)``
-        gives that step's tokens; it waits for that step only). A negative token (a failed row)
-        and a token after the grammar finished advance nothing; a token the grammar rejects puts its
-        sequence in :meth:`rejection`."""
+        gives that step's tokens; it waits for that step only), or wait for the worker doing so (its
+        error raised here). A negative token (a failed row) and a token after the grammar finished
+        advance nothing; a token the grammar rejects puts its sequence in :meth:`rejection`."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+        else:
+            self._consume(read)
+
+    def _consume(self, read) -> list[int]:
+        """:meth:`catch_up`'s work; returns the ids of the sequences it saw that have a matcher."""
         if self._unread is None:
-            return
+            return []
         ticket, rows = self._unread
         self._unread = None
         tokens = read(ticket)
+        seen = []
         for row, seq_id in rows:
             matcher, token = self._by_seq.get(seq_id), tokens[row]
-            if matcher is None or token < 0 or matcher.is_stopped() or seq_id in self._rejected:
+            if matcher is None:
+                continue
+            seen.append(seq_id)
+            if token < 0 or matcher.is_stopped() or seq_id in self._rejected:
                 continue
             if not matcher.consume_token(token):
                 self._rejected[seq_id] = f"token {token} was sampled against the grammar: {matcher.get_error()}"
+        return seen
 
     def rejection(self, seq_id: int) -> str | None:
         """Why ``seq_id``'s grammar stopped accepting its tokens (None: it accepts them)."""
@@ -60,8 +95,20 @@ class GrammarMatchers:
         """Fill ``out[i]`` (int32, :attr:`words` per row: bit j of word w allows token 32w + j) with the
         tokens the grammar of ``rows[i]`` ((sequence id, its constraint)) allows next; a sequence
         seen for the first time gets its matcher."""
-        matchers = [(self._matcher(seq_id, structured), i) for i, (seq_id, structured) in enumerate(rows)]
-        self._executor_().unsafe_compute_mask_ptr(matchers, out.ctypes.data, 4 * self.words, out.shape[0])
+        ready, filled = self._ready or ({}, None)
+        todo = []
+        for i, (seq_id, structured) in enumerate(rows):
+            if seq_id in ready:
+                out[i] = filled[ready[seq_id]]
+            else:
+                todo.append((self._matcher(seq_id, structured), i))
+        if todo:
+            self._compute(todo, out)
+
+    def _compute(self, matchers: list, out: np.ndarray) -> None:
+        """Fill ``out[i]`` for each ``(matcher, i)`` of ``matchers`` (llguidance's threads, no GIL held)."""
+        if matchers:
+            self._executor_().unsafe_compute_mask_ptr(matchers, out.ctypes.data, 4 * self.words, out.shape[0])
 
     def _matcher(self, seq_id: int, structured: StructuredOutput):
         matcher = self._by_seq.get(seq_id)
@@ -96,6 +143,17 @@ class GrammarMatchers:
 
     def seq_ids(self) -> list[int]:
         return sorted(self._by_seq)
+
+    def close(self) -> None:
+        """Wait for the worker's work in flight (its error raised), then stop the worker."""
+        pending, self._pending = self._pending, None
+        try:
+            if pending is not None:
+                pending.result()
+        finally:
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
 
 
 def apply_token_bitmask(logits: torch.Tensor, rows: torch.Tensor | None, bitmask: torch.Tensor) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import threading
 
 import pytest
 import torch
@@ -171,29 +172,42 @@ def test_tp_and_pp_give_the_single_rank_s_constrained_tokens(layout, single_rank
 
 
 def test_each_step_fills_its_masks_after_its_forward_is_launched(engine):
-    """The masks of a step are filled on the host after the step's forward was handed to the device
-    (and the tokens they need read after that too), so the device runs the forward meanwhile."""
+    """A step's masks are filled after its forward was handed to the device (the device runs it
+    meanwhile): on the rank's thread only a new sequence's first mask, after the forward; every later
+    one on the matchers' worker thread, which reads the step's tokens after that step was launched."""
     sampler, events = engine.sampler, []
-    forward, fill, read = sampler.model.forward, sampler.structured.matchers.fill, sampler.io.read
+    forward, compute = sampler.model.forward, sampler.structured.matchers._compute
 
-    def traced(name, fn):
-        def call(*args, **kwargs):
-            events.append(name)
-            return fn(*args, **kwargs)
-        return call
+    def traced_forward(*args, **kwargs):
+        events.append(("forward", threading.current_thread().name, 0))
+        return forward(*args, **kwargs)
 
-    sampler.model.forward = traced("forward", forward)
-    sampler.structured.matchers.fill = traced("fill", fill)
-    sampler.io.read = traced("read", read)
+    def traced_compute(todo, out):
+        events.append(("fill", threading.current_thread().name, len(todo)))
+        return compute(todo, out)
+
+    sampler.model.forward, sampler.structured.matchers._compute = traced_forward, traced_compute
     try:
-        engine.generate(["Hello"], SamplingParams(max_new_tokens=12, structured=StructuredOutput("regex", EMAIL)))
+        outputs = engine.generate(["Hello"], SamplingParams(max_new_tokens=12, structured=StructuredOutput("regex", EMAIL)))
     finally:
-        del sampler.model.forward, sampler.structured.matchers.fill, sampler.io.read
-    steps = "".join("F" if e == "forward" else "M" if e == "fill" else "r" for e in events).split("F")[1:]
-    assert len(steps) >= 5, steps
-    # per step: [read the step before's tokens] fill [read them for the engine]; a read before the forward
-    # (the tokens waited for before the device has the new step) would show as "Mrr"
-    assert all(re.fullmatch(r"r?Mr?", step) for step in steps[:-1]), steps   # the last: the engine reads on
+        del sampler.model.forward, sampler.structured.matchers._compute
+    rank = [e for e in events if not e[1].startswith("anydev-grammar")]
+    ahead = [n for what, thread, n in events if thread.startswith("anydev-grammar")]
+    rank_fills = [i for i, e in enumerate(rank) if e[0] == "fill" and e[2]]
+    assert len(rank_fills) == 1 and rank[rank_fills[0] - 1][0] == "forward", rank    # the first step's, after its forward
+    assert ahead.count(1) >= len(outputs[0].token_ids) - 1, events   # the rest were filled ahead
+
+
+def test_an_error_on_the_matchers_worker_is_raised_by_the_next_step():
+    with InferEngine(demo_checkpoint(), EngineConfig(device="cpu")) as engine:
+        matchers = engine.sampler.structured.matchers
+
+        def failing(read):
+            raise RuntimeError("the grammar worker failed")
+
+        matchers._ahead = failing
+        with pytest.raises(Exception, match="the grammar worker failed"):
+            engine.generate(["Hello"], SamplingParams(max_new_tokens=8, structured=StructuredOutput("regex", EMAIL)))
 
 
 def test_a_preempted_constrained_request_keeps_its_grammar_state():
