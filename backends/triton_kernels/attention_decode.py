@@ -27,16 +27,15 @@ from ._common import (LOG2E, pdl, pdl_wait, check_cache, check_last_dim_contiguo
                       next_power_of_2, tl, triton, upcast_dots)
 
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
-MIN_SPLIT_TOKENS = 256     # a partition covers at least this many key positions
+MIN_SPLIT_TOKENS = 256     # partitions: at most one per this many positions of the table
 
 
 # The partition count and block-table width change from step to step: not specialized (Triton would
-# compile another kernel when one turns 1 or a multiple of 16). tokens_per_split is always a multiple
-# of BLOCK_N, so its specialization never changes.
+# compile another kernel when one turns 1 or a multiple of 16).
 @triton.jit(do_not_specialize=["num_splits", "stride_tb"])
 def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_ptr,
                    part_out_ptr, part_lse_ptr, counters_ptr,
-                   qk_scale, window, tokens_per_split, num_splits,
+                   qk_scale, window, num_splits,
                    stride_qb, stride_qh, stride_tb, stride_ob, stride_oh,
                    stride_page, stride_slot, stride_kvh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -47,9 +46,12 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     seq_len = tl.load(lens_ptr + b)
-    lo = split * tokens_per_split
+    # The partitions share the keys this sequence has (not the table's width): a short context in a
+    # long table still spreads over every partition.
+    first = tl.where(window > 0, tl.maximum(seq_len - window, 0), 0)
+    tokens_per_split = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
+    lo = first + split * tokens_per_split
     hi = tl.minimum(seq_len, lo + tokens_per_split)
-    lo = tl.where(window > 0, tl.maximum(lo, seq_len - window), lo)
 
     g = tl.arange(0, GROUP_PAD)
     heads = kv_head * GROUP + g
@@ -113,7 +115,8 @@ def _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group,
 
 def num_splits(batch: int, kv_heads: int, max_tokens: int, device: torch.device) -> int:
     """How many partitions share one sequence's context: enough programs to fill the device when
-    batch x KV heads does not, each partition covering at least MIN_SPLIT_TOKENS positions."""
+    batch x KV heads does not, at most one per MIN_SPLIT_TOKENS positions of the block table. (The
+    kernel splits each sequence's own keys evenly among them.)"""
     wanted = triton.cdiv(programs_to_fill(device), max(batch * kv_heads, 1))
     return max(1, min(wanted, triton.cdiv(max_tokens, MIN_SPLIT_TOKENS)))
 
@@ -165,7 +168,6 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     group = H // KV
     max_tokens = block_tables.shape[1] * block_size
     splits = num_splits(B, KV, max_tokens, q.device)
-    tokens_per_split = triton.cdiv(triton.cdiv(max_tokens, splits), BLOCK_N) * BLOCK_N
     if splits > 1:
         part_out = torch.empty((B, H, splits, D), dtype=torch.float32, device=q.device)
         part_lse = torch.empty((B, H, splits), dtype=torch.float32, device=q.device)
@@ -174,7 +176,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         part_out = part_lse = counters = out        # unused
     _decode_kernel[(B, KV, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_lse, counters,
-        float(scale) * LOG2E, int(sliding_window or 0), tokens_per_split, splits,
+        float(scale) * LOG2E, int(sliding_window or 0), splits,
         q.stride(0), q.stride(1), block_tables.stride(0), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
