@@ -1,4 +1,4 @@
-"""Kernels (contract 1.2, 1.3, 1.5, 1.6, 1.7, 1.8): every kernel a backend offers natively (``backend.kernels().native``) equals
+"""Kernels (contract 1.2, 1.3, 1.5, 1.6, 1.7, 1.8, 1.9, 1.10): every kernel a backend offers natively (``backend.kernels().native``) equals
 its torch reference in :mod:`anydev.plugin_api.kernels` over a sweep of shapes and dtypes; and the
 engine's greedy tokens with the backend's kernels equal those with the references (a Qwen3 model's also
 with every fused kernel run as its parts).
@@ -38,6 +38,12 @@ rounding in 16-bit logits, to the lower expert) with weights within the float32 
 without renormalisation; ``moe_linear`` in float and every weight format over rows that share an
 expert, all rows on one expert and experts that get no row, whose weights hold NaN (a kernel that
 reads an expert no row names fails).
+
+Log-probabilities (1.10): ``logprobs`` gives exactly the reference's token ids and its values within
+the float32 tolerance (``-inf`` exactly), for logits of every dtype in strided rows whose vocabulary
+is no multiple of a power of two, rows of ties (ties at the ``k``-th place and across the places where
+an implementation may split a row, kept to the lower ids), rows of ``-inf`` but for a few tokens, and
+negative targets; a row holding NaN must not fault; nothing outside ``out`` is written.
 
 Pages a kernel must not read (the rest of a sequence's last page, pages of no sequence, block-table
 entries past a sequence's length) hold NaN, so a kernel that reads past a length fails.
@@ -573,6 +579,100 @@ def test_moe_linear_equals_the_reference(kernels, torch_device, quick, dtype, we
             want = reference.moe_linear(x32, weight.float() if weight_format is None else weight, scales,
                                         weight_format, ids)
             assert_close(got, want, dtype, what)
+
+
+# ---- log-probabilities (contract 1.10) ----------------------------------------------------------
+
+def logprobs_cases(quick: bool) -> list[tuple[int, int, int]]:
+    """(R, V, k): one row, a few and a batch; k 0 (the chosen token only), 1, 5 and the most, 20;
+    vocabularies no multiple of a power of two, a real one's (Qwen's 151936) in the full sweep."""
+    if quick:
+        return [(1, 2053, 20), (3, 2053, 5), (3, 1031, 0), (64, 777, 1)]
+    return [(R, V, k) for V in (2053, 151936) for R in (1, 3, 64) for k in (0, 1, 5, 20)]
+
+
+def run_logprobs(kernel, logits: torch.Tensor, targets: torch.Tensor, k: int, what: str) -> torch.Tensor:
+    """``kernel``'s packed rows, its ``out`` a view into a larger buffer whose margins must stay as
+    they were."""
+    R, width = logits.shape[0], 1 + 2 * k
+    buffer = torch.full((R * width + 16,), 12345.0, device=logits.device)
+    out = buffer[8:8 + R * width].view(R, width)
+    got = kernel(logits, targets, k, out)
+    assert got is out or (got.data_ptr() == out.data_ptr() and got.shape == out.shape), \
+        f"{what}: logprobs must write into out and return it"
+    margins = torch.cat((buffer[:8], buffer[-8:])).cpu()
+    assert torch.all(margins == 12345.0), f"{what}: logprobs wrote outside out"
+    return out
+
+
+def assert_logprobs_equal(got: torch.Tensor, want: torch.Tensor, k: int, what: str, rows=None) -> None:
+    """The ids exactly, infinite values exactly, finite ones within the float32 tolerance (of ``rows``:
+    None, every row)."""
+    got, want = got.cpu(), want.cpu()
+    if rows is not None:
+        got, want = got[rows], want[rows]
+    ids, want_ids = got[:, 1 + k:], want[:, 1 + k:]
+    if not torch.equal(ids, want_ids):
+        bad = int((ids != want_ids).any(dim=1).nonzero()[0])
+        pytest.fail(f"{what}: row {bad}'s top ids {ids[bad].long().tolist()}, reference "
+                    f"{want_ids[bad].long().tolist()} (ties: the lower id first)", pytrace=False)
+    values, want_values = got[:, :1 + k], want[:, :1 + k]
+    infinite = torch.isinf(want_values)
+    assert torch.equal(values[infinite], want_values[infinite]), \
+        f"{what}: log-probabilities of -inf logits are not -inf: {values[infinite].tolist()}"
+    assert_close(values.where(~infinite, 0.0), want_values.where(~infinite, 0.0), torch.float32, what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_logprobs_equals_the_reference(kernels, torch_device, quick, dtype):
+    kernel = native(kernels, "logprobs", dtype)
+    for seed, (R, V, k) in enumerate(logprobs_cases(quick)):
+        gen = torch.Generator().manual_seed(seed)
+        logits = (3 * torch.randn(R, V + 8, generator=gen)).to(dtype).to(torch_device)[:, 8:]     # strided rows
+        targets = torch.randint(0, V, (R,), generator=gen)
+        targets[::2] = -1                                 # a failed row's code: reads token 0
+        targets = targets.to(torch_device)
+        what = f"logprobs {dtype} (R {R}, V {V}, k {k})"
+        got = run_logprobs(kernel, logits, targets, k, what)
+        want = reference.logprobs(logits, targets, k, torch.empty_like(got))
+        assert_logprobs_equal(got, want, k, what)
+
+
+def special_logits(V: int) -> torch.Tensor:
+    """Rows of ties and infinities (float32; exact in every dtype): all equal (``-0.0`` among them);
+    a few values repeated everywhere; a largest value repeated across token 1024; ``-inf`` but for
+    three tokens; and a row holding NaN."""
+    gen = torch.Generator().manual_seed(7)
+    rows = torch.zeros(5, V)
+    rows[0, 1::3] = -0.0
+    rows[1] = torch.randint(-3, 4, (V,), generator=gen).float()
+    rows[2] = torch.randint(-8, 0, (V,), generator=gen).float()
+    rows[2, 1020:1030] = 2.0
+    rows[2, V - 1] = 2.0
+    rows[3] = -math.inf
+    rows[3, [V - 1, 700, 5]] = torch.tensor([1.0, 3.0, 2.0])
+    rows[4] = torch.randn(V, generator=gen)
+    rows[4, 100:110] = math.nan
+    return rows
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_logprobs_keeps_the_lower_ids_of_tied_logits(kernels, torch_device, dtype):
+    """Ties to the lower id, within the list and at its last place; ``-inf`` logits ranked as values;
+    negative targets read token 0; a NaN row (not compared) does not fault."""
+    kernel = native(kernels, "logprobs", dtype)
+    V = 1531
+    logits = special_logits(V).to(dtype).to(torch_device)
+    targets = torch.tensor([3, -1, V - 1, -7, 2], device=torch_device)
+    for k in (5, 20):
+        what = f"logprobs ties {dtype} (V {V}, k {k})"
+        got = run_logprobs(kernel, logits, targets, k, what)
+        ids = got[:, 1 + k:].long().cpu().tolist()
+        assert ids[0] == list(range(k)), f"{what}: equal logits chose {ids[0]}, not the lowest ids"
+        assert ids[2][:5] == [1020, 1021, 1022, 1023, 1024], f"{what}: the largest of a row, tied, chose {ids[2][:5]}"
+        assert ids[3][:5] == [700, 5, V - 1, 0, 1], f"{what}: a row of -inf but three chose {ids[3][:5]}"
+        want = reference.logprobs(logits, targets, k, torch.empty_like(got))
+        assert_logprobs_equal(got, want, k, what, rows=[0, 1, 2, 3])
 
 
 # ---- the engine ----------------------------------------------------------------------------------

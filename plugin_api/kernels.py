@@ -39,6 +39,9 @@ Conventions shared by all kernels:
   and ``moe_linear`` (a grouped linear layer: each row through the weight of its own expert, float or
   in any weight format). A MoE block is ``moe_route``, ``moe_linear`` (gate/up), ``silu_and_mul``,
   ``moe_linear`` (down) and the weighted sum of each token's expert rows.
+* **Log-probabilities** (contract 1.10): ``logprobs`` is the sampling rank's, not the model's: each
+  row's log-softmax at its chosen token and its top ``k``, packed as the engine reads them back, in
+  one or two launches where the reference takes some 25 torch ops (two ``topk`` among them).
 """
 from __future__ import annotations
 
@@ -328,6 +331,50 @@ def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
 
 
+# ---- log-probabilities (contract 1.10) ----------------------------------------------------------
+
+#: The most top log-probabilities :func:`logprobs` gives a row (the OpenAI API's limit).
+LOGPROBS_MAX_K = 20
+
+
+def logprobs(logits: torch.Tensor, targets: torch.Tensor, k: int, out: torch.Tensor) -> torch.Tensor:
+    """Each row's log-probabilities, packed as the sampling rank reads them back (contract 1.10):
+    written into ``out``, which is returned.
+
+    ``logits`` ``[R, V]`` float32, float16 or bfloat16 (rows may be strided, unit last stride);
+    ``targets`` ``[R]`` int64, each below ``V``; ``0 <= k <= min(LOGPROBS_MAX_K, V)``; ``out`` ``[R,
+    1 + 2k]`` float32, contiguous. With ``logp = logits[r] - logsumexp(logits[r])`` in float32 (the
+    log-softmax): ``out[r, 0] = logp[max(targets[r], 0)]`` (a negative target, a failed row's code,
+    reads token 0); ``out[r, 1:1 + k]`` the ``k`` largest of ``logp``, largest first; ``out[r, 1 +
+    k:]`` their token ids as float32 (exact below 2**24). Tokens are ordered by logit, largest first,
+    and among equal logits (``-0.0 == 0.0``) the lower id first, at the ``k``-th place too: of the
+    tokens tied there the lowest ids are the ones kept, so every backend gives the same ids. A
+    ``-inf`` logit is an ordinary value (log-probability ``-inf``); a row holding NaN may give
+    anything but must not fault. Graph-safe: no host reads, shapes from ``R``, ``V``, ``k`` only."""
+    logp = logits.log_softmax(dim=-1, dtype=torch.float32)
+    out[:, 0] = logp.gather(1, targets.clamp(min=0)[:, None])[:, 0]
+    if k == 0:
+        return out
+    R, V = logits.shape
+    # No sort of the vocabulary: topk gives the k-th largest logit and the ids of the larger ones
+    # (before it in its list); of the tokens equal to it, the lowest ids fill the places left, found
+    # by a second topk over ``V - id`` where a token ties (0 elsewhere).
+    top = logits.topk(k, dim=-1)
+    kth = top.values[:, -1:]
+    larger = (top.values > kth).sum(dim=1, keepdim=True)
+    tied = (logits == kth) * torch.arange(V, 0, -1, dtype=torch.int32, device=logits.device)
+    lowest_tied = V - tied.topk(k, dim=-1).values.long()
+    place = torch.arange(k, device=logits.device)
+    ids = torch.where(place < larger, top.indices, lowest_tied.gather(1, (place - larger).clamp(min=0)))
+    ids = ids.clamp(max=V - 1).sort(dim=1).values       # a NaN row may tie fewer tokens than it needs
+    # Largest first, a stable sort keeping equal logits in ascending ids (+ 0.0: a radix sort, as on a
+    # GPU, would put -0.0 after 0.0).
+    ids = ids.gather(1, (logits.gather(1, ids) + 0.0).sort(dim=1, descending=True, stable=True).indices)
+    out[:, 1:1 + k] = logp.gather(1, ids)
+    out[:, 1 + k:] = ids
+    return out
+
+
 # ---- the registry: one entry per kernel ----------------------------------------------------------
 
 #: Every kernel of the contract, by name: its reference, the version that added it, and the inputs an
@@ -352,9 +399,11 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
     KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
+    KernelSpec("logprobs", logprobs, (1, 10), dtype_arg="logits"),
 )}
 #: Every kernel's name, in the registry's order: those of 1.2, the fused ones (1.3, 1.8), the linear
-#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7).
+#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7), the
+#: sampler's log-probabilities (1.10).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.

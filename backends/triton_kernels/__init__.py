@@ -1,4 +1,4 @@
-"""Triton implementations of the contract's kernels (1.2-1.9) (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.10) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -30,6 +30,7 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
     from .cache import write_kv
     from .embedding import quantized_embedding
     from .linear import linear, quantized_linear
+    from .logprobs import logprobs
     from .moe import moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
     from .rotary import qk_norm_rotary_write_kv, rotary_embedding, rotary_write_kv
@@ -49,4 +50,5 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
         "quantized_embedding": quantized_embedding,
         "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),
         "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),
+        "logprobs": logprobs,
     }

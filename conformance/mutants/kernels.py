@@ -417,3 +417,59 @@ class MoeLinearNextExpert(_OneKernel):
         return reference.moe_linear(x, weight, scales, weight_format, (expert_ids + 1) % weight.shape[0])
 
     _kernel = moe_linear
+
+
+# ---- log-probabilities (contract 1.10) ----------------------------------------------------------
+
+@mutant("logprobs-ties-to-the-higher-id", checks=CHECKS)
+class LogprobsTiesToTheHigherId(_OneKernel):
+    """logprobs orders equal logits, and keeps those tied at the k-th place, higher id first."""
+
+    @staticmethod
+    def logprobs(logits, targets, k, out):
+        V = logits.shape[1]
+        reference.logprobs(logits.flip(-1), V - 1 - targets.clamp(min=0), k, out)
+        out[:, 1 + k:] = V - 1 - out[:, 1 + k:]
+        return out
+
+    _kernel = logprobs
+
+
+@mutant("logprobs-logsumexp-misses-the-last-chunk", checks=CHECKS)
+class LogprobsLogsumexpMissesTheLastChunk(_OneKernel):
+    """logprobs leaves the last 256 tokens out of the logsumexp (a merge that drops the last chunk's
+    sum): every log-probability is off by the same constant."""
+
+    @staticmethod
+    def logprobs(logits, targets, k, out):
+        reference.logprobs(logits, targets, k, out)
+        row = logits.float()
+        out[:, :1 + k] += (row.logsumexp(dim=1) - row[:, :-256].logsumexp(dim=1))[:, None]
+        return out
+
+    _kernel = logprobs
+
+
+@mutant("logprobs-negative-target-wraps", checks=CHECKS)
+class LogprobsNegativeTargetWraps(_OneKernel):
+    """logprobs does not clamp a negative target: -1 reads the row's last token, not token 0."""
+
+    @staticmethod
+    def logprobs(logits, targets, k, out):
+        return reference.logprobs(logits, targets % logits.shape[1], k, out)
+
+    _kernel = logprobs
+
+
+@mutant("logprobs-target-of-the-next-row", checks=CHECKS)
+class LogprobsTargetOfTheNextRow(_OneKernel):
+    """logprobs reads row r's target in row r + 1's logits (the last row's in the first's)."""
+
+    @staticmethod
+    def logprobs(logits, targets, k, out):
+        reference.logprobs(logits, targets, k, out)
+        chosen = logits.roll(-1, dims=0).float().log_softmax(dim=1).gather(1, targets.clamp(min=0)[:, None])
+        out[:, 0] = chosen[:, 0]
+        return out
+
+    _kernel = logprobs

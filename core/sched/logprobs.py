@@ -79,48 +79,38 @@ def step_layout(params: list, starts: list[int]) -> StepLayout:
 NO_LOGPROBS = StepLayout((), (), (), 0)
 
 
-def pack_logprobs(logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int,
+def pack_logprobs(kernels, logits: torch.Tensor, index: torch.Tensor | None, targets: torch.Tensor, k: int,
                   out: torch.Tensor | None = None) -> torch.Tensor:
     """``[len(index), 1 + 2k]`` float32 on the device (written into ``out`` when given): for the logits
     rows ``index`` (None: every row), the log-probability of ``targets`` (a failed row's negative token
-    code reads token 0), then the top ``k`` log-probabilities and their ids. The log-softmax reads the
-    logits as they are and writes float32 (one kernel: no float32 copy of the logits first); the top
-    ``k`` are those of the logits as they are (a log-softmax shifts a row by a constant: the same
-    tokens, in the same order, found in half the bytes for 16-bit logits), their log-probabilities
-    gathered beside the target's straight into the row, the ids copied after them."""
+    code reads token 0), then the top ``k`` log-probabilities and their ids, by the kernel set
+    ``kernels``' ``logprobs`` (contract 1.10: one or two launches where a backend offers it)."""
     rows = logits if index is None else logits.index_select(0, index)
     if out is None:
         out = torch.empty((rows.shape[0], 1 + 2 * k), dtype=torch.float32, device=rows.device)
-    logp = rows.log_softmax(dim=-1, dtype=torch.float32)
-    chosen = targets.clamp(min=0)[:, None]
-    if k == 0:
-        return torch.gather(logp, 1, chosen, out=out)
-    top = rows.topk(k, dim=-1).indices
-    torch.gather(logp, 1, torch.cat((chosen, top), dim=1), out=out[:, :1 + k])
-    out[:, 1 + k:].copy_(top)
-    return out
+    return kernels.logprobs(rows, targets, k, out)
 
 
-def pack_step(layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor, token_logits: torch.Tensor | None,
-              input_ids: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
-    """The step's packed rows (see the module), written into ``out`` ([layout.num_rows, 1 + 2k]) when
-    given: ``logits`` [rows, vocab] and ``tokens`` [rows] the sampled ones, ``token_logits`` [step
-    tokens, vocab] (needed when some row scores its prompt) and ``input_ids`` the step's token ids (on
-    the host: the prompts' next tokens are the targets)."""
+def pack_step(kernels, layout: StepLayout, logits: torch.Tensor, tokens: torch.Tensor,
+              token_logits: torch.Tensor | None, input_ids: list[int], out: torch.Tensor | None = None) -> torch.Tensor:
+    """The step's packed rows (see the module) by the kernel set ``kernels``, written into ``out``
+    ([layout.num_rows, 1 + 2k]) when given: ``logits`` [rows, vocab] and ``tokens`` [rows] the sampled
+    ones, ``token_logits`` [step tokens, vocab] (needed when some row scores its prompt) and
+    ``input_ids`` the step's token ids (on the host: the prompts' next tokens are the targets)."""
     device = logits.device
     if not layout.prompt:        # decode steps: the sampled rows' alone, straight into ``out``
         if layout.output == tuple(range(logits.shape[0])):      # every row asks: no index to copy to the device
-            return pack_logprobs(logits, None, tokens, layout.k, out)
+            return pack_logprobs(kernels, logits, None, tokens, layout.k, out)
         rows = _on_device(layout.output, device)
-        return pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k, out)
+        return pack_logprobs(kernels, logits, rows, tokens.index_select(0, rows), layout.k, out)
     positions = [start + j for _, start, count in layout.prompt for j in range(count)]
     targets = _on_device([input_ids[p + 1] for p in positions], device)
     positions = _on_device(positions, device)
     if not layout.output:
-        return pack_logprobs(token_logits, positions, targets, layout.k, out)
+        return pack_logprobs(kernels, token_logits, positions, targets, layout.k, out)
     rows = _on_device(layout.output, device)
-    parts = (pack_logprobs(token_logits, positions, targets, layout.k),
-             pack_logprobs(logits, rows, tokens.index_select(0, rows), layout.k))
+    parts = (pack_logprobs(kernels, token_logits, positions, targets, layout.k),
+             pack_logprobs(kernels, logits, rows, tokens.index_select(0, rows), layout.k))
     return torch.index_select(torch.cat(parts), 0, _on_device(layout.order, device), out=out)
 
 

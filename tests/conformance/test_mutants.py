@@ -31,6 +31,8 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "comm-init-all-ranks-in-device-order", "event-record-keeps-the-first", "wait-event-ignored-across-devices",
     "torch-stream-clears-queued-errors", "rms-norm-wrong-beyond-4096-columns", "free-host-no-wait",
     "recv-of-0-elements-writes-one", "recv-from-a-non-neighbour-drops-the-last-element", "comm-init-rank-in-arrival-order",
+    "logprobs-ties-to-the-higher-id", "logprobs-logsumexp-misses-the-last-chunk",             # contract 1.10
+    "logprobs-negative-target-wraps", "logprobs-target-of-the-next-row",
 }
 
 EXTRA = textwrap.dedent('''

@@ -11,25 +11,26 @@ import torch
 from anydev.core import InferEngine, SamplingParams
 from anydev.core.loading.checkpoint import demo_checkpoint
 from anydev.core.sched import logprobs as lp
+from anydev.plugin_api.kernels import KernelSet
 
 
 def reference_rows(logits: torch.Tensor, targets: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     logp = logits.float().log_softmax(dim=-1)
-    top = logp.topk(k, dim=-1)
-    return logp.gather(1, targets[:, None])[:, 0], top.values, top.indices
+    values, ids = logp.sort(dim=-1, descending=True, stable=True)       # equal logits: the lower id first
+    return logp.gather(1, targets[:, None])[:, 0], values[:, :k], ids[:, :k]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_packed_rows_hold_the_float32_log_softmax_of_the_logits(dtype):
     logits = (torch.randn(6, 300, generator=torch.Generator().manual_seed(1)) * 4).to(dtype)
     targets = torch.tensor([0, 5, 299, 17, 3, 100])
-    packed = lp.pack_logprobs(logits, None, targets, 4)
+    packed = lp.pack_logprobs(KernelSet.reference(), logits, None, targets, 4)
     assert packed.dtype == torch.float32 and packed.shape == (6, 9)
     chosen, values, ids = reference_rows(logits, targets, 4)
     torch.testing.assert_close(packed[:, 0], chosen, rtol=0, atol=1e-6)
     torch.testing.assert_close(packed[:, 1:5], values, rtol=0, atol=1e-6)
     assert torch.equal(packed[:, 5:].long(), ids)
-    some = lp.pack_logprobs(logits, torch.tensor([4, 1]), targets[[4, 1]], 0)
+    some = lp.pack_logprobs(KernelSet.reference(), logits, torch.tensor([4, 1]), targets[[4, 1]], 0)
     torch.testing.assert_close(some[:, 0], chosen[[4, 1]], rtol=0, atol=1e-6)
 
 
@@ -103,3 +104,34 @@ def test_logprobs_add_no_host_wait_and_no_copy_back_to_a_step(monkeypatch):
             counts.setdefault(k, []).append((len(waits), len(copies)))
     assert counts[None][0][0] >= 12 and counts[None][0][1] >= 12     # a wait and a copy per step's tokens
     assert counts[5] == counts[None]                                  # no more with logprobs
+
+
+class LogprobsSpy:
+    """A rank's kernel set that notes the (rows, vocabulary, k) of each ``logprobs`` call."""
+
+    def __init__(self, kernels, calls: list):
+        self._kernels, self._calls = kernels, calls
+
+    def __getattr__(self, name):
+        return getattr(self._kernels, name)
+
+    def logprobs(self, logits, targets, k, out):
+        self._calls.append((*logits.shape, k))
+        return self._kernels.logprobs(logits, targets, k, out)
+
+
+def test_the_sampling_rank_packs_the_rows_by_its_kernel_sets_logprobs():
+    """Decode steps' rows, and a scored prompt's, are packed by the model's kernel set's ``logprobs``
+    (contract 1.10), whose answer is what the request gets."""
+    calls = []
+    with InferEngine(demo_checkpoint()) as engine:
+        engine.workers[0].model.kernels = LogprobsSpy(engine.workers[0].model.kernels, calls)
+        seqs = [engine.add_request([5, 9, 33], SamplingParams(max_new_tokens=4, ignore_eos=True, logprobs=3)),
+                engine.add_request([7, 1, 2, 4], SamplingParams(max_new_tokens=4, ignore_eos=True, logprobs=1,
+                                                               prompt_logprobs=2))]
+        while not all(s.is_finished for s in seqs):
+            engine.step()
+        vocab = engine.workers[0].model.config.vocab_size
+    assert calls and {v for _, v, _ in calls} == {vocab}
+    assert (3, vocab, 3) in calls                                    # the scored prompt's 3 positions, k the step's widest
+    assert {k for _, _, k in calls} == {3} and len(seqs[0].logprobs) == 4 and len(seqs[1].prompt_logprobs) == 3
