@@ -21,8 +21,7 @@ LB=(python3 benchmarks/logprobs_bench.py --device nvidia --prompt-len 128 --new-
 step logprobs-1b-b64 40 "${LB[@]}" --batch 64 --out $R/logprobs-1b-b64.json
 step logprobs-1b-b256 50 "${LB[@]}" --batch 256 --out $R/logprobs-1b-b256.json
 step logprobs-8b-b64 60 "${LB[@]}" --shape 8b --batch 64 --out $R/logprobs-8b-b64.json
-step moe-bench 30 python3 benchmarks/moe_bench.py --device nvidia
-step decode-moe-48 170 python3 benchmarks/decode_bench.py --device nvidia --shape qwen3-30b-a3b --batch-sizes 1,32 \
+step decode-moe-48 150 python3 benchmarks/decode_bench.py --device nvidia --shape qwen3-30b-a3b --batch-sizes 1,32 \
   --contexts 256 --prefill-len 0 --new-tokens 64 --modes graphs --hf none --out $R/decode-moe-48.json
 step structured-1b-b32 40 python3 benchmarks/structured_bench.py --device nvidia --prompt-len 128 --new-tokens 128 \
   --vocab 32000 --repeats 2 --batch 32 --shape 1b --out $R/structured-1b-b32.json
