@@ -23,6 +23,8 @@ step logprobs-1b-b256 50 "${LB[@]}" --batch 256 --out $R/logprobs-1b-b256.json
 step logprobs-8b-b64 60 "${LB[@]}" --shape 8b --batch 64 --out $R/logprobs-8b-b64.json
 step decode-moe-48 150 python3 benchmarks/decode_bench.py --device nvidia --shape qwen3-30b-a3b --batch-sizes 1,32 \
   --contexts 256 --prefill-len 0 --new-tokens 64 --modes graphs --hf none --out $R/decode-moe-48.json
+step prof-8b-b1 40 python3 benchmarks/step_profile.py --device nvidia --graphs --steps 8 --rows 12 --batch-sizes 1 \
+  --context 256 --shape 8b
 step structured-1b-b32 40 python3 benchmarks/structured_bench.py --device nvidia --prompt-len 128 --new-tokens 128 \
   --vocab 32000 --repeats 2 --batch 32 --shape 1b --out $R/structured-1b-b32.json
 step make-1b 30 python3 benchmarks/make_random_model.py /tmp/llama-1b
