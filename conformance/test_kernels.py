@@ -37,7 +37,8 @@ Mixture of experts (1.7): ``moe_route`` picks exactly the reference's experts (t
 rounding in 16-bit logits, to the lower expert) with weights within the float32 tolerance, with and
 without renormalisation; ``moe_linear`` in float and every weight format over rows that share an
 expert, all rows on one expert and experts that get no row, whose weights hold NaN (a kernel that
-reads an expert no row names fails).
+reads an expert no row names fails); ``moe_combine`` (1.10) weights each token's own rows by its own
+weights, summed in float32.
 
 Log-probabilities (1.10): ``logprobs`` gives exactly the reference's token ids and its values within
 the float32 tolerance (``-inf`` exactly), for logits of every dtype in strided rows whose vocabulary
@@ -581,6 +582,27 @@ def test_moe_linear_equals_the_reference(kernels, torch_device, quick, dtype, we
             assert_close(got, want, dtype, what)
 
 
+def combine_cases(quick: bool) -> list[tuple[int, int, int]]:
+    """(T, top_k, N): decode's one token and a batch; one, two and eight experts a token; N odd (one
+    program's outputs and a part-filled last one), Qwen3-30B-A3B's hidden 2048 in the full sweep."""
+    Ns = (333,) if quick else (333, 2048, 4097)
+    return [(T, top_k, N) for N in Ns for T in (1, 37) for top_k in (1, 2, 8)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_moe_combine_equals_the_reference(kernels, torch_device, quick, dtype):
+    """Each token's rows weighted by their own weights (random, not summing to 1), in float32."""
+    kernel = native(kernels, "moe_combine", dtype)
+    for seed, (T, top_k, N) in enumerate(combine_cases(quick)):
+        gen = torch.Generator().manual_seed(seed)
+        rows = torch.randn(T * top_k, N + 8, generator=gen).to(dtype).to(torch_device)[:, 8:]     # strided rows
+        weights = torch.rand(T, top_k, generator=gen).to(torch_device)
+        got = kernel(rows, weights)
+        what = f"moe_combine (T {T}, top_k {top_k}, N {N})"
+        assert got.dtype == dtype and got.is_contiguous(), f"{what}: output {got.dtype}, contiguous {got.is_contiguous()}"
+        assert_close(got, reference.moe_combine(rows.float(), weights), dtype, what)
+
+
 # ---- log-probabilities (contract 1.10) ----------------------------------------------------------
 
 def logprobs_cases(quick: bool) -> list[tuple[int, int, int]]:
@@ -722,7 +744,7 @@ def test_engine_greedy_tokens_of_a_moe_model_with_the_backends_kernels_equal_the
     from anydev.core import InferEngine, SamplingParams
     from anydev.core.loading.random_weights import LLAMA_TINY, TINY_EXTRA, model_config, random_checkpoint
 
-    if not {"moe_route", "moe_linear"} & kernels.native:
+    if not {"moe_route", "moe_linear", "moe_combine"} & kernels.native:
         pytest.skip(f"'{backend.name}' offers no native MoE kernel: the engine runs the references either way")
     checkpoint = random_checkpoint(model_config("qwen3_moe", max_position_embeddings=256,
                                                 **dict(LLAMA_TINY, **TINY_EXTRA["qwen3_moe"], num_hidden_layers=1)))

@@ -38,7 +38,8 @@ Conventions shared by all kernels:
 * **Mixture of experts** (contract 1.7): ``moe_route`` (a router's top-k experts and their weights)
   and ``moe_linear`` (a grouped linear layer: each row through the weight of its own expert, float or
   in any weight format). A MoE block is ``moe_route``, ``moe_linear`` (gate/up), ``silu_and_mul``,
-  ``moe_linear`` (down) and the weighted sum of each token's expert rows.
+  ``moe_linear`` (down) and ``moe_combine`` (contract 1.10: the weighted sum of each token's expert
+  rows in one launch, where the reference takes a few torch ops).
 * **Log-probabilities** (contract 1.10): ``logprobs`` is the sampling rank's, not the model's: each
   row's log-softmax at its chosen token and its top ``k``, packed as the engine reads them back, in
   one or two launches where the reference takes some 25 torch ops (two ``topk`` among them).
@@ -321,6 +322,20 @@ def moe_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | Non
     return out.to(x.dtype)
 
 
+def moe_combine(expert_out: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """The last step of a MoE block (contract 1.10): each token's expert rows, weighted and summed;
+    returns ``[T, N]`` contiguous in ``expert_out``'s dtype.
+
+    ``expert_out`` ``[T * top_k, N]`` float32, float16 or bfloat16 (rows may be strided, unit last
+    stride), token ``t``'s rows ``t * top_k .. t * top_k + top_k - 1`` (:func:`moe_linear` over
+    :func:`moe_route`'s experts); ``weights`` ``[T, top_k]`` float32, contiguous (``moe_route``'s).
+    Row ``t`` is ``sum_j weights[t, j] * expert_out[t * top_k + j]``, the products and the sum in
+    float32, rounded once to the dtype. Graph-safe: no host reads, shapes from ``T``, ``top_k``, ``N``."""
+    T, top_k = weights.shape
+    rows = expert_out.float().reshape(T, top_k, expert_out.shape[-1])
+    return (rows * weights[:, :, None]).sum(dim=1).to(expert_out.dtype)
+
+
 def cos_sin_cache(inv_freq: torch.Tensor, max_positions: int) -> torch.Tensor:
     """The ``[max_positions, D]`` float32 table :func:`rotary_embedding` reads: row ``p`` is
     ``cat(cos(p * inv_freq), sin(p * inv_freq))``. ``inv_freq`` ``[D/2]`` float32 from
@@ -399,10 +414,11 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
     KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
+    KernelSpec("moe_combine", moe_combine, (1, 10), dtype_arg="expert_out"),
     KernelSpec("logprobs", logprobs, (1, 10), dtype_arg="logits"),
 )}
 #: Every kernel's name, in the registry's order: those of 1.2, the fused ones (1.3, 1.8), the linear
-#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7), the
+#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7, 1.10), the
 #: sampler's log-probabilities (1.10).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}

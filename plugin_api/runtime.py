@@ -48,7 +48,8 @@ overrides one. The versions:
 * 1.7: the mixture-of-experts kernels ``moe_route`` and ``moe_linear``.
 * 1.8: the fused kernel ``qk_norm_rotary_write_kv`` (per-head q/k RMS norms, rotary and the KV write).
 * 1.9: the kernel ``quantized_embedding`` (a quantized table's rows looked up and dequantized).
-* 1.10: the kernel ``logprobs`` (each row's log-softmax at its target and its top k, packed).
+* 1.10: the kernels ``logprobs`` (each row's log-softmax at its target and its top k, packed) and
+  ``moe_combine`` (each token's expert rows, weighted and summed).
 """
 from __future__ import annotations
 

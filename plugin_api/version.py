@@ -21,8 +21,8 @@ from .errors import ContractVersionError
 #: and the name and version declared once, on the plugin; 1.7 the mixture-of-experts kernels ``moe_route``
 #: and ``moe_linear``; 1.8 the fused kernel ``qk_norm_rotary_write_kv`` (per-head q/k norms, rotary and the
 #: KV write in one launch); 1.9 the kernel ``quantized_embedding`` (a quantized table's rows, dequantized
-#: in one launch); 1.10 the kernel ``logprobs`` (the sampler's packed log-probabilities). The full list:
-#: :mod:`anydev.plugin_api.runtime`.
+#: in one launch); 1.10 the kernels ``logprobs`` (the sampler's packed log-probabilities) and
+#: ``moe_combine`` (a MoE block's weighted sum). The full list: :mod:`anydev.plugin_api.runtime`.
 CONTRACT_VERSION: tuple[int, int] = (1, 10)
 #: The first version whose runtimes leave their name and version to the plugin: what a plugin whose
 #: runtime declares neither states at least (older anydev releases would refuse that runtime).

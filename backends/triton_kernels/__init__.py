@@ -31,7 +31,7 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
     from .embedding import quantized_embedding
     from .linear import linear, quantized_linear
     from .logprobs import logprobs
-    from .moe import moe_linear, moe_route
+    from .moe import moe_combine, moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
     from .rotary import qk_norm_rotary_write_kv, rotary_embedding, rotary_write_kv
 
@@ -50,5 +50,6 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
         "quantized_embedding": quantized_embedding,
         "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),
         "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),
+        "moe_combine": moe_combine,
         "logprobs": logprobs,
     }

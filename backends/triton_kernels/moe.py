@@ -12,6 +12,9 @@ too; the blocks, the split and the warps by shape (:mod:`.moe_plans`). At decode
 active experts' weights. More rows (a batch, a prompt): the rows sorted by expert (a stable sort on
 the device: graph-safe), and one program per ``BLOCK_M`` sorted rows and ``BLOCK_N`` outputs that runs
 ``tl.dot`` once per expert its rows use, each expert's weight tile read once for all its rows there.
+
+``moe_combine`` (contract 1.10): one program per token and :data:`COMBINE_BLOCK` outputs, its
+``top_k`` rows' loads issued together (``top_k`` unrolled), summed in float32, stored once.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
 from . import moe_plans
-from ._common import check_last_dim_contiguous, dot, dot_precision, next_power_of_2, tl, triton, upcast_dots
+from ._common import (
+    check_last_dim_contiguous, dot, dot_precision, next_power_of_2, pdl, pdl_wait, tl, triton, upcast_dots,
+)
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -220,4 +225,40 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, fmt
         CHANNEL_SCALES=fmt in CHANNEL_FORMATS, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         num_warps=p.num_warps, **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
+    return out
+
+
+#: Outputs a moe_combine program writes: 8 bfloat16 values a thread of 4 warps (16-byte loads).
+COMBINE_BLOCK = 1024
+
+
+@triton.jit
+def _combine_kernel(rows_ptr, weights_ptr, out_ptr, N, stride, TOP_K: tl.constexpr, BLOCK: tl.constexpr,
+                    USE_PDL: tl.constexpr = 0):
+    pdl_wait(USE_PDL)
+    t = tl.program_id(0).to(tl.int64)
+    n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    inside = n < N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        w = tl.load(weights_ptr + t * TOP_K + j)
+        acc += w * tl.load(rows_ptr + (t * TOP_K + j) * stride + n, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + t * N + n, acc.to(out_ptr.dtype.element_ty), mask=inside)
+
+
+def moe_combine(expert_out: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    check_last_dim_contiguous("expert_out", expert_out)
+    if weights.dim() != 2 or weights.dtype != torch.float32 or not weights.is_contiguous():
+        raise InvalidArgumentError(f"weights must be contiguous [T, top_k] float32, got {weights.dtype} "
+                                   f"{tuple(weights.shape)}")
+    T, top_k = weights.shape
+    if expert_out.dim() != 2 or expert_out.shape[0] != T * top_k or top_k < 1:
+        raise InvalidArgumentError(f"expert_out must be [T * top_k, N] = [{T} * {top_k}, N], got "
+                                   f"{tuple(expert_out.shape)}")
+    N = expert_out.shape[1]
+    out = torch.empty((T, N), dtype=expert_out.dtype, device=expert_out.device)
+    if T and N:
+        block = min(COMBINE_BLOCK, next_power_of_2(N))
+        _combine_kernel[(T, triton.cdiv(N, block))](expert_out, weights, out, N, expert_out.stride(0), TOP_K=top_k,
+                                                    BLOCK=block, num_warps=4, **pdl(expert_out.device))
     return out

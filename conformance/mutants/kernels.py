@@ -419,6 +419,30 @@ class MoeLinearNextExpert(_OneKernel):
     _kernel = moe_linear
 
 
+@mutant("moe-combine-weights-of-the-next-copy", checks=CHECKS)
+class MoeCombineWeightsOfTheNextCopy(_OneKernel):
+    """moe_combine multiplies a token's copy j by the weight of copy j + 1 (the last by the first's)."""
+
+    @staticmethod
+    def moe_combine(expert_out, weights):
+        return reference.moe_combine(expert_out, weights.roll(-1, dims=1))
+
+    _kernel = moe_combine
+
+
+@mutant("moe-combine-drops-the-last-copy", checks=CHECKS)
+class MoeCombineDropsTheLastCopy(_OneKernel):
+    """moe_combine sums a token's first top_k - 1 copies only (a loop that stops one short)."""
+
+    @staticmethod
+    def moe_combine(expert_out, weights):
+        weights = weights.clone()
+        weights[:, -1] = 0
+        return reference.moe_combine(expert_out, weights)
+
+    _kernel = moe_combine
+
+
 # ---- log-probabilities (contract 1.10) ----------------------------------------------------------
 
 @mutant("logprobs-ties-to-the-higher-id", checks=CHECKS)
@@ -473,3 +497,4 @@ class LogprobsTargetOfTheNextRow(_OneKernel):
         return out
 
     _kernel = logprobs
+

@@ -1,11 +1,12 @@
 """A sparse MoE block on one rank (Qwen3-MoE's): the router, the experts' stacked weights and their
-grouped projections through the contract's ``moe_route`` and ``moe_linear`` kernels.
+grouped projections through the contract's ``moe_route``, ``moe_linear`` and ``moe_combine`` kernels.
 
 Per token: ``moe_route`` picks ``top_k`` experts and their weights from the router's logits; the
 token's row is repeated once per chosen expert, each copy goes through its expert's gate/up
 (``moe_linear``), ``silu_and_mul`` and down (``moe_linear``), and the copies are summed with the
-weights. Under TP every rank holds every expert's slice of the intermediate dimension (gate/up rows,
-down columns), so the sum is a partial one, all-reduced by the caller like a dense MLP's.
+weights (``moe_combine``, in float32). Under TP every rank holds every expert's slice of the
+intermediate dimension (gate/up rows, down columns), so the sum is a partial one, all-reduced by the
+caller like a dense MLP's.
 Nothing reads the host and every shape follows ``T``: the block runs inside decode graphs.
 """
 from __future__ import annotations
@@ -65,4 +66,4 @@ def sparse_moe(kernels, x: torch.Tensor, router: torch.Tensor, gate_up: ExpertWe
     rows = x[:, None, :].expand(T, top_k, x.shape[1]).reshape(T * top_k, x.shape[1])
     hidden = kernels.silu_and_mul(kernels.moe_linear(rows, gate_up.data, gate_up.scales, gate_up.weight_format, ids))
     out = kernels.moe_linear(hidden, down.data, down.scales, down.weight_format, ids)   # [T * top_k, hidden]
-    return (out.view(T, top_k, -1) * weights.to(x.dtype)[:, :, None]).sum(dim=1)
+    return kernels.moe_combine(out, weights)

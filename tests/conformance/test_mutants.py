@@ -33,6 +33,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "recv-of-0-elements-writes-one", "recv-from-a-non-neighbour-drops-the-last-element", "comm-init-rank-in-arrival-order",
     "logprobs-ties-to-the-higher-id", "logprobs-logsumexp-misses-the-last-chunk",             # contract 1.10
     "logprobs-negative-target-wraps", "logprobs-target-of-the-next-row",
+    "moe-combine-weights-of-the-next-copy", "moe-combine-drops-the-last-copy",
 }
 
 EXTRA = textwrap.dedent('''

@@ -7,8 +7,8 @@ added the optional calls ``torch_graph`` (1.1, device graphs), ``kernels`` (1.2,
 kernels), point-to-point ``send``/``recv``/``group_start``/``group_end`` (1.3) and ``comm_abort``
 (1.4), the kernels ``linear`` and ``quantized_linear`` (1.5), kernel offers for some inputs (1.6) and
 the mixture-of-experts kernels ``moe_route`` and ``moe_linear`` (1.7) and the fused
-``qk_norm_rotary_write_kv`` (1.8), the kernel ``quantized_embedding`` (1.9) and the kernel
-``logprobs`` (1.10); a
+``qk_norm_rotary_write_kv`` (1.8), the kernel ``quantized_embedding`` (1.9) and the kernels
+``logprobs`` and ``moe_combine`` (1.10); a
 later minor is simulated by monkeypatching the host's contract version and adding an
 optional call to ``DeviceRuntime``, as a minor release would.
 """
@@ -97,6 +97,7 @@ def test_1_0_plugin_loads_on_the_1_8_host_without_torch_graph_kernels_send_recv_
     assert backend.kernels().quantized_linear is kernels_module.quantized_linear
     assert backend.kernels().moe_linear is kernels_module.moe_linear
     assert backend.kernels().logprobs is kernels_module.logprobs
+    assert backend.kernels().moe_combine is kernels_module.moe_combine
     # No point-to-point calls: supports says so and each call says which contract added it.
     for call in P2P_CALLS:
         assert not backend.supports(call)

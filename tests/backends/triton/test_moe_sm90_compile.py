@@ -1,4 +1,4 @@
-"""The MoE kernels (moe_route, moe_linear's GEMV (unsplit and split-K) and grouped tl.dot kernels in every weight format) compile for an H100/H200 (sm_90) on
+"""The MoE kernels (moe_route, moe_linear's GEMV (unsplit and split-K) and grouped tl.dot kernels in every weight format, moe_combine) compile for an H100/H200 (sm_90) on
 this CPU, with Triton's compiler and the ptxas its wheel ships, no GPU: the interpreter that CI runs
 them under never compiles them (see test_triton_sm90_compile.py for what only compilation sees)."""
 from __future__ import annotations
@@ -45,6 +45,9 @@ CHILD = textwrap.dedent("""
                  "out_ptr": "*bf16", "R": "i32", "N": "i32", "K": "i32", "stride_x": "i32", "ROW_BYTES": "i32"},
                 dict(FORMAT=code, CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=16, BLOCK_N=dot_n,
                      BLOCK_K=dot_k, PRECISION=None, UPCAST=False))
+    for dtype, top_k in (("*bf16", 8), ("*fp16", 2), ("*fp32", 1)):
+        compile(moe._combine_kernel, {"rows_ptr": dtype, "weights_ptr": "*fp32", "out_ptr": dtype, "N": "i32",
+                                      "stride": "i32"}, dict(TOP_K=top_k, BLOCK=moe.COMBINE_BLOCK, USE_PDL=0))
     print("ok")
 """)
 
