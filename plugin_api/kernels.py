@@ -42,7 +42,7 @@ Conventions shared by all kernels:
   rows in one launch, where the reference takes a few torch ops).
 * **Log-probabilities** (contract 1.10): ``logprobs`` is the sampling rank's, not the model's: each
   row's log-softmax at its chosen token and its top ``k``, packed as the engine reads them back, in
-  one or two launches where the reference takes some 25 torch ops (two ``topk`` among them).
+  one launch (the Triton set's) where the reference takes some 25 torch ops (two ``topk`` among them).
 """
 from __future__ import annotations
 

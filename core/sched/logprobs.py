@@ -84,7 +84,7 @@ def pack_logprobs(kernels, logits: torch.Tensor, index: torch.Tensor | None, tar
     """``[len(index), 1 + 2k]`` float32 on the device (written into ``out`` when given): for the logits
     rows ``index`` (None: every row), the log-probability of ``targets`` (a failed row's negative token
     code reads token 0), then the top ``k`` log-probabilities and their ids, by the kernel set
-    ``kernels``' ``logprobs`` (contract 1.10: one or two launches where a backend offers it)."""
+    ``kernels``' ``logprobs`` (contract 1.10: one launch in the shared Triton set)."""
     rows = logits if index is None else logits.index_select(0, index)
     if out is None:
         out = torch.empty((rows.shape[0], 1 + 2 * k), dtype=torch.float32, device=rows.device)
