@@ -27,7 +27,8 @@ from ._common import (LOG2E, pdl, pdl_wait, check_cache, check_last_dim_contiguo
                       next_power_of_2, tl, triton, upcast_dots)
 
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
-MIN_SPLIT_TOKENS = 256     # partitions: at most one per this many positions of the table
+MIN_SPLIT_TOKENS = BLOCK_N  # partitions: at most one per tile of the table
+MAX_SPLITS = 16            # the last partition merges them one by one: more costs it more than they save
 
 
 # The partition count and block-table width change from step to step: not specialized (Triton would
@@ -115,10 +116,10 @@ def _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group,
 
 def num_splits(batch: int, kv_heads: int, max_tokens: int, device: torch.device) -> int:
     """How many partitions share one sequence's context: enough programs to fill the device when
-    batch x KV heads does not, at most one per MIN_SPLIT_TOKENS positions of the block table. (The
-    kernel splits each sequence's own keys evenly among them.)"""
+    batch x KV heads does not, at most one per MIN_SPLIT_TOKENS positions of the block table and
+    MAX_SPLITS. (The kernel splits each sequence's own keys evenly among them.)"""
     wanted = triton.cdiv(programs_to_fill(device), max(batch * kv_heads, 1))
-    return max(1, min(wanted, triton.cdiv(max_tokens, MIN_SPLIT_TOKENS)))
+    return max(1, min(wanted, MAX_SPLITS, triton.cdiv(max_tokens, MIN_SPLIT_TOKENS)))
 
 
 class _Counters:
