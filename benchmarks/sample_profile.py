@@ -2,7 +2,7 @@
 a sampler thread reads every thread's stack every --interval seconds and, at exit, prints per thread
 the functions most often on top of the stack (self) and anywhere on it (inclusive).
 
-    python parts/sample_profile.py [--interval 0.001] [--top 25] SCRIPT ARGS...
+    python benchmarks/sample_profile.py [--interval 0.001] [--top 25] SCRIPT ARGS...
 
 Samples are taken when the sampler gets the GIL, so a thread that holds it long (a C call without
 release) is seen at the end of that call: read the shares, not the absolute rates.
