@@ -242,7 +242,8 @@ def take_over_accepting(server) -> GatedAcceptor:
     """Replace asyncio's accept loop on a started ``uvicorn.Server``'s listening sockets with one
     :class:`GatedAcceptor`, for its protocol class's gate (``guarded_h11_protocol``). The acceptor
     holds duplicates of the listening sockets: :meth:`GatedAcceptor.close` it before the server's
-    own shutdown, which closes the originals."""
+    own shutdown, which closes the originals. A loop whose accepting is not a reader on the listening
+    socket (uvloop's) is a RuntimeError: its accept would go on beside the acceptor's, past the gate."""
     config = server.config
     protocol_class = config.http_protocol_class
     loop = asyncio.get_running_loop()
@@ -253,7 +254,9 @@ def take_over_accepting(server) -> GatedAcceptor:
     listeners = []
     for listening in server.servers:
         for listener in listening.sockets:
-            loop.remove_reader(listener.fileno())          # asyncio's accept loop
+            if not loop.remove_reader(listener.fileno()):  # asyncio's accept loop
+                raise RuntimeError(f"cannot take over accepting from {type(loop).__name__}: its own accept "
+                                   "is not a reader on the listening socket (serve on asyncio's loop)")
             listeners.append(socket.socket(fileno=os.dup(listener.fileno())))
     acceptor = GatedAcceptor(loop, listeners, factory, protocol_class.gate, protocol_class.first_request_timeout,
                              protocol_class.on_drop)

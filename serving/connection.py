@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections import OrderedDict
 from collections.abc import Callable
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from .accepting import GRACEFUL_CLOSE
 
 
 class ConnectionGate:
@@ -79,6 +82,10 @@ class ConnectionGate:
             self._waiting.pop(old, None)
             self._open.add(new)
 
+    def __contains__(self, conn) -> bool:
+        """``conn`` is counted: admitted (or taking an admitted one's place) and not closed since."""
+        return conn in self._open
+
     def busy(self, conn) -> None:
         self._waiting.pop(conn, None)
 
@@ -115,6 +122,10 @@ def guarded_h11_protocol(read_timeout: float, send_timeout: float, on_drop: Call
         def connection_made(self, transport) -> None:
             # counted by the gate since its accept (serving/accepting.py); its first bytes are in
             super().connection_made(transport)
+            if self not in gate:
+                # taken by the loop's own accept (a front end still starting while another has set
+                # the shared listening sockets' reset-on-close): answered, it ends with a FIN too
+                transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, GRACEFUL_CLOSE)
             self._arm_read_timer(read_timeout, "read_timeout")
 
         def connection_lost(self, exc) -> None:

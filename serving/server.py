@@ -256,9 +256,10 @@ def serve_front_end(args: argparse.Namespace, link, index: int, tokenizer, socke
     # request head are set on it. uvicorn's limit_concurrency stays off: the gate bounds the
     # connections (and so the requests, one a connection) before uvicorn sees them. Past the drain,
     # uvicorn's own cancelling is only a backstop: the server aborts the requests itself first, so
-    # that their handlers answer an error.
+    # that their handlers answer an error. asyncio's loop, not uvloop (uvicorn's choice where it is
+    # installed): the gate's acceptor replaces the loop's accept, which on uvloop cannot be stopped.
     server = _server_class()(uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol,
+        app, host=args.host, port=args.port, log_level="warning", access_log=False, http=protocol, loop="asyncio",
         timeout_graceful_shutdown=args.drain_seconds + 5, timeout_keep_alive=args.timeout_keep_alive,
         h11_max_incomplete_event_size=64 * 1024, backlog=LISTEN_BACKLOG))
     server.drain_seconds, server.abort_in_flight = args.drain_seconds, client.abort_all
