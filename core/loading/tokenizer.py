@@ -92,6 +92,27 @@ class Tokenizer:
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    def drops(self, token_id: int, skip_special_tokens: bool = True) -> bool:
+        """Whether :meth:`decode` leaves ``token_id`` out wherever it stands: an id the vocabulary
+        lacks, or a special token while special tokens are skipped. The backend's decode drops such
+        ids before its decoder reads the rest, so a text is the same with them or without them."""
+        known = self._dropped[skip_special_tokens]
+        dropped = known.get(token_id)
+        if dropped is None:
+            token = self.backend.id_to_token(token_id)
+            dropped = known[token_id] = token is None or (skip_special_tokens and token in self._special_strings)
+        return dropped
+
+    @cached_property
+    def _dropped(self) -> dict[bool, dict[int, bool]]:
+        """:meth:`drops`' answers so far, by ``skip_special_tokens``."""
+        return {True: {}, False: {}}
+
+    @cached_property
+    def _special_strings(self) -> frozenset[str]:
+        """The special added tokens' strings: decode skips a token whose string is one of them."""
+        return frozenset(t.content for t in self.backend.get_added_tokens_decoder().values() if t.special)
+
     def token_to_id(self, token: str) -> int | None:
         return self.backend.token_to_id(token)
 

@@ -10,6 +10,11 @@ rest waits for the next token; :meth:`IncrementalDetokenizer.finish` hands out w
 ``tokenizers``' ``DecodeStream`` does the same in Rust but cannot flush a character left incomplete
 at the end, and holds a byte run that never completes a character for ever (its window then grows
 with the text); here the window moves on after :data:`MAX_HELD` tokens whatever their text.
+
+A tokenizer that says which ids its decode drops wherever they stand (``drops(id, skip_special_tokens)``:
+ids its vocabulary lacks, skipped special tokens) spares the decodes of windows that hold only such
+ids: their text is "". (A random-weight model over a small tokenizer samples mostly such ids, and
+each of them would otherwise cost the walk back of :meth:`IncrementalDetokenizer._move_window`.)
 """
 from __future__ import annotations
 
@@ -30,19 +35,25 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer, skip_special_tokens: bool = True):
         self._decode = tokenizer.decode
+        self._drops = getattr(tokenizer, "drops", None)
         self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []     # the window's tokens and a few before it (not the whole output)
+        self._kept = [0]         # _kept[i] - _kept[j]: how many of ids[j:i] decode keeps
         self._prefix = self._read = 0
         self._base_len = 0       # len(decode(ids[prefix:read])): text already handed out before the window's new part
         self._sent = 0           # characters of the window's new part handed out while it was held
         self._starts = [0]       # token indices where a character begins (earlier window starts)
 
     def _text(self, start: int, end: int | None = None) -> str:
+        if self._kept[len(self.ids) if end is None else end] == self._kept[start]:
+            return ""            # nothing but ids that decode drops
         return self._decode(self.ids[start:end], skip_special_tokens=self.skip_special_tokens)
 
     def add(self, token_id: int) -> str:
         """Take one token; returns the text it settles (often its own, "" while a character waits)."""
         self.ids.append(token_id)
+        dropped = self._drops is not None and self._drops(token_id, self.skip_special_tokens)
+        self._kept.append(self._kept[-1] + (not dropped))
         text = self._text(self._prefix)
         held = len(self.ids) - self._read
         if text.endswith(_REPLACEMENT) and held < MAX_HELD:
@@ -84,6 +95,7 @@ class IncrementalDetokenizer:
             drop = self._starts[MAX_HELD]
             if drop <= self._prefix:
                 del self.ids[:drop]
+                del self._kept[:drop]
                 self._starts = [start - drop for start in self._starts[MAX_HELD:]]
                 self._prefix -= drop
                 self._read -= drop

@@ -130,6 +130,52 @@ def test_a_long_run_of_tokens_that_read_as_nothing_keeps_the_window_short(demo_t
     assert longest <= 6 * MAX_HELD      # each token's decode does not grow with the run
 
 
+class DecodeOnly:
+    """``tokenizer`` with nothing but its decode (no ``drops``), counting the calls."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.calls = tokenizer, 0
+
+    def decode(self, ids, skip_special_tokens=True):
+        self.calls += 1
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+def with_dropped_ids(tokenizer, ids: list[int], every: list[int]) -> list[int]:
+    """``ids`` with ids the vocabulary lacks and special tokens put in at the places ``every`` draws."""
+    out = list(ids)
+    for i, value in enumerate(every):
+        out.insert(value % (len(out) + 1), tokenizer.vocab_size + 1000 + i if value % 2 else value % 3)
+    return out
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(pieces=PIECES, every=st.lists(st.integers(0, 10**6), max_size=30), skip=st.booleans())
+def test_ids_that_decode_drops_change_no_piece(tokenizer, pieces, every, skip):
+    ids = with_dropped_ids(tokenizer, token_sequence(tokenizer, pieces), every)
+    plain, told = IncrementalDetokenizer(DecodeOnly(tokenizer), skip), IncrementalDetokenizer(tokenizer, skip)
+    assert [plain.add(t) for t in ids] == [told.add(t) for t in ids]
+    assert plain.finish() == told.finish()
+
+
+def test_drops_names_the_ids_a_decode_leaves_out(tokenizer):
+    ids = [tokenizer.vocab_size + 5, 0, 1, 2, *tokenizer.encode("the fox", add_special_tokens=False), 10**6]
+    for skip in (True, False):
+        kept = [t for t in ids if not tokenizer.drops(t, skip)]
+        assert tokenizer.decode(kept, skip_special_tokens=skip) == tokenizer.decode(ids, skip_special_tokens=skip)
+        assert tokenizer.drops(10**6, skip) and not tokenizer.drops(ids[4], skip)
+    assert tokenizer.drops(tokenizer.token_to_id("</s>"), True) and not tokenizer.drops(tokenizer.token_to_id("</s>"), False)
+
+
+def test_tokens_that_decode_drops_cost_no_decode(demo_tokenizer):
+    counted = DecodeOnly(demo_tokenizer)
+    counted.drops = demo_tokenizer.drops
+    decoder = IncrementalDetokenizer(counted)
+    beyond = demo_tokenizer.vocab_size + 1000
+    assert [decoder.add(t) for t in [beyond] * 50] == [""] * 50
+    assert counted.calls == 0
+
+
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(text=st.text("ab\ncé", max_size=40), stops=st.lists(st.text("abcé", min_size=1, max_size=4), min_size=1, max_size=4),
        cuts=st.lists(st.integers(0, 40), max_size=10))
