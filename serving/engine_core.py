@@ -19,13 +19,14 @@ and the front end judges that silence against the work it knows of (``AsyncEngin
 from __future__ import annotations
 
 
+import heapq
 import multiprocessing
 import os
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 import msgspec
@@ -81,6 +82,8 @@ class EngineCore:
     _by_seq: dict[int, _Tracked] = field(default_factory=dict)
     _pending: dict[bytes, list[RequestOutput]] = field(default_factory=dict)
     _stats_sent: dict[bytes, float] = field(default_factory=dict)
+    #: (deadline, request key) of the requests with a deadline, earliest first (some may have ended)
+    _deadlines: list[tuple[float, tuple[bytes, str]]] = field(default_factory=list)
 
     def run(self) -> None:
         """Serve until every client is gone. A step that raises is sent to every client as an
@@ -158,6 +161,8 @@ class EngineCore:
         deadline = None if message.timeout is None else seq.arrival_time + message.timeout
         tracked = _Tracked(client, message.request_id, seq, deadline)
         self._requests[(client, message.request_id)] = tracked
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, (client, message.request_id)))
         self._by_seq[seq.seq_id] = tracked
         out.append(RequestOutput(message.request_id, []))        # admitted
 
@@ -169,25 +174,39 @@ class EngineCore:
 
     # ---- outputs -----------------------------------------------------------------------------
     def _collect(self, advanced: list[Sequence]) -> None:
+        by_seq, pending = self._by_seq, self._pending
         for seq in advanced:
-            tracked = self._by_seq.get(seq.seq_id)
+            tracked = by_seq.get(seq.seq_id)
             if tracked is None:
                 continue                      # aborted meanwhile, or a generate() call's own request
-            new = seq.output[tracked.sent:]
-            tracked.sent = len(seq.output)
-            reason = seq.finish_reason if seq.is_finished else None
-            logprobs = _new_logprobs(seq, tracked.sent - len(new))
-            scored = seq.prompt_logprobs if tracked.sent == len(new) and seq.sampling.prompt_logprobs is not None else None
-            output = RequestOutput(tracked.request_id, new, reason, new_logprobs=logprobs, prompt_logprobs=scored) \
-                if reason != "error" else \
-                RequestOutput(tracked.request_id, new, error=seq.error, error_kind="failed")
-            self._pending.setdefault(tracked.client, []).append(output)
-            if reason is not None:
-                self._forget(tracked)
+            sent, tracked.sent = tracked.sent, len(seq.output)
+            new = seq.output[sent:]
+            sampling = seq.sampling
+            if not seq.is_finished and sampling.logprobs is None and (sent or sampling.prompt_logprobs is None):
+                output = RequestOutput(tracked.request_id, new)     # (most outputs: tokens, nothing else)
+            else:
+                output = self._output(tracked, seq, new, sent)
+            out = pending.get(tracked.client)
+            if out is None:
+                out = pending[tracked.client] = []
+            out.append(output)
+
+    def _output(self, tracked: _Tracked, seq: Sequence, new: list[int], sent: int) -> RequestOutput:
+        """The output of ``seq``'s ``new`` tokens (``sent`` went before them) when it finished or asks for logprobs."""
+        reason = seq.finish_reason if seq.is_finished else None
+        if reason is not None:
+            self._forget(tracked)
+        if reason == "error":
+            return RequestOutput(tracked.request_id, new, error=seq.error, error_kind="failed")
+        scored = seq.prompt_logprobs if sent == 0 and seq.sampling.prompt_logprobs is not None else None
+        return RequestOutput(tracked.request_id, new, reason, new_logprobs=_new_logprobs(seq, sent), prompt_logprobs=scored)
 
     def _expire(self, now: float) -> None:
-        for tracked in [t for t in self._requests.values() if t.deadline is not None and now > t.deadline]:
-            self._finish(tracked, "timeout", notify=True)
+        while self._deadlines and self._deadlines[0][0] < now:
+            _, key = heapq.heappop(self._deadlines)
+            tracked = self._requests.get(key)
+            if tracked is not None:
+                self._finish(tracked, "timeout", notify=True)
 
     def _finish(self, tracked: _Tracked, reason: str, notify: bool) -> None:
         self.engine.abort(tracked.seq, reason)
@@ -216,7 +235,8 @@ class EngineCore:
             since = now - self._stats_sent.get(client, 0.0)
             if outputs is None and since < HEARTBEAT_S and (not events_seen or (not idle and since < _STATS_EVERY_S)):
                 continue
-            self._socket.send_multipart([client, ENCODER.encode(EngineOutputs(outputs or [], stats))])
+            self._socket.send(client, zmq.SNDMORE)
+            self._socket.send(ENCODER.encode(EngineOutputs(outputs or [], stats)))
             self._stats_sent[client] = now
         self._pending.clear()
 
@@ -225,7 +245,7 @@ class EngineCore:
             self._socket.send_multipart([client, ENCODER.encode(EngineFailure(message))])
 
     def stats(self) -> EngineStats:
-        return EngineStats(**asdict(self.engine.stats()))   # the wire copy: same fields, same names
+        return EngineStats(**vars(self.engine.stats()))   # the wire copy: same fields, same names
 
 
 def _new_logprobs(seq: Sequence, sent: int):

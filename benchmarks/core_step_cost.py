@@ -1,0 +1,163 @@
+"""The engine core's host time per step while it serves N streams, against the same steps offline.
+
+    python benchmarks/core_step_cost.py --model /tmp/tiny --streams 64 --output-len 256
+    python benchmarks/core_step_cost.py --model /tmp/tiny --profile core.prof      # cProfile the core
+
+Two runs of the same engine (``--device``, default cpu) and the same requests (random prompts of
+``--prompt-len`` tokens, ``--output-len`` tokens each, EOS ignored, greedy, all at once):
+
+* ``offline``: ``InferEngine.generate_ids``, this process;
+* ``served``: an :class:`~anydev.serving.engine_core.EngineCore` on this process's main thread and one
+  front end (an :class:`~anydev.serving.async_engine.AsyncEngine` that detokenizes each request's
+  text as the server does, without HTTP) in a spawned process.
+
+For each: the median wall time between steps while all N streams decode, and the main thread's CPU
+time per such step (``time.thread_time``: the host work of the thread that steps; the ranks' threads,
+which run the forward, are not counted). served - offline is what the core's loop adds per step. The
+front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
+Every run is bounded: N requests, ``--deadline`` seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import multiprocessing
+import os
+import random
+import statistics
+import sys
+import time
+
+import torch
+
+from anydev.core import InferEngine, SamplingParams
+from anydev.core.engine_args import add_engine_arguments, engine_config_from_args
+from anydev.core.loading.checkpoint import open_checkpoint
+
+
+def _front_end(address: str, info, lifeline, prompts, output_len: int, deadline: float, done) -> None:
+    """One front end: every request at once, each one's text made as it streams; sends its CPU per token."""
+    from anydev.core.output import OutputText
+    from anydev.serving.async_engine import AsyncEngine
+    from anydev.serving.engine_core import CoreLink
+
+    async def main():
+        engine = AsyncEngine(CoreLink(address, info, lifeline))
+        await engine.connect()
+        tokenizer = info.tokenizer.build()
+        sampling = SamplingParams(max_new_tokens=output_len, ignore_eos=True)
+        cpu = time.process_time()
+
+        async def one(prompt):
+            stream = await engine.add_request(prompt, sampling, text=OutputText(tokenizer, []))
+            async for _ in stream.updates():
+                stream.text.take()
+            return len(stream.output)
+
+        tokens = await asyncio.wait_for(asyncio.gather(*(one(p) for p in prompts)), deadline)
+        cpu = time.process_time() - cpu
+        await engine.close()
+        done.send((sum(tokens), cpu))
+
+    asyncio.run(main())
+
+
+class StepClock:
+    """Wraps ``engine.step``: each step's start (wall) and the main thread's CPU time then, and how many were running."""
+
+    def __init__(self, engine: InferEngine):
+        self.engine, self._step = engine, engine.step
+        self.marks: list[tuple[float, float, int]] = []
+        engine.step = self
+
+    def __call__(self):
+        self.marks.append((time.perf_counter(), time.thread_time(), len(self.engine.scheduler.running)))
+        return self._step()
+
+    def per_step(self, streams: int) -> tuple[float, float, int]:
+        """Median wall and mean main-thread CPU (µs) between consecutive steps that both ran every stream."""
+        pairs = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(self.marks, self.marks[1:]) if a[2] == b[2] == streams]
+        if not pairs:
+            return float("nan"), float("nan"), 0
+        return (statistics.median(p[0] for p in pairs) * 1e6, statistics.fmean(p[1] for p in pairs) * 1e6, len(pairs))
+
+
+def offline(engine: InferEngine, prompts, sampling, streams: int):
+    clock = StepClock(engine)
+    try:
+        engine.generate_ids(prompts, sampling)
+    finally:
+        engine.step = clock._step
+    return clock.per_step(streams)
+
+
+def served(engine: InferEngine, prompts, args):
+    from anydev.serving.engine_core import EngineCore, client_identity, engine_info, new_address, remove_address
+
+    context = multiprocessing.get_context("spawn")
+    lifeline_read, lifeline_write = context.Pipe(duplex=False)
+    done_read, done_write = context.Pipe(duplex=False)
+    address = new_address()
+    client = context.Process(target=_front_end, args=(address, engine_info(engine), lifeline_read, prompts,
+                                                      args.output_len, args.deadline, done_write))
+    client.start()
+    lifeline_read.close()
+    clock = StepClock(engine)
+    core = EngineCore(engine, address, {client_identity(0)})
+    profile = cProfile.Profile() if args.profile else None
+    try:
+        if profile:
+            profile.enable()
+        core.run()
+    finally:
+        if profile:
+            profile.disable()
+            profile.dump_stats(args.profile)
+        engine.step = clock._step
+        lifeline_write.close()
+        client.join(10)
+        remove_address(address)
+    tokens, cpu = done_read.recv() if done_read.poll(1) else (0, float("nan"))
+    return clock.per_step(args.streams), tokens, cpu
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_engine_arguments(p.add_argument_group("engine"), defaults=dict(device="cpu", tp=1))
+    p.add_argument("--model", required=True)
+    p.add_argument("--streams", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--deadline", type=float, default=300.0, help="seconds at most per run")
+    p.add_argument("--profile", help="write the served core's cProfile stats here")
+    p.add_argument("--skip-offline", action="store_true")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of the forward (default 1: the front end has a core)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.max_num_seqs is None:
+        args.max_num_seqs = args.streams
+    rng = random.Random(0)
+    checkpoint = open_checkpoint(args.model)
+    vocab = checkpoint.config.vocab_size
+    prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.streams)]
+    sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
+    with InferEngine(checkpoint, engine_config_from_args(args)) as engine:
+        engine.generate_ids(prompts[:4], SamplingParams(max_new_tokens=4, ignore_eos=True))    # warm-up
+        rows = []
+        if not args.skip_offline:
+            rows.append(("offline", *offline(engine, prompts, sampling, args.streams)))
+        (wall, cpu, count), tokens, fe_cpu = served(engine, prompts, args)
+        rows.append(("served", wall, cpu, count))
+    print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}")
+    print(f"{'run':<8} {'step wall µs':>12} {'core CPU µs/step':>16} {'steps':>6}")
+    for name, wall, cpu, count in rows:
+        print(f"{name:<8} {wall:>12.0f} {cpu:>16.0f} {count:>6}")
+    if len(rows) == 2:
+        print(f"served - offline: {rows[1][1] - rows[0][1]:+.0f} µs wall, {rows[1][2] - rows[0][2]:+.0f} µs core CPU per step")
+    print(f"front end: {tokens} tokens, {fe_cpu / max(tokens, 1) * 1e6:.1f} µs CPU per token")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
