@@ -203,9 +203,9 @@ class EngineCore:
 
     def _expire(self, now: float) -> None:
         while self._deadlines and self._deadlines[0][0] < now:
-            _, key = heapq.heappop(self._deadlines)
+            deadline, key = heapq.heappop(self._deadlines)
             tracked = self._requests.get(key)
-            if tracked is not None:
+            if tracked is not None and tracked.deadline == deadline:    # not a later request of the same id
                 self._finish(tracked, "timeout", notify=True)
 
     def _finish(self, tracked: _Tracked, reason: str, notify: bool) -> None:
