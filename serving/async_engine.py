@@ -103,6 +103,11 @@ class RequestStream:
     def is_finished(self) -> bool:
         return self.finish_reason is not None or self.error is not None
 
+    @property
+    def waits(self) -> bool:
+        """Whether :meth:`updates` would wait for the core now: no step it has not yielded, not ended."""
+        return not self._steps and not self.is_finished
+
     async def first_token(self) -> None:
         """Wait until the request has a token (its prompt is computed) or has ended."""
         while not self.output and not self.is_finished:

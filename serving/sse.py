@@ -20,7 +20,29 @@ async def stream_events(state: ServerState, stream: RequestStream, request_id: s
     so far, and a chunk comes for every step that gave the request a token, text or not. With
     ``tools`` (chat) the text goes through the tool-call parser: content deltas, a ``tool_calls``
     delta per complete call, finish reason "tool_calls" when it found one (a forced named function's
-    stays "stop"). Leaving early (the client went away) aborts the request."""
+    stays "stop"). Leaving early (the client went away) aborts the request.
+
+    The events that are ready together go out as one piece of the body (one write): when the front
+    end falls behind the engine, several steps' tokens wait, and a write of each step's event would
+    cost it more than the events themselves."""
+    events = _events(state, stream, request_id, created, chat, include_usage, continuous_usage, echo, tools)
+    ready = []
+    try:
+        async for event in events:
+            ready.append(event)
+            if stream.waits:           # the next event waits for the engine: what is ready goes now
+                yield "".join(ready)
+                ready.clear()
+        if ready:
+            yield "".join(ready)
+    finally:
+        await events.aclose()
+
+
+async def _events(state: ServerState, stream: RequestStream, request_id: str, created: int, chat: bool,
+                  include_usage: bool, continuous_usage: bool, echo: Echo | None = None,
+                  tools: ToolUse | ForcedToolUse | None = None):
+    """stream_events' events, one at a time."""
     text = stream.text
     logprobs = logprobs_writer(state.tokenizer, stream.sampling, chat)
     deltas = tools.stream() if tools is not None else None
