@@ -197,8 +197,12 @@ class GatedAcceptor:
             self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep)
 
     def _socket(self, fd: int) -> socket.socket:
-        # family and type given: no getsockopt calls to find them out
-        return socket.socket(self.listeners[0].family, socket.SOCK_STREAM, 0, fd)
+        # family, type and protocol given: no getsockopt calls to find them out. The protocol must be
+        # TCP's own number, not 0: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say TCP,
+        # and a streamed token's small write would otherwise wait for the previous one's ACK.
+        family = self.listeners[0].family
+        proto = socket.IPPROTO_TCP if family in (socket.AF_INET, socket.AF_INET6) else 0
+        return socket.socket(family, socket.SOCK_STREAM, proto, fd)
 
     def _close(self, bare: _Bare, graceful: bool = False) -> None:
         if self._bare.pop(bare.fd, None) is None:

@@ -79,7 +79,7 @@ def listening_sockets(host: str, port: int, backlog: int | None = None) -> list[
 
 
 def _bound(family: int, host: str, port: int, reuse_port: bool) -> socket.socket:
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)   # TCP by number: accepts inherit it (asyncio's TCP_NODELAY)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

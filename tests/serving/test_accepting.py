@@ -1,7 +1,8 @@
 """The accept path (serving/accepting.py) on a real event loop and loopback sockets: every accepted
 socket counted at once, the oldest bare one closed to make room, a socket's first bytes reaching its
 protocol whole, a silent one closed after the first-request timeout, all bare ones closed with it;
-a socket whose request is in when it is accepted never pushed out by the accepts after it."""
+a socket whose request is in when it is accepted never pushed out by the accepts after it; a handed
+socket's writes not held back by Nagle."""
 import asyncio
 import select
 import socket
@@ -163,3 +164,16 @@ def test_over_several_listening_sockets_a_talking_socket_is_handed_on_before_mor
     listeners = listening_sockets("127.0.0.1", 0, backlog=16)      # 16 sockets, one port
     data, talker_closed, open_count = queued_then_accepted(listeners, idle_count=30, cap=4)
     assert data == [b"GET / HTTP/1.1\r\n\r\n"] and not talker_closed and open_count == 4
+
+
+def test_a_handed_over_socket_sends_small_writes_at_once_tcp_nodelay(waiting_set):
+    """asyncio sets TCP_NODELAY only on a socket whose protocol says TCP: a streamed token's few bytes
+    must not wait for the ACK of the one before."""
+    async def scenario(connect, gate, acceptor, drops, protocols):
+        connect().sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert await until(lambda: protocols and protocols[0].transport is not None)
+        sock = protocols[0].transport.get_extra_info("socket")
+        return sock.proto, sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    proto, nodelay = asyncio.run(accepting(4, 30, scenario))
+    assert proto == socket.IPPROTO_TCP and nodelay != 0

@@ -63,6 +63,7 @@ def test_a_free_port_is_found_and_shared_by_every_socket():
     try:
         ports = {s.getsockname()[1] for s in listeners}
         assert len(ports) == 1 and ports != {0} and all(s.get_inheritable() for s in listeners)
+        assert all(s.proto == socket.IPPROTO_TCP for s in listeners)     # what asyncio's TCP_NODELAY asks of accepts
     finally:
         for sock in listeners:
             sock.close()
