@@ -174,17 +174,23 @@ def table(args, kernels, dev, models) -> list[dict]:
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
     (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
-    GEMV 64 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks), K split up to 8: 24 plans); above, the
+    GEMV 64 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks), K split up to 8: 24 plans; the
+    32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans); above, the
     ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
-        block_k = 512 if fmt == "q6_k" else 256
         chunks = triton_linear.int_chunks(fmt, K, 256)
+        if chunks:      # a row's steps one thread's (rows >= threads, else no 16-byte loads), one or two a tile
+            for bn, warps, block_k, split in itertools.product((64, 128, 256), (2, 4, 8), (256, 512), (1, 2, 4, 8)):
+                if 32 * warps <= bn <= 64 * warps:
+                    yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True, int_chunks=True)
+            return
+        block_k = 512 if fmt == "q6_k" else 256
         for bn, warps, split in itertools.product((64, 128, 256), (4, 8), (1, 2, 4, 8)):
-            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True, int_chunks=chunks)
+            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
         return
     if M == 1:
         widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
@@ -211,7 +217,8 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
     for batch in args.sweep_batches:
         print(f"\n== plan sweep, batch {batch}: best plan vs the heuristic's (us)")
         for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
-            for name, N, K in gemms(model)[:4 if batch == 1 else 5]:
+            for name, N, K in [g for g in gemms(model)[:4 if batch == 1 else 5] if not args.sweep_gemms
+                               or g[0] in args.sweep_gemms]:
                 x = torch.randn(batch, K, device=dev).bfloat16()
                 weights = copies_of(fmt, N, K, dev, args.tiny)
 
@@ -272,6 +279,8 @@ def parse_args(argv=None):
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],
                    help="rows of the swept calls (a batch above 1 sweeps the tl.dot tiles; recorded for 1, 16, 32, 64)")
+    p.add_argument("--sweep-gemms", type=lambda s: s.split(","), default=None,
+                   help="only these of qkv,o,gate_up,down (,lm_head above batch 1); default all")
     p.add_argument("--table-out", help="write the sweep's plans that beat the heuristic here, as linear_plans.RECORDED lines")
     p.add_argument("--skip-table", action="store_true", help="only the sweep (with --sweep)")
     p.add_argument("--out", help="write the rows as JSON here")
