@@ -75,7 +75,7 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
             logits[i] = apply_to_row(logits[i], params[i], histories[i] if histories else None)
         if masks is not None:
             apply_token_bitmask(logits, *masks)
-    best, tokens = row_max(logits)
+    best, tokens = logits.max(dim=-1)
     failed = (best - best).isnan()     # inf - inf and NaN - NaN are NaN: the fewest host ops found
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
     if not sampled:
@@ -92,39 +92,6 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
         rows = torch.tensor(shared, device=logits.device)
         tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
     return tokens.masked_fill_(failed, NON_FINITE_LOGITS)
-
-
-#: Rows up to which :func:`row_max` reduces each row in two stages. A GPU's one-stage reduction of a
-#: few long rows runs a block a row: one block over a 128,256-token vocabulary takes ~40 us on an H200,
-#: where the two stages' blocks cover the device.
-TWO_STAGE_MAX_ROWS = 16
-#: The pieces a row is cut into for the first stage: the most below this, of a length that divides it.
-_MAX_PIECES = 512
-
-
-def _piece_length(width: int) -> int | None:
-    """The length of the pieces of a ``width``-wide row: the shortest divisor of ``width`` that makes at
-    most :data:`_MAX_PIECES` of them (equal pieces: a contiguous row is viewed, not copied); None for a
-    row of a few thousand values (one block suffices) or one whose divisors leave fewer than 32 pieces."""
-    if width < 4096:
-        return None
-    for length in range(-(-width // _MAX_PIECES), width // 32 + 1):
-        if width % length == 0:
-            return length
-    return None
-
-
-def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logits.max(dim=-1)`` of ``logits`` [B, V]: each row's largest value and the index of its first
-    occurrence (NaN counting as largest, as torch's). Up to :data:`TWO_STAGE_MAX_ROWS` rows, in two
-    stages: the maxima of equal pieces of each row, then the first piece with the largest."""
-    rows, width = logits.shape
-    length = _piece_length(width) if rows <= TWO_STAGE_MAX_ROWS else None
-    if length is None:
-        return logits.max(dim=-1)
-    piece_best, piece_at = logits.reshape(rows, width // length, length).max(dim=-1)   # [B, pieces]
-    best, piece = piece_best.max(dim=-1)
-    return best, piece * length + piece_at.gather(1, piece[:, None]).squeeze(1)
 
 
 #: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
