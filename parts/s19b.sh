@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 19, call B on a fresh H200 (issue 31): llama.cpp built on cores 2-15 while anydev decodes five
+# random 8B GGUF files on cores 0-1; Q8_0 also on the tree before its recorded batch-1 plans (.prev/,
+# installed apart in /tmp/prev-site); then llama.cpp's benchmarks on the same files, on the idle machine.
+# Batch 1 and 32.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
+R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-570}; T0=$SECONDS
+source parts/step.sh
+source scripts/device_setup.sh > $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
+SITE=$PYTHONPATH
+python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/prev-site ./.prev >> $R/env.txt 2>&1 \
+  || echo "1 prev install" | tee -a $LOG
+{ date -u; nvidia-smi -L; nproc; cat .prev/TREE 2>/dev/null
+  (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE python3 -c "import anydev; print('before tree:', anydev.__file__)"); } >> $R/env.txt 2>&1
+B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G
+( taskset -c 2-15 bash .peer/llamacpp-peer.sh build $PWD/.peer/llama.cpp $B > $R/build.txt 2>&1; echo "$? build $SECONDS" >> $LOG ) &
+SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
+FORMATS=(Q8_0 Q4_K Q6_K Q4_0 Q4_1)
+PEER=(benchmarks/gguf_peer_bench.py --device nvidia --batch-sizes 1,32 --repeats 2 --skip-llamacpp)
+for t in "${FORMATS[@]}"; do
+  step make-$t 60 taskset -c 0-1 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" --gguf $t
+  step after-$t 75 taskset -c 0-1 python3 "${PEER[@]}" $G/llama-8b-$t.gguf --out $R/after-$t.json
+  if [[ $t == Q8_0 ]]; then    # the before tree's own copy of the benchmark and package (cwd /tmp)
+    (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE step before-$t 75 taskset -c 0-1 python3 \
+      $OLDPWD/.prev/"${PEER[0]}" "${PEER[@]:1}" $G/llama-8b-$t.gguf --out $R/before-$t.json)
+  fi
+done
+wait
+for t in "${FORMATS[@]}"; do
+  [[ -x $B/bin/llama-bench ]] || break
+  step llamacpp-$t 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$t.gguf --llamacpp $B --batch-sizes 1,32 \
+    --skip-anydev --out $R/llamacpp-$t.json
+done
+grep -h "anydev llama\|llama.cpp\|tg128" $R/after-*.txt $R/before-*.txt $R/llamacpp-*.txt >> $LOG 2>/dev/null
+tar czf $OUT/cB.tgz -C $OUT r && rm -rf $R
+echo "call B done in $((SECONDS - T0)) s" | tee -a $LOG
