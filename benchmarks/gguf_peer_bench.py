@@ -11,7 +11,8 @@ flash attention, every layer on the GPU) and ``llama-bench -n NEW`` (tg128: batc
 number llama.cpp users quote). anydev: ``InferEngine.generate_ids`` on the same file (its blocks kept as
 stored, bfloat16 activations, decode graphs), random prompts of the same length, EOS ignored; decode tok/s
 from the engine's step statistics, the median of ``--repeats`` timed runs after one untimed run.
-``--ttft`` also times llama.cpp's start to its first token (the wall time of ``llama-bench -p 16 -n 1
+``--plans FILE`` (a ``linear_bench.py --table-out`` file) runs anydev with those plans added to the recorded
+ones. ``--ttft`` also times llama.cpp's start to its first token (the wall time of ``llama-bench -p 16 -n 1
 -r 1``, which loads the file, builds the context and runs the one step).
 """
 from __future__ import annotations
@@ -39,6 +40,9 @@ def parse_args(argv=None):
     p.add_argument("--skip-llamacpp", action="store_true")
     p.add_argument("--skip-anydev", action="store_true")
     p.add_argument("--ttft", action="store_true", help="also time llama-bench -p 16 -n 1 -r 1 (wall, seconds)")
+    p.add_argument("--plans", action="append", default=[],
+                   help="a linear_bench --table-out file whose plans anydev takes for this run (merged into "
+                        "linear_plans.RECORDED): a sweep's plans end to end before they are pasted; repeatable")
     p.add_argument("--out", help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -115,6 +119,14 @@ def anydev_speeds(file: Path, device: str, batch_sizes, prompt_len: int, new_tok
 # ---- report ---------------------------------------------------------------------------------------
 
 def run(args) -> int:
+    if args.plans:
+        from anydev.backends.triton_kernels.linear_plans import RECORDED
+        from linear_bench import read_table   # the script beside this one
+
+        for path in args.plans:
+            table = read_table(path)
+            RECORDED.update(table)
+            print(f"plans from {path}: {len(table)} merged into linear_plans.RECORDED for this run", flush=True)
     results = []
     for file in args.files:
         row = dict(file=str(file), gigabytes=file.stat().st_size / 1e9)

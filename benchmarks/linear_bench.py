@@ -174,7 +174,8 @@ def table(args, kernels, dev, models) -> list[dict]:
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
     (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
-    GEMV 64 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks), K split up to 8: 24 plans; the
+    GEMV 32 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to
+    8: 48 plans; the
     32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans); above, the
     ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
@@ -189,8 +190,9 @@ def candidates(M: int, K: int, fmt: str):
                     yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True, int_chunks=True)
             return
         block_k = 512 if fmt == "q6_k" else 256
-        for bn, warps, split in itertools.product((64, 128, 256), (4, 8), (1, 2, 4, 8)):
-            yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
+        for bn, warps, split in itertools.product((32, 64, 128, 256), (1, 2, 4, 8), (1, 2, 4, 8)):
+            if 8 * warps <= bn <= 64 * warps:      # from a quarter of a row to two rows a thread
+                yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
         return
     if M == 1:
         widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
@@ -261,6 +263,14 @@ def write_table(path: str, recorded: dict) -> None:
         for key, value in sorted(recorded.items()):
             f.write(f"    {key!r}: {value!r},\n")
     print(f"wrote {len(recorded)} plan(s) that beat the heuristic to {path} (paste into linear_plans.RECORDED)", flush=True)
+
+
+def read_table(path: str) -> dict:
+    """The entries a ``--table-out`` file holds (:func:`write_table`'s lines), as a dict."""
+    import ast
+
+    with open(path) as f:
+        return ast.literal_eval("{" + f.read() + "}")
 
 
 def parse_args(argv=None):
