@@ -55,8 +55,8 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'q8_0', 6144, 4096): (1, 64, 256, 4, 2, None),
     ('NVIDIA H200', 1, 'q8_0', 28672, 4096): (1, 128, 256, 1, 4, None),
     ('NVIDIA H200', 1, 'q6_k', 4096, 4096): (1, 64, 512, 8, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 64, 512, 4, 4, None),
-    ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 128, 512, 4, 8, None),
+    ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 32, 512, 8, 1, None),
+    ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 32, 512, 1, 1, None),
 }
 
 
