@@ -9,11 +9,7 @@ export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
 R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-570}; T0=$SECONDS
 source parts/step.sh
 source scripts/device_setup.sh > $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
-SITE=$PYTHONPATH
-python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/prev-site ./.prev >> $R/env.txt 2>&1 \
-  || echo "1 prev install" | tee -a $LOG
-{ date -u; nvidia-smi -L; nproc; cat .prev/TREE 2>/dev/null
-  (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE python3 -c "import anydev; print('before tree:', anydev.__file__)"); } >> $R/env.txt 2>&1
+install_prev
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G
 ( taskset -c 2-15 bash .peer/llamacpp-peer.sh build $PWD/.peer/llama.cpp $B > $R/build.txt 2>&1; echo "$? build $SECONDS" >> $LOG ) &
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)

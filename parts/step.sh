@@ -9,3 +9,13 @@ step() {
   timeout -k 5 -s ABRT $limit ${STEP_WRAP[@]+"${STEP_WRAP[@]}"} "$@" >> $R/$name.txt 2>&1
   echo "$? $name ($((SECONDS - t)) s, limit $limit)" | tee -a $LOG
 }
+# `install_prev`: the tree in .prev/ (an earlier commit, with a TREE file naming it) installed apart in
+# /tmp/prev-site, for "before" runs beside this tree's in one call (PYTHONPATH=/tmp/prev-site:$SITE, cwd
+# /tmp); SITE is the carried wheels' path. Its record goes to $R/env.txt.
+install_prev() {
+  SITE=$PYTHONPATH
+  python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/prev-site ./.prev >> $R/env.txt 2>&1 \
+    || echo "1 prev install" | tee -a $LOG
+  { date -u; nvidia-smi -L; nproc; cat .prev/TREE 2>/dev/null
+    (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE python3 -c "import anydev; print('before tree:', anydev.__file__)"); } >> $R/env.txt 2>&1
+}
