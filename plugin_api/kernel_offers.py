@@ -2,9 +2,9 @@
 
 A backend offers a kernel in :meth:`DeviceRuntime.kernels` either as a bare callable (it takes every
 input its torch reference takes, the meaning since contract 1.2) or as a :class:`KernelOffer` naming
-the activation dtypes and, for a kernel with a weight format (``quantized_linear``, ``moe_linear``,
-``silu_and_mul_linear``), the weight formats it takes. For every other input the engine runs the torch
-reference, on the same device (``KernelSet.supports`` answers which). Torch-free, so a plugin module can import it cheaply.
+the activation dtypes and, for a kernel with a weight format (``quantized_linear``, ``moe_linear``), the weight
+formats it takes. For every other input the engine runs the torch reference, on the same device
+(``KernelSet.supports`` answers which). Torch-free, so a plugin module can import it cheaply.
 """
 from __future__ import annotations
 
@@ -44,10 +44,10 @@ class KernelOffer:
 
     ``dtypes``: the activation dtypes it takes (names from :data:`ACTIVATION_DTYPES`); None: all of
     them. ``weight_formats``: for a kernel with a weight format, the formats it takes (names from
-    ``anydev.plugin_api.weight_formats.WEIGHT_FORMATS``); None: all of them. (The float weight of
-    ``moe_linear`` and ``silu_and_mul_linear``, ``weight_format=None``, is taken for every declared
-    dtype.) The kernel is called only on inputs it declares; the conformance suite checks exactly
-    those and reports the rest as not offered."""
+    ``anydev.plugin_api.weight_formats.WEIGHT_FORMATS``); None: all of them. (``moe_linear``'s float
+    weight, ``weight_format=None``, is taken for every declared dtype.) The kernel is called
+    only on inputs it declares; the conformance suite checks exactly those and reports the rest as
+    not offered."""
 
     kernel: Callable
     dtypes: tuple[str, ...] | None = None

@@ -20,9 +20,9 @@ Conventions shared by all kernels:
   so a fast one reads nothing back, e.g. sizing its grid from ``T`` and ``B`` as the Triton one does.)
 * Native kernels are checked against these references by the conformance suite's ``kernels`` group
   (``conformance/test_kernels.py``), which states the tolerances per dtype.
-* A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3,
-  ``qk_norm_rotary_write_kv``, 1.8, and ``silu_and_mul_linear``, 1.11) does the work of several
-  kernels in one launch; its reference is exactly those kernels called in order. A backend
+* A **fused** kernel (:data:`FUSED`; ``rotary_write_kv``, added in contract 1.3, and
+  ``qk_norm_rotary_write_kv``, 1.8) does the work of several kernels in one launch; its reference is
+  exactly those kernels called in order. A backend
   that does not offer it gets their composition from its own :class:`KernelSet` (its native parts
   where it has them), so the engine always calls the fused name.
 * **Linear layers** (contract 1.5): ``linear`` (a float weight, as ``F.linear``) and
@@ -32,7 +32,7 @@ Conventions shared by all kernels:
   ``quantized_embedding`` (contract 1.9) looks up rows of a table stored the same way (a GGUF token
   embedding kept in its format), dequantized in one launch where the reference takes some 25 torch ops.
 * **Offers for some inputs** (contract 1.6): a backend may offer a kernel for some activation dtypes
-  and, for ``quantized_linear``, ``moe_linear`` and ``silu_and_mul_linear``, some weight formats only
+  and, for ``quantized_linear`` and ``moe_linear``, some weight formats only
   (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, e.g. Q4_K alone); the :class:`KernelSet`
   runs the reference on the rest, on the same device, and the suite checks only what is declared.
 * **Mixture of experts** (contract 1.7): ``moe_route`` (a router's top-k experts and their weights)
@@ -43,9 +43,6 @@ Conventions shared by all kernels:
 * **Log-probabilities** (contract 1.10): ``logprobs`` is the sampling rank's, not the model's: each
   row's log-softmax at its chosen token and its top ``k``, packed as the engine reads them back, in
   one launch (the Triton set's) where the reference takes some 25 torch ops (two ``topk`` among them).
-* **SwiGLU's end** (contract 1.11): ``silu_and_mul_linear`` is ``silu_and_mul`` then the down
-  projection (``linear`` for a float weight, ``quantized_linear`` otherwise) in one launch: at decode
-  one kernel a layer fewer, the activation formed where the projection loads its inputs.
 """
 from __future__ import annotations
 
@@ -266,25 +263,6 @@ def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor
     return (x.float() @ w.T).to(x.dtype)
 
 
-def silu_and_mul_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None,
-                        weight_format: str | None) -> torch.Tensor:
-    """:func:`silu_and_mul` then the down projection, in one kernel (fused, contract 1.11): the end of
-    a SwiGLU MLP, whose activation an implementation forms where it loads its inputs. Returns ``[T,
-    N]`` contiguous in ``x``'s dtype.
-
-    ``x`` ``[T, 2I]`` float32, float16 or bfloat16 (gate, then up, as :func:`silu_and_mul` takes it;
-    rows may be strided, unit last stride). ``weight_format`` None: ``weight`` ``[N, I]`` contiguous of
-    ``x``'s dtype and ``scales`` None, as :func:`linear` takes it; else a name of
-    :data:`~anydev.plugin_api.weight_formats.WEIGHT_FORMATS`, ``weight`` (with ``scales``) storing the
-    ``[N, I]`` matrix as :func:`quantized_linear` takes it. Numerics: the activation as
-    :func:`silu_and_mul` rounds it (``silu(gate)`` computed in float32 and rounded to ``x``'s dtype,
-    then its product with up rounded to the dtype), then the projection of those values as
-    :func:`linear` or :func:`quantized_linear` makes it (accumulated in float32, within the same
-    tolerance). Graph-safe: no host reads, shapes from ``T``, ``I``, ``N`` only."""
-    hidden = silu_and_mul(x)
-    return linear(hidden, weight) if weight_format is None else quantized_linear(hidden, weight, scales, weight_format)
-
-
 def quantized_embedding(ids: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
                         hidden: int, dtype: torch.dtype) -> torch.Tensor:
     """Rows ``ids`` of a quantized table (contract 1.9: a token embedding kept in its format), as
@@ -431,8 +409,6 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
     KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
-    KernelSpec("silu_and_mul_linear", silu_and_mul_linear, (1, 11), dtype_arg="x", format_arg="weight_format",
-               weight_formats=WEIGHT_FORMATS, fused=("silu_and_mul", "linear", "quantized_linear")),
     KernelSpec("quantized_embedding", quantized_embedding, (1, 9), dtype_arg="dtype", format_arg="weight_format",
                weight_formats=WEIGHT_FORMATS),
     KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
@@ -442,9 +418,8 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
     KernelSpec("logprobs", logprobs, (1, 10), dtype_arg="logits"),
 )}
 #: Every kernel's name, in the registry's order: those of 1.2, the fused ones (1.3, 1.8), the linear
-#: layers (1.5) and SwiGLU's activation fused into the down projection (1.11), the quantized
-#: embedding's lookup (1.9), the mixture-of-experts kernels (1.7, 1.10), the sampler's
-#: log-probabilities (1.10).
+#: layers (1.5), the quantized embedding's lookup (1.9), the mixture-of-experts kernels (1.7, 1.10), the
+#: sampler's log-probabilities (1.10).
 KERNEL_NAMES = tuple(KERNELS)
 REFERENCES: Mapping[str, Callable] = {name: spec.reference for name, spec in KERNELS.items()}
 #: Fused kernels and the kernels each one stands for, in the order its reference calls them.
@@ -547,8 +522,7 @@ def _by_input(spec: KernelSpec, offer: KernelOffer, fallback: Callable) -> Calla
         x = args[dtype_at] if len(args) > dtype_at else kwargs[spec.dtype_arg]
         takes = (x if isinstance(x, torch.dtype) else x.dtype) in dtypes
         if takes and format_at is not None:
-            # None is a float weight (moe_linear, silu_and_mul_linear), which every offer takes for the
-            # dtypes it declares.
+            # None is a float weight (moe_linear), which every offer takes for the dtypes it declares.
             weight_format = args[format_at] if len(args) > format_at else kwargs[spec.format_arg]
             takes = weight_format is None or weight_format in formats
         return (native if takes else fallback)(*args, **kwargs)
@@ -588,24 +562,10 @@ def _qk_norm_then_rotary_write_kv(rms_norm: Callable, rotary_write_kv: Callable)
     return qk_norm_rotary_write_kv
 
 
-def _silu_and_mul_then_linear(silu_and_mul: Callable, linear: Callable, quantized_linear: Callable) -> Callable:
-    """``silu_and_mul_linear`` as ``silu_and_mul`` then ``linear`` (a float weight) or
-    ``quantized_linear`` (for a backend that does not offer it)."""
-
-    def silu_and_mul_linear(x, weight, scales, weight_format):
-        hidden = silu_and_mul(x)
-        if weight_format is None:
-            return linear(hidden, weight)
-        return quantized_linear(hidden, weight, scales, weight_format)
-
-    return silu_and_mul_linear
-
-
 #: How each fused kernel is composed of the kernel set's own parts (a fused kernel may be a part of a
 #: later one: the registry lists it first).
 _COMPOSE: Mapping[str, Callable] = {"rotary_write_kv": _rotary_then_write_kv,
-                                    "qk_norm_rotary_write_kv": _qk_norm_then_rotary_write_kv,
-                                    "silu_and_mul_linear": _silu_and_mul_then_linear}
+                                    "qk_norm_rotary_write_kv": _qk_norm_then_rotary_write_kv}
 
 
 def _flat(cache: torch.Tensor) -> torch.Tensor:

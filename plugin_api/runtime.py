@@ -50,7 +50,6 @@ overrides one. The versions:
 * 1.9: the kernel ``quantized_embedding`` (a quantized table's rows looked up and dequantized).
 * 1.10: the kernels ``logprobs`` (each row's log-softmax at its target and its top k, packed) and
   ``moe_combine`` (each token's expert rows, weighted and summed).
-* 1.11: the fused kernel ``silu_and_mul_linear`` (SwiGLU's activation and the down projection).
 """
 from __future__ import annotations
 

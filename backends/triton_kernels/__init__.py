@@ -1,4 +1,4 @@
-"""Triton implementations of the contract's kernels (1.2-1.11) (:mod:`anydev.plugin_api.kernels`), shared by every
+"""Triton implementations of the contract's kernels (1.2-1.10) (:mod:`anydev.plugin_api.kernels`), shared by every
 backend whose torch ships Triton: nvidia; moore and metax when their vendor Triton is importable; the
 cpu backend under Triton's interpreter (``ANYDEV_CPU_TRITON=1`` with ``TRITON_INTERPRET=1``), which is
 how CI checks them. One module per kernel family; each public function has exactly the signature and
@@ -29,7 +29,7 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
     from .attention_prefill import paged_prefill_attention
     from .cache import write_kv
     from .embedding import quantized_embedding
-    from .linear import linear, quantized_linear, silu_and_mul_linear
+    from .linear import linear, quantized_linear
     from .logprobs import logprobs
     from .moe import moe_combine, moe_linear, moe_route
     from .norm import fused_add_rms_norm, rms_norm
@@ -47,7 +47,6 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
         "qk_norm_rotary_write_kv": qk_norm_rotary_write_kv,
         "linear": linear,
         "quantized_linear": quantized_linear,
-        "silu_and_mul_linear": silu_and_mul_linear,
         "quantized_embedding": quantized_embedding,
         "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),
         "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),

@@ -47,26 +47,6 @@ def dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
     return tl.dot(a, b, input_precision=PRECISION)
 
 
-@triton.jit
-def activations(ptrs, mask, UP, GATED: tl.constexpr):
-    """The activations at ``ptrs`` in their dtype, 0 where ``mask`` is False (None: no mask). With
-    ``GATED``, SwiGLU's (``silu_and_mul``'s rounding): the gate at ``ptrs`` and the up ``UP`` elements
-    on, ``silu(gate)`` in float32 rounded to the dtype, times up, rounded to the dtype."""
-    if mask is None:
-        x = tl.load(ptrs)
-    else:
-        x = tl.load(ptrs, mask=mask, other=0.0)
-    if GATED:
-        if mask is None:
-            up = tl.load(ptrs + UP)
-        else:
-            up = tl.load(ptrs + UP, mask=mask, other=0.0)
-        gate = x.to(tl.float32)
-        silu = (gate / (1.0 + tl.exp(-gate))).to(x.dtype).to(tl.float32)
-        x = (silu * up.to(tl.float32)).to(x.dtype)
-    return x
-
-
 @functools.lru_cache(maxsize=None)
 def programs_to_fill(device: torch.device) -> int:
     """How many 4-warp programs keep a device busy: 4 per multiprocessor of a CUDA-like device (enough
@@ -121,4 +101,4 @@ def next_power_of_2(n: int) -> int:
 
 
 __all__ = ["LOG2E", "tl", "triton", "dot_precision", "check_cache", "check_last_dim_contiguous",
-           "programs_to_fill", "next_power_of_2", "dot", "activations", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]
+           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]

@@ -9,10 +9,10 @@ every block's ``dp4a`` chain runs in that thread, the eight blocks' scaled sums 
 
 The activations of a step are rounded to int8 once for all of the program's rows (:mod:`._int_dot`),
 their words split out per block to broadcast over the rows. Same arithmetic, partial sums and
-layouts as the word steps of :mod:`._gguf_int_gemv` (``plugin_api.weight_formats``); ``GATED`` as theirs."""
+layouts as the word steps of :mod:`._gguf_int_gemv` (``plugin_api.weight_formats``)."""
 from __future__ import annotations
 
-from ._common import activations, tl, triton
+from ._common import tl, triton
 from ._gguf_int_gemv import _f16_bits, _q4_0_dots, _straddled, _words4
 from ._int_dot import NIBBLES, dp4a, quantized_pairs, quantized_rows
 
@@ -91,24 +91,23 @@ def _steps(w_ptr, n, kq, N, K, ROW_BYTES, STEP: tl.constexpr, QUADS: tl.constexp
 
 
 @triton.jit
-def _halves(x_ptr, blk, K, GATED: tl.constexpr):
-    """The inputs of blocks ``blk`` as their halves ``[blocks, 16]`` (values 0-15, 16-31), float32
-    (``GATED``: :func:`._common.activations`)."""
+def _halves(x_ptr, blk, K):
+    """The inputs of blocks ``blk`` as their halves ``[blocks, 16]`` (values 0-15, 16-31), float32."""
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]
-    x_low = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
-    x_high = activations(x_ptr + inputs + 16, inputs + 16 < K, K, GATED).to(tl.float32)
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 16, mask=inputs + 16 < K, other=0.0).to(tl.float32)
     return x_low, x_high
 
 
 @triton.jit
 def q4_0_int_chunks(w_ptr, x_ptr, n, kq, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, QUADS: tl.constexpr,
-                    ASM: tl.constexpr, GATED: tl.constexpr = False):
+                    ASM: tl.constexpr):
     """Steps ``kq .. kq + QUADS - 1`` (eight ``q4_0`` blocks, 144 bytes, each) of rows ``n`` times the
     inputs, ``[BLOCK_N, QUADS]`` sums. Pair ``p`` of a step is its words ``9p .. 9p + 8`` (as
     :func:`._gguf_int_gemv.q4_0_int_gemv`'s pair); a value is its nibble minus 8."""
     words, valid, blk = _steps(w_ptr, n, kq, N, K, ROW_BYTES, 144, QUADS)
     chunks = _chunks(words, valid, 9)
-    x_low, x_high = _halves(x_ptr, blk, K, GATED)
+    x_low, x_high = _halves(x_ptr, blk, K)
     xw_low, xw_high, dx, code_sums = quantized_pairs(x_low, x_high)                  # [8Q, 4] x 2, [8Q] x 2
     lows, highs = _eighths(xw_low), _eighths(xw_high)
     scales, sums = _eighths_of(dx), _eighths_of(code_sums)
@@ -140,13 +139,13 @@ def _q4_0_block(chunks, x_low, x_high, b: tl.constexpr, ASM: tl.constexpr):
 
 @triton.jit
 def q4_1_int_chunks(w_ptr, x_ptr, n, kq, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, QUADS: tl.constexpr,
-                    ASM: tl.constexpr, GATED: tl.constexpr = False):
+                    ASM: tl.constexpr):
     """Steps ``kq ..`` (eight ``q4_1`` blocks, 160 bytes, each) of rows ``n`` times the inputs,
     ``[BLOCK_N, QUADS]`` sums. Block ``b`` is words ``5b .. 5b + 4``: ``d`` and ``m`` (low and high half
     of the first), then its nibbles (as :func:`._gguf_int_gemv.q4_1_int_gemv`'s); a value is ``d q + m``."""
     words, valid, blk = _steps(w_ptr, n, kq, N, K, ROW_BYTES, 160, QUADS)
     chunks = _chunks(words, valid, 10)
-    x_low, x_high = _halves(x_ptr, blk, K, GATED)
+    x_low, x_high = _halves(x_ptr, blk, K)
     xw_low, xw_high, dx, _ = quantized_pairs(x_low, x_high)
     lows, highs = _eighths(xw_low), _eighths(xw_high)
     scales = _eighths_of(dx)
@@ -163,14 +162,14 @@ def q4_1_int_chunks(w_ptr, x_ptr, n, kq, N, K, ROW_BYTES, BLOCK_N: tl.constexpr,
 
 @triton.jit
 def q8_0_int_chunks(w_ptr, x_ptr, n, kq, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, QUADS: tl.constexpr,
-                    ASM: tl.constexpr, GATED: tl.constexpr = False):
+                    ASM: tl.constexpr):
     """Steps ``kq ..`` (eight ``q8_0`` blocks, 272 bytes, each) of rows ``n`` times the inputs,
     ``[BLOCK_N, QUADS]`` sums. Pair ``p`` of a step is its words ``17p .. 17p + 16`` (as
     :func:`._gguf_int_gemv.q8_0_int_gemv`'s pair)."""
     words, valid, blk = _steps(w_ptr, n, kq, N, K, ROW_BYTES, 272, QUADS)
     chunks = _chunks(words, valid, 17)
     inputs = blk[:, None] * 32 + tl.arange(0, 32)[None, :]
-    x = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
     xw, dx = quantized_rows(x)                                                        # [8Q, 8], [8Q]
     blocks, scales = _eighths(xw), _eighths_of(dx)
     total = tl.zeros((BLOCK_N, QUADS), dtype=tl.float32)

@@ -9,11 +9,10 @@ Word loads: ``q4_k``'s nibbles (at byte 16 of a 144-byte super-block) and ``q4_1
 holds an even number of them): those steps take an aligned pair, the odd one's words each from the
 two words it straddles. The steps of ``q4_0`` and ``q6_k`` issue their weight loads before the
 activations' rounding (whose reductions and layout change wait at a barrier), so that the loads are
-in flight meanwhile. With ``GATED`` each step's activations are SwiGLU's, formed from the gate and the
-up half of the row as they load (:func:`._common.activations`), before their rounding to int8."""
+in flight meanwhile."""
 from __future__ import annotations
 
-from ._common import activations, tl, triton
+from ._common import tl, triton
 from ._gguf_tiles import q4_k_scale_min
 from ._int_dot import NIBBLES, dp4a, pack4, quantized_pairs, quantized_rows, row_codes
 from ._weight_tiles import f16
@@ -36,14 +35,13 @@ def _chained(a, x_a, b, x_b, ASM: tl.constexpr):
 
 
 @triton.jit
-def q4_k_int_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
-                   GATED: tl.constexpr = False):
+def q4_k_int_block(w_ptr, x_ptr, n, kb, N, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
     """Super-block ``kb`` of ``q4_k`` rows as ``[BLOCK_N, 4]`` sums (as ``q4_k_gemv_block``): word ``8p + j``
     of the nibbles holds values ``64p + 4j ..`` in its low nibbles and ``64p + 32 + 4j ..`` in its high
     ones; each sub-block of 32 inputs has its own activation scale."""
     inputs = kb * 256 + (64 * tl.arange(0, 4))[:, None] + tl.arange(0, 32)[None, :]   # [4, 32]: the low nibbles'
-    x_low = activations(x_ptr + inputs, None, K, GATED).to(tl.float32)
-    x_high = activations(x_ptr + inputs + 32, None, K, GATED).to(tl.float32)
+    x_low = tl.load(x_ptr + inputs).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)
     xw_low, dx_low = quantized_rows(x_low)                                        # [4, 8], [4]
     xw_high, dx_high = quantized_rows(x_high)
     valid = n < N
@@ -60,7 +58,7 @@ def q4_k_int_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, 
 
 @triton.jit
 def q8_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, PAIRS: tl.constexpr,
-                  ASM: tl.constexpr, GATED: tl.constexpr = False):
+                  ASM: tl.constexpr):
     """The ``2 * PAIRS`` ``q8_0`` blocks from input ``k0`` (a multiple of 64; ``K`` too, so that a row
     and a pair of 34-byte blocks start 4-byte aligned) of rows ``n`` times the inputs, ``[BLOCK_N, PAIRS,
     8]`` partial sums (the caller adds them up after its loop: summing a step's words would move data
@@ -69,8 +67,8 @@ def q8_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, P
     word 8, its codes words 9-16."""
     pair = k0 // 64 + tl.arange(0, PAIRS)
     inputs = pair[:, None] * 64 + tl.arange(0, 32)[None, :]                          # [PAIRS, 32]
-    x_even = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
-    x_odd = activations(x_ptr + inputs + 32, inputs + 32 < K, K, GATED).to(tl.float32)
+    x_even = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_odd = tl.load(x_ptr + inputs + 32, mask=inputs + 32 < K, other=0.0).to(tl.float32)
     xw_even, dx_even = quantized_rows(x_even)                                        # [PAIRS, 8], [PAIRS]
     xw_odd, dx_odd = quantized_rows(x_odd)
     valid = (n[:, None] < N) & (pair * 64 < K)[None, :]                              # [BLOCK_N, PAIRS]
@@ -89,15 +87,15 @@ def q8_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, P
 
 @triton.jit
 def q4_1_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, BLOCKS: tl.constexpr,
-                  ASM: tl.constexpr, GATED: tl.constexpr = False):
+                  ASM: tl.constexpr):
     """The ``BLOCKS`` ``q4_1`` blocks from input ``k0`` of rows ``n`` times the inputs, ``[BLOCK_N,
     BLOCKS, 4]`` partial sums (added up by the caller after its loop, as :func:`q8_0_int_gemv`'s); 0
     past ``N`` and ``K``. A block's 16 code bytes (after ``d`` and ``m``) are four words whose low
     nibbles are its values 0-15, their high nibbles values 16-31."""
     blk = k0 // 32 + tl.arange(0, BLOCKS)
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [BLOCKS, 16]
-    x_low = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
-    x_high = activations(x_ptr + inputs + 16, inputs + 16 < K, K, GATED).to(tl.float32)
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 16, mask=inputs + 16 < K, other=0.0).to(tl.float32)
     xw_low, xw_high, dx, code_sums = quantized_pairs(x_low, x_high)                  # [BLOCKS, 4] x 2, [BLOCKS] x 2
     valid = (n[:, None] < N) & (blk * 32 < K)[None, :]                               # [BLOCK_N, BLOCKS]
     mask = valid[:, :, None]
@@ -139,7 +137,7 @@ def _q4_0_dots(q0, q1, q2, q3, x_low, x_high, ASM: tl.constexpr):
 
 @triton.jit
 def q4_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, PAIRS: tl.constexpr,
-                  ASM: tl.constexpr, GATED: tl.constexpr = False):
+                  ASM: tl.constexpr):
     """The ``2 * PAIRS`` ``q4_0`` blocks from input ``k0`` (a multiple of 64; ``K`` too, so that a row
     and a pair of 18-byte blocks start 4-byte aligned) of rows ``n`` times the inputs, ``[BLOCK_N, PAIRS,
     2]`` partial sums (even block, odd block; added up by the caller after its loop). A pair is 9 words:
@@ -165,8 +163,8 @@ def q4_0_int_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, P
     d_odd = _f16_bits(w4 >> 16)
     blk = k0 // 32 + tl.arange(0, 2 * PAIRS)                                         # even, odd, even, ...
     inputs = blk[:, None] * 32 + tl.arange(0, 16)[None, :]                           # [2 * PAIRS, 16]
-    x_low = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
-    x_high = activations(x_ptr + inputs + 16, inputs + 16 < K, K, GATED).to(tl.float32)
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 16, mask=inputs + 16 < K, other=0.0).to(tl.float32)
     xw_low, xw_high, dx, code_sums = quantized_pairs(x_low, x_high)                  # [2 * PAIRS, 4], [2 * PAIRS]
     xe_low, xo_low = tl.split(tl.permute(tl.reshape(xw_low, (PAIRS, 2, 4)), (0, 2, 1)))
     xe_high, xo_high = tl.split(tl.permute(tl.reshape(xw_high, (PAIRS, 2, 4)), (0, 2, 1)))
@@ -250,8 +248,7 @@ def _q6_k_quarter(ql0, ql1, qh, scale_words, x_words, group_sums, dx, t: tl.cons
 
 
 @triton.jit
-def _q6_k_dots(ql0, ql1, qh, scales_low, scales_high, x_ptr, kb, K, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
-               GATED: tl.constexpr):
+def _q6_k_dots(ql0, ql1, qh, scales_low, scales_high, x_ptr, kb, K, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
     """Super-block ``kb`` of the loaded words (:func:`_q6_k_loads`) times the inputs, without ``d``:
     ``[BLOCK_N, 2, 2]`` sums (half ``h``, group ``g``). Quarter ``t`` of a half (values ``128h + 32t +
     4j ..``, scale byte ``8h + 2t + g``) is ``ql0``'s low nibbles (t 0), ``ql1``'s low (1), ``ql0``'s
@@ -259,7 +256,7 @@ def _q6_k_dots(ql0, ql1, qh, scales_low, scales_high, x_ptr, kb, K, BLOCK_N: tl.
     32, summed exactly as ``dp4a(codes) - 32 * sum(activation codes)``. The super-block's inputs are
     rounded to int8 together, rows ``4h + t`` of 32."""
     inputs = kb * 256 + 32 * tl.arange(0, 8)[:, None] + tl.arange(0, 32)[None, :]    # [8, 32]
-    x = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
     codes, dx = row_codes(x)                                                          # [8, 32], [8]
     w0, w1, w2, w3 = _quarters(tl.reshape(pack4(codes), (2, 2, 2, 8)))                # [2, 8] each
     s0, s1, s2, s3 = _quarters(tl.sum(tl.reshape(codes, (2, 2, 2, 2, 16)), axis=4))  # [2, 2] each
@@ -271,8 +268,7 @@ def _q6_k_dots(ql0, ql1, qh, scales_low, scales_high, x_ptr, kb, K, BLOCK_N: tl.
 
 
 @triton.jit
-def q6_k_int_pair(w_ptr, x_ptr, n, pair, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr,
-                  GATED: tl.constexpr = False):
+def q6_k_int_pair(w_ptr, x_ptr, n, pair, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
     """Super-blocks ``2 * pair`` and ``2 * pair + 1`` of ``q6_k`` rows ``n`` (``K`` a multiple of 512, so
     that a row and a pair of 210-byte super-blocks start 4-byte aligned) times the inputs, ``[BLOCK_N,
     2, 2]`` sums (as :func:`_q6_k_dots`, the two super-blocks added)."""
@@ -283,10 +279,8 @@ def q6_k_int_pair(w_ptr, x_ptr, n, pair, N, K, ROW_BYTES, BLOCK_N: tl.constexpr,
     ql0_odd, ql1_odd, qh_odd, low_odd, high_odd = _q6_k_loads(words, valid, True)
     d_even = f16(w_ptr, base + 208, valid)[:, None, None]
     d_odd = f16(w_ptr, base + 418, valid)[:, None, None]
-    return d_even * _q6_k_dots(ql0_even, ql1_even, qh_even, low_even, high_even, x_ptr, 2 * pair, K, BLOCK_N, ASM,
-                            GATED) \
-        + d_odd * _q6_k_dots(ql0_odd, ql1_odd, qh_odd, low_odd, high_odd, x_ptr, 2 * pair + 1, K, BLOCK_N, ASM,
-                           GATED)
+    return d_even * _q6_k_dots(ql0_even, ql1_even, qh_even, low_even, high_even, x_ptr, 2 * pair, K, BLOCK_N, ASM) \
+        + d_odd * _q6_k_dots(ql0_odd, ql1_odd, qh_odd, low_odd, high_odd, x_ptr, 2 * pair + 1, K, BLOCK_N, ASM)
 
 
 @triton.jit

@@ -9,11 +9,10 @@ faster of the two for its formats.
 More rows (``tl.dot``): the same dequantization, a block's scales applied to its values at once, then
 the values laid out in input order (:func:`k_quant_tile`, :func:`block32_values`).
 
-The quants are read as whole rows of a block (contiguous loads), in the tile's shape. The batch-1 steps'
-``GATED`` loads form SwiGLU's activations from the gate and up halves (:func:`._common.activations`)."""
+The quants are read as whole rows of a block (contiguous loads), in the tile's shape."""
 from __future__ import annotations
 
-from ._common import activations, tl, triton
+from ._common import tl, triton
 from ._weight_tiles import byte, exact_float, f16, int8_float
 
 
@@ -61,12 +60,12 @@ def q4_k_header(w_ptr, base, valid):
 
 
 @triton.jit
-def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, GATED: tl.constexpr = False):
+def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
     """Super-block ``kb < K / 256`` of ``q4_k`` rows as ``[BLOCK_N, 4]`` sums: a pair of sub-blocks
     adds ``d * (sc * sum(q x)) - dmin * m * sum(x)`` of both."""
     inputs = kb * 256 + (64 * tl.arange(0, 4))[:, None] + tl.arange(0, 32)[None, :]   # [4, 32]: the low nibbles'
-    x_low = activations(x_ptr + inputs, None, K, GATED).to(tl.float32)[None, :, :]
-    x_high = activations(x_ptr + inputs + 32, None, K, GATED).to(tl.float32)[None, :, :]
+    x_low = tl.load(x_ptr + inputs).to(tl.float32)[None, :, :]
+    x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)[None, :, :]
     q, d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_super_block(w_ptr, n, kb, n < N, ROW_BYTES)
     low = tl.sum(exact_float(q & 15, 0) * x_low, axis=2)                          # [BLOCK_N, 4]
     high = tl.sum(exact_float(q >> 4, 0) * x_high, axis=2)
@@ -99,15 +98,15 @@ def _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
 
 
 @triton.jit
-def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr, GATED: tl.constexpr = False):
+def q6_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr):
     """Super-block ``kb`` of ``q6_k`` rows as ``[BLOCK_N, 8, 16]`` products (groups as
     :func:`_q6_k_super_block`)."""
     valid = (n < N) & (kb * 256 + tl.zeros_like(n) < K)
     low, high, sc_low, sc_high = _q6_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
     g = tl.arange(0, 8)
     inputs = kb * 256 + (128 * (g // 4) + 16 * (g % 4))[:, None] + tl.arange(0, 16)[None, :]   # [8, 16]: the low values'
-    x_low = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)
-    x_high = activations(x_ptr + inputs + 64, inputs + 64 < K, K, GATED).to(tl.float32)
+    x_low = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)
+    x_high = tl.load(x_ptr + inputs + 64, mask=inputs + 64 < K, other=0.0).to(tl.float32)
     return sc_low[:, :, None] * low * x_low[None, :, :] + sc_high[:, :, None] * high * x_high[None, :, :]
 
 
@@ -139,10 +138,10 @@ def block32_values(w_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N:
 
 @triton.jit
 def block32_gemv(w_ptr, x_ptr, n, k0, N, K, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCKS: tl.constexpr, GATED: tl.constexpr = False):
+                 BLOCKS: tl.constexpr):
     """:func:`block32_values` times the inputs, ``[BLOCK_N, BLOCKS, 32]`` products."""
     inputs = (k0 // 32 + tl.arange(0, BLOCKS))[:, None] * 32 + tl.arange(0, 32)[None, :]     # [BLOCKS, 32]
-    x = activations(x_ptr + inputs, inputs < K, K, GATED).to(tl.float32)[None, :, :]
+    x = tl.load(x_ptr + inputs, mask=inputs < K, other=0.0).to(tl.float32)[None, :, :]
     return block32_values(w_ptr, n, k0, N, K, ROW_BYTES, FORMAT, BLOCK_N, BLOCKS) * x
 
 

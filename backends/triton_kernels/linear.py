@@ -9,10 +9,6 @@ tile dequantized to the activations' dtype. :func:`plan` picks the blocks and th
 plan measured on the device where :mod:`.linear_plans` records one, else a fixed heuristic (enough
 programs to fill the device, :func:`~._common.programs_to_fill`). A float weight at
 ``T > DENSE_MAX_ROWS`` goes to torch's matmul (the vendor library is at its bandwidth there).
-
-silu_and_mul_linear (contract 1.11) is the same kernel with ``GATED``: every load of the activations
-reads the gate and the up half of ``x`` ``[T, 2K]`` and forms SwiGLU's activation there
-(:func:`._common.activations`), with the plan of the unfused call (``K`` the weight's).
 """
 from __future__ import annotations
 
@@ -24,15 +20,12 @@ import torch.nn.functional as F
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
-from ._common import (
-    activations, check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots,
-)
+from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
-from .activation import silu_and_mul
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
@@ -121,7 +114,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
-                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0, GATED: tl.constexpr = False):
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -131,7 +124,6 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
     # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
     # INT_DOT (GGUF blocks, bfloat16 activations) the steps are integer dots (:mod:`._gguf_int_gemv`).
-    # With GATED, x's rows are [2K] (gate, up) and each step forms its activations as it loads them.
     if BLOCK_M == 1 and INT_CHUNKS:     # q8_0, q4_0, q4_1 in aligned chunks: a sum a step of eight blocks
         acc = tl.zeros((BLOCK_N, BLOCK_K // 256), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 6:
@@ -156,43 +148,40 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         k = k_start + k0 + tl.arange(0, BLOCK_K)
         if BLOCK_M == 1 and INT_CHUNKS and FORMAT == 3:
             acc += q8_0_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
-                                   BLOCK_N, BLOCK_K // 256, ASM, GATED)
+                                   BLOCK_N, BLOCK_K // 256, ASM)
         elif BLOCK_M == 1 and INT_CHUNKS and FORMAT == 4:
             acc += q4_0_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
-                                   BLOCK_N, BLOCK_K // 256, ASM, GATED)
+                                   BLOCK_N, BLOCK_K // 256, ASM)
         elif BLOCK_M == 1 and INT_CHUNKS:
             acc += q4_1_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
-                                   BLOCK_N, BLOCK_K // 256, ASM, GATED)
+                                   BLOCK_N, BLOCK_K // 256, ASM)
         elif BLOCK_M == 1 and FORMAT == 6 and INT_DOT:
-            acc += q4_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N,
-                                  ASM, GATED)
+            acc += q4_k_int_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, ROW_BYTES, BLOCK_N, ASM)
         elif BLOCK_M == 1 and FORMAT == 7 and INT_DOT:     # q6_k: BLOCK_K 512, a pair of super-blocks
             acc += q6_k_int_pair(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 512, N, K, ROW_BYTES, BLOCK_N,
-                                 ASM, GATED)
+                                 ASM)
         elif BLOCK_M == 1 and FORMAT == 3 and INT_DOT:
             acc += q8_0_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
-                                 BLOCK_K // 64, ASM, GATED)
+                                 BLOCK_K // 64, ASM)
         elif BLOCK_M == 1 and FORMAT == 4 and INT_DOT:
             acc += q4_0_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
-                                 BLOCK_K // 64, ASM, GATED)
+                                 BLOCK_K // 64, ASM)
         elif BLOCK_M == 1 and FORMAT == 5 and INT_DOT:
             acc += q4_1_int_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, BLOCK_N,
-                                 BLOCK_K // 32, ASM, GATED)
+                                 BLOCK_K // 32, ASM)
         elif BLOCK_M == 1 and FORMAT == 6:         # q4_k (then q6_k): one super-block a tile
-            acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N,
-                                   GATED)
+            acc += q4_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1 and FORMAT == 7:
-            acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N,
-                                   GATED)
+            acc += q6_k_gemv_block(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES, BLOCK_N)
         elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):     # q8_0, q4_0, q4_1: per block
             acc += block32_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
-                                BLOCK_K // 32, GATED)
+                                BLOCK_K // 32)
         elif BLOCK_M == 1:
             if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
                 w = int8_float(stored_values(w_ptr, n[None, :], k[:, None], N, K))
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
-            xk = activations(x_ptr + pid_m * stride_xm + k, k < K, K, GATED).to(tl.float32)
+            xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
         else:
             if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
@@ -202,7 +191,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                                                        BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
-            xk = activations(x_ptr + m[:, None] * stride_xm + k[None, :], (m[:, None] < M) & (k[None, :] < K), K, GATED)
+            xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
     if BLOCK_M == 1 and (FORMAT == 6 or INT_CHUNKS):
         acc = tl.sum(acc, axis=1)
@@ -255,14 +244,13 @@ def ptx_dp4a(device: torch.device) -> bool:
 
 
 def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str,
-        p: Plan | None = None, gated: bool = False) -> torch.Tensor:
+        p: Plan | None = None) -> torch.Tensor:
     """``x @ W.T`` by this kernel family with plan ``p`` (default: :func:`plan`'s); ``weight_format``
-    "dense" for a float weight of ``x``'s dtype; ``gated``: ``silu_and_mul(x) @ W.T`` for ``x`` ``[T,
-    2K]``, in the same launch. (benchmarks/linear_bench.py sweeps plans through it.)"""
+    "dense" for a float weight of ``x``'s dtype. (benchmarks/linear_bench.py sweeps plans through it.)"""
     check_last_dim_contiguous("x", x)
-    if x.dim() != 2 or (gated and x.shape[1] % 2):
-        raise InvalidArgumentError(f"x must be [T, {'2K' if gated else 'K'}], got shape {tuple(x.shape)}")
-    M, K = x.shape[0], x.shape[1] // 2 if gated else x.shape[1]
+    if x.dim() != 2:
+        raise InvalidArgumentError(f"x must be [T, K], got shape {tuple(x.shape)}")
+    M, K = x.shape
     N = weight.shape[0]
     out = torch.empty((M, N), dtype=x.dtype, device=x.device)
     if M == 0 or N == 0:
@@ -288,7 +276,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), GATED=gated, num_warps=p.num_warps,
+        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
         **pdl(x.device),
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
@@ -307,24 +295,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def quantized_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weight_format: str) -> torch.Tensor:
     check_weight(weight, scales, weight_format, x.shape[-1])
     return run(x, weight, scales, weight_format)
-
-
-def silu_and_mul_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None,
-                        weight_format: str | None) -> torch.Tensor:
-    """:func:`linear` or :func:`quantized_linear` of ``silu_and_mul(x)`` in one launch (``GATED``) at up
-    to ``DENSE_MAX_ROWS`` rows; above, :func:`.activation.silu_and_mul` then the projection: the fused
-    ``tl.dot`` tiles would form each activation once per program along ``N``, where prefill's rows
-    make that work rival the projection's, and a float weight goes to torch's matmul there anyway."""
-    I = x.shape[-1] // 2
-    if x.shape[0] > DENSE_MAX_ROWS:
-        hidden = silu_and_mul(x)
-        if weight_format is None:
-            return linear(hidden, weight)
-        return quantized_linear(hidden, weight, scales, weight_format)
-    if weight_format is None:
-        if weight.dim() != 2 or weight.shape[1] != I or not weight.is_contiguous() or weight.dtype != x.dtype:
-            raise InvalidArgumentError(f"weight must be contiguous [N, {I}] {x.dtype}, got "
-                                       f"{weight.dtype} {tuple(weight.shape)}")
-        return run(x, weight, None, "dense", gated=True)
-    check_weight(weight, scales, weight_format, I)
-    return run(x, weight, scales, weight_format, gated=True)

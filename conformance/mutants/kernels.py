@@ -443,35 +443,6 @@ class MoeCombineDropsTheLastCopy(_OneKernel):
     _kernel = moe_combine
 
 
-# ---- SwiGLU's activation and the down projection (contract 1.11) --------------------------------
-
-@mutant("silu-and-mul-linear-swaps-gate-and-up", checks=CHECKS)
-class SiluAndMulLinearSwapsGateAndUp(_OneKernel):
-    """silu_and_mul_linear reads the up half as the gate and the gate half as up."""
-
-    @staticmethod
-    def silu_and_mul_linear(x, weight, scales, weight_format):
-        gate, up = x.chunk(2, dim=-1)
-        return reference.silu_and_mul_linear(torch.cat((up, gate), dim=-1), weight, scales, weight_format)
-
-    _kernel = silu_and_mul_linear
-
-
-@mutant("silu-and-mul-linear-skips-silu", checks=CHECKS)
-class SiluAndMulLinearSkipsSilu(_OneKernel):
-    """silu_and_mul_linear projects gate * up (no silu on the gate)."""
-
-    @staticmethod
-    def silu_and_mul_linear(x, weight, scales, weight_format):
-        gate, up = x.chunk(2, dim=-1)
-        hidden = gate * up
-        if weight_format is None:
-            return reference.linear(hidden, weight)
-        return reference.quantized_linear(hidden, weight, scales, weight_format)
-
-    _kernel = silu_and_mul_linear
-
-
 # ---- log-probabilities (contract 1.10) ----------------------------------------------------------
 
 @mutant("logprobs-ties-to-the-higher-id", checks=CHECKS)

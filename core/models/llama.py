@@ -5,9 +5,8 @@ HF transformers' math on the rank's weight shard (see :mod:`.sharding`), over a 
 the references; see :mod:`anydev.core.rank.kernel_choice`), the projections by ``linear`` or, for a
 quantized weight, ``quantized_linear`` (:mod:`.quantized`). Per layer: fused_add_rms_norm, the fused qkv
 matmul, rotary in place and write_kv (one fused kernel: rotary_write_kv), paged attention, o_proj,
-fused_add_rms_norm, the fused gate_up matmul, silu_and_mul and down_proj (one fused kernel:
-silu_and_mul_linear). The only TP knowledge here is the all-reduce after the row-parallel o_proj and
-down_proj, and the all-gather of the vocabulary-split lm_head's logits.
+fused_add_rms_norm, the fused gate_up matmul, silu_and_mul, down_proj. The only TP knowledge here is the all-reduce after the row-parallel
+o_proj and down_proj, and the all-gather of the vocabulary-split lm_head's logits.
 """
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import torch
 
 from .batch import StepBatch
 from .pipeline import Stage
-from .quantized import QuantizedWeight, embedding, linear, silu_and_mul_linear
+from .quantized import QuantizedWeight, embedding, linear
 from .sharding import RankShard
 
 
@@ -192,15 +191,12 @@ class LlamaRank:
         return self._mlp(w, x)
 
     def _mlp(self, w, x) -> torch.Tensor:
-        """down(silu(gate(x)) * up(x)); on a TP rank a partial sum, all-reduced here. A rank's gate_up
-        output is [T, 2 * its intermediate rows], its gate then its up (both column-parallel), which
-        its down's input columns match (row-parallel): the fused kernel sees one whole SwiGLU."""
+        """down(silu(gate(x)) * up(x)); on a TP rank a partial sum, all-reduced here."""
         if w["gate_up"] is None:
             gate_up = torch.cat((self._linear(x, w["gate"]), self._linear(x, w["up"])), dim=-1)
         else:
             gate_up = self._linear(x, w["gate_up"])
-        # one fused kernel where the backend offers it, else silu_and_mul then the projection
-        return self._reduced(silu_and_mul_linear(self.kernels, gate_up, w["down"]))
+        return self._reduced(self._linear(self.kernels.silu_and_mul(gate_up), w["down"]))
 
     def _linear(self, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -> torch.Tensor:
         """A projection: a float or a quantized weight (see :mod:`.quantized`), through the kernels."""

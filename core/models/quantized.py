@@ -3,10 +3,8 @@ layers and the token embedding's lookup.
 
 A projection's weight is either a float tensor ``[N, K]`` (run by the kernel set's ``linear``) or a
 :class:`QuantizedWeight` in one of contract 1.5's formats (run by ``quantized_linear``; the formats and
-their byte layouts are :mod:`anydev.plugin_api.weight_formats`'s); a SwiGLU MLP's down projection of
-either kind runs with its activation, by ``silu_and_mul_linear`` (contract 1.11). The token embedding
-``[vocab, hidden]`` is the same: a float table, or a QuantizedWeight whose rows are looked up by their
-stored bytes.
+their byte layouts are :mod:`anydev.plugin_api.weight_formats`'s). The token embedding ``[vocab,
+hidden]`` is the same: a float table, or a QuantizedWeight whose rows are looked up by their stored bytes.
 """
 from __future__ import annotations
 
@@ -53,15 +51,6 @@ def linear(kernels, x: torch.Tensor, weight, bias: torch.Tensor | None = None) -
     else:
         out = kernels.linear(x, weight)
     return out if bias is None else out + bias
-
-
-def silu_and_mul_linear(kernels, x: torch.Tensor, weight) -> torch.Tensor:
-    """``silu_and_mul(x) @ weight.T`` (``x`` ``[T, 2K]``, gate then up) through ``kernels``' fused
-    ``silu_and_mul_linear``: a :class:`QuantizedWeight` in its format, a float tensor as ``linear``
-    takes it."""
-    if isinstance(weight, QuantizedWeight):
-        return kernels.silu_and_mul_linear(x, weight.data, weight.scales, weight.weight_format)
-    return kernels.silu_and_mul_linear(x, weight, None, None)
 
 
 def embedding(kernels, ids: torch.Tensor, table, dtype: torch.dtype) -> torch.Tensor:

@@ -34,7 +34,6 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "logprobs-ties-to-the-higher-id", "logprobs-logsumexp-misses-the-last-chunk",             # contract 1.10
     "logprobs-negative-target-wraps", "logprobs-target-of-the-next-row",
     "moe-combine-weights-of-the-next-copy", "moe-combine-drops-the-last-copy",
-    "silu-and-mul-linear-swaps-gate-and-up", "silu-and-mul-linear-skips-silu",                # contract 1.11
 }
 
 EXTRA = textwrap.dedent('''

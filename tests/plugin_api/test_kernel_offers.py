@@ -85,48 +85,6 @@ def test_a_moe_linear_offer_of_one_format_takes_the_float_weight_and_not_the_oth
     assert "moe_linear [q8_0]" in kernels.describe()
 
 
-def test_silu_and_mul_linear_not_offered_is_silu_and_mul_then_linear_or_quantized_linear():
-    """The composition (1.11) runs the set's own parts: ``linear`` for a float weight (``weight_format``
-    None), ``quantized_linear`` for a format, each on silu_and_mul's output."""
-    calls = []
-
-    def part(name):
-        def kernel(*args):
-            calls.append((name, tuple(args[0].shape)))
-            return getattr(K, name)(*args)
-        return kernel
-
-    kernels = K.KernelSet("vendor", {name: part(name) for name in ("silu_and_mul", "linear", "quantized_linear")})
-    assert "silu_and_mul_linear" not in kernels.native
-    assert "; silu_and_mul_linear as silu_and_mul + linear + quantized_linear" in kernels.describe()
-    x = torch.randn(3, 512)
-    weight, scales = _weight("int8")
-    got = kernels.silu_and_mul_linear(x, weight, scales, "int8")
-    torch.testing.assert_close(got, K.quantized_linear(K.silu_and_mul(x), weight, scales, "int8"))
-    dense = torch.randn(8, 256)
-    torch.testing.assert_close(kernels.silu_and_mul_linear(x, dense, None, None), K.silu_and_mul(x) @ dense.T)
-    assert calls == [("silu_and_mul", (3, 512)), ("quantized_linear", (3, 256)),
-                     ("silu_and_mul", (3, 512)), ("linear", (3, 256))]
-
-
-def test_a_silu_and_mul_linear_offer_of_one_format_takes_the_float_weight_and_composes_the_rest():
-    calls = []
-
-    def fused(x, weight, scales, weight_format):
-        calls.append(weight_format)
-        return K.silu_and_mul_linear(x, weight, scales, weight_format)
-
-    kernels = K.KernelSet("vendor", {"silu_and_mul_linear": KernelOffer(fused, weight_formats=("q8_0",))})
-    x = torch.randn(2, 512)
-    for weight_format in ("q8_0", "q4_k"):
-        weight, scales = _weight(weight_format)
-        torch.testing.assert_close(kernels.silu_and_mul_linear(x, weight, scales, weight_format),
-                                   K.silu_and_mul_linear(x, weight, scales, weight_format))
-    kernels.silu_and_mul_linear(x, torch.randn(8, 256), None, None)
-    assert calls == ["q8_0", None]
-    assert "silu_and_mul_linear [q8_0]" in kernels.describe()
-
-
 def test_a_fused_kernel_offered_for_some_dtypes_is_composed_of_the_sets_parts_elsewhere():
     calls = []
     offered = {

@@ -167,21 +167,6 @@ def test_silu_and_mul_multiplies_the_gate_activation_by_up():
     torch.testing.assert_close(K.silu_and_mul(x), F.silu(x[:, :5]) * x[:, 5:])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_silu_and_mul_linear_projects_silu_and_muls_rounded_output(dtype):
-    """Float weight: silu_and_mul in the dtype, then linear; int8: then quantized_linear (1.11)."""
-    from anydev.plugin_api.weight_formats import quantize_per_channel
-
-    x = (3 * torch.randn(4, 64)).to(dtype)
-    dense = torch.randn(5, 32).to(dtype)
-    hidden = F.silu(x[:, :32]) * x[:, 32:]
-    assert torch.equal(K.silu_and_mul_linear(x, dense, None, None), F.linear(hidden, dense))
-    weight, scales = quantize_per_channel(torch.randn(5, 32), "int8")
-    assert torch.equal(K.silu_and_mul_linear(x, weight, scales, "int8"),
-                       K.quantized_linear(hidden, weight, scales, "int8"))
-    assert K.FUSED["silu_and_mul_linear"] == ("silu_and_mul", "linear", "quantized_linear")
-
-
 def test_every_kernel_name_has_a_documented_reference():
     for name in K.KERNEL_NAMES:
         assert K.REFERENCES[name].__doc__ and K.REFERENCES[name].__name__ == name

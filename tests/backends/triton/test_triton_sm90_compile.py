@@ -6,9 +6,7 @@ compile on every GPU while passing every interpreted test. Each format is compil
 that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
-(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. Every case is compiled
-again with ``GATED`` (silu_and_mul_linear: SwiGLU's activation formed where the activations load), whose
-integer steps must keep their ``dp4a`` and 128-bit loads. The float batch-1 GEMV is
+(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
 compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
 and must wait on ``griddepcontrol``; every other case without, and must not."""
 from __future__ import annotations
@@ -30,7 +28,7 @@ CHILD = textwrap.dedent("""
     from anydev.backends.triton_kernels import linear
     from anydev.backends.triton_kernels._weight_tiles import CODES
 
-    fmt, gated = sys.argv[1], sys.argv[2] == "gated"
+    fmt = sys.argv[1]
     weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
     kernel = linear._linear_kernel
     cases = [(1, 16, 256, False, False), (32, 64, 256, False, False)]
@@ -44,7 +42,7 @@ CHILD = textwrap.dedent("""
                      "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
-                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot, GATED=gated,
+                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot,
                          USE_PDL=1 if (block_m, int_dot) == (1, False) else 0)   # programmatic dependent launch
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
@@ -65,7 +63,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("gated", ["plain", "gated"])
 @pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"])
-def test_the_linear_kernel_compiles_for_sm90(weight_format, gated):
-    run_sm90_compile(CHILD, weight_format, gated)
+def test_the_linear_kernel_compiles_for_sm90(weight_format):
+    run_sm90_compile(CHILD, weight_format)
