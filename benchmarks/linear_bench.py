@@ -175,9 +175,8 @@ def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
     (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
     GEMV 32 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to
-    8: 48 plans; the
-    32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans); above, the
-    ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
+    8: 48 plans; the 32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40
+    plans); above, the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
