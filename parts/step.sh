@@ -19,3 +19,11 @@ install_prev() {
   { date -u; nvidia-smi -L; nproc; cat .prev/TREE 2>/dev/null
     (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE python3 -c "import anydev; print('before tree:', anydev.__file__)"); } >> $R/env.txt 2>&1
 }
+# `call_start`: a call's machine (date, GPUs, cores, CPU, torch and triton) in $R/env.txt, then the
+# device set-up (scripts/device_setup.sh: the carried wheels, this tree), sourced so that its
+# PYTHONPATH stays.
+call_start() {
+  { date -u; nvidia-smi -L; nproc; lscpu | head -20
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > $R/env.txt 2>&1
+  source scripts/device_setup.sh >> $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
+}
