@@ -59,11 +59,12 @@ class Plan:
 
     @classmethod
     def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
-               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False) -> "Plan":
+               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False,
+               prefetch: int = 0) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
         return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages,
-                   int_dot, int_chunks)
+                   int_dot, int_chunks, prefetch)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
