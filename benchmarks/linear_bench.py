@@ -22,6 +22,7 @@ with each distance of weight prefetch into L2 (``ANYDEV_TRITON_PREFETCH``), side
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import time
@@ -209,7 +210,7 @@ def candidates(M: int, K: int, fmt: str):
 def sweep(args, dev, models) -> tuple[list[dict], dict]:
     """Per batch of ``--sweep-batches``, GEMM and format: every candidate plan of the Triton family
     beside the heuristic's (a candidate whose output differs from the heuristic's is dropped, and
-    counted). Returns the rows and the table of the plans that beat the heuristic's by more than 3%
+    counted), each with the prefetch distance that ``plan`` gives (``ANYDEV_TRITON_PREFETCH``). Returns the rows and the table of the plans that beat the heuristic's by more than 3%
     (``linear_plans.RECORDED``'s keys and values)."""
     from anydev.backends.triton_kernels import linear as triton_linear
     from anydev.backends.triton_kernels.linear_plans import device_name, rows_bucket
@@ -231,6 +232,7 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
                 want = triton_linear.run(x, *weights[0], fmt, chosen).float()
                 results, wrong = {chosen: timed(chosen)}, 0
                 for p in candidates(batch, K, fmt):
+                    p = dataclasses.replace(p, prefetch=chosen.prefetch)    # ANYDEV_TRITON_PREFETCH's, as plan()
                     if p in results:
                         continue
                     got = triton_linear.run(x, *weights[0], fmt, p).float()
@@ -262,8 +264,6 @@ def prefetch_sweep(args, dev, models) -> list[dict]:
     chooses with no prefetch and with each distance of ``--prefetch`` (the weights asked for that many
     steps ahead into L2), side by side; every prefetching plan's output must equal the plain one's
     bit for bit (a prefetch changes no value)."""
-    import dataclasses
-
     from anydev.backends.triton_kernels import linear as triton_linear
 
     timer = Timer(dev, args.reps)
