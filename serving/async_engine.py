@@ -325,8 +325,22 @@ class AsyncEngine:
     def _take(self, batch: EngineOutputs) -> None:
         self.stats = batch.stats              # first: a finished request's blocks are back in these
         now = time.monotonic()
+        streams = self._streams
+        for request_id, token in zip(batch.plain_ids, batch.plain_tokens):
+            stream = streams.get(request_id)
+            if stream is None:
+                continue
+            if not stream._admitted.done():   # its admission may follow in this batch's outputs
+                self._admit(stream)
+            stopped = self._add_tokens(stream, (token,))
+            stream._steps.append(len(stream.output))
+            self._observe(stream, now)
+            if stopped:
+                self.abort(stream, "stop")
+            else:
+                stream._wake.set()
         for out in batch.outputs:
-            stream = self._streams.get(out.request_id)
+            stream = streams.get(out.request_id)
             if stream is None:
                 continue
             if not stream._admitted.done():
@@ -335,8 +349,7 @@ class AsyncEngine:
                     kind = QueueFullError if out.error_kind == "queue_full" else InvalidRequestError
                     stream._admitted.set_exception(kind(out.error))
                     continue
-                stream._admitted.set_result(None)
-                stream.admitted = True
+                self._admit(stream)
             if out.new_token_ids:
                 stopped = self._add_tokens(stream, out.new_token_ids)
                 if out.prompt_logprobs is not None:
@@ -360,7 +373,12 @@ class AsyncEngine:
             stream._wake.set()
 
     @staticmethod
-    def _add_tokens(stream: RequestStream, tokens: list[int]) -> bool:
+    def _admit(stream: RequestStream) -> None:
+        stream._admitted.set_result(None)
+        stream.admitted = True
+
+    @staticmethod
+    def _add_tokens(stream: RequestStream, tokens) -> bool:
         """Append ``tokens`` to the output (through its text, if any); True when a stop string ends
         it (the tokens after the one that completed it are dropped)."""
         if stream.text is None:

@@ -66,6 +66,8 @@ class _Tracked:
     seq: Sequence
     deadline: float | None
     sent: int = 0           # tokens already sent to the client
+    #: where it asks for no logprobs: its client's plain tokens (EngineOutputs.plain_ids, .plain_tokens)
+    plain: tuple[list[str], list[int]] | None = None
 
 
 @dataclass
@@ -81,6 +83,8 @@ class EngineCore:
     _requests: dict[tuple[bytes, str], _Tracked] = field(default_factory=dict)
     _by_seq: dict[int, _Tracked] = field(default_factory=dict)
     _pending: dict[bytes, list[RequestOutput]] = field(default_factory=dict)
+    #: per client, the plain tokens since its last batch: (request ids, tokens), emptied as they go
+    _plain: dict[bytes, tuple[list[str], list[int]]] = field(default_factory=dict)
     _stats_sent: dict[bytes, float] = field(default_factory=dict)
     #: (deadline, request key) of the requests with a deadline, earliest first (some may have ended)
     _deadlines: list[tuple[float, tuple[bytes, str]]] = field(default_factory=list)
@@ -159,7 +163,10 @@ class EngineCore:
             out.append(RequestOutput(message.request_id, [], error=str(exc), error_kind="invalid"))
             return
         deadline = None if message.timeout is None else seq.arrival_time + message.timeout
-        tracked = _Tracked(client, message.request_id, seq, deadline)
+        sampling = message.sampling
+        plain = self._plain.setdefault(client, ([], [])) \
+            if sampling.logprobs is None and sampling.prompt_logprobs is None else None
+        tracked = _Tracked(client, message.request_id, seq, deadline, plain=plain)
         self._requests[(client, message.request_id)] = tracked
         if deadline is not None:
             heapq.heappush(self._deadlines, (deadline, (client, message.request_id)))
@@ -169,6 +176,7 @@ class EngineCore:
     def _drop_client(self, client: bytes) -> None:
         self.clients.discard(client)
         self._pending.pop(client, None)
+        self._plain.pop(client, None)
         for tracked in [t for t in self._requests.values() if t.client == client]:
             self._finish(tracked, "abort", notify=False)
 
@@ -179,11 +187,17 @@ class EngineCore:
             tracked = by_seq.get(seq.seq_id)
             if tracked is None:
                 continue                      # aborted meanwhile, or a generate() call's own request
-            sent, tracked.sent = tracked.sent, len(seq.output)
-            new = seq.output[sent:]
+            tokens = seq.output
+            sent, tracked.sent = tracked.sent, len(tokens)
+            plain = tracked.plain
+            if plain is not None and tracked.sent == sent + 1 and not seq.is_finished:   # most of a step's news
+                plain[0].append(tracked.request_id)
+                plain[1].append(tokens[-1])
+                continue
+            new = tokens[sent:]
             sampling = seq.sampling
             if not seq.is_finished and sampling.logprobs is None and (sent or sampling.prompt_logprobs is None):
-                output = RequestOutput(tracked.request_id, new)     # (most outputs: tokens, nothing else)
+                output = RequestOutput(tracked.request_id, new)
             else:
                 output = self._output(tracked, seq, new, sent)
             out = pending.get(tracked.client)
@@ -226,17 +240,22 @@ class EngineCore:
         :data:`HEARTBEAT_S` (the heartbeat)."""
         now = time.monotonic()
         heartbeat_due = any(now - self._stats_sent.get(client, 0.0) >= HEARTBEAT_S for client in self.clients)
-        if not events_seen and not self._pending and not heartbeat_due:
+        if not events_seen and not self._pending and not any(ids for ids, _ in self._plain.values()) \
+                and not heartbeat_due:
             return
         idle = not self.engine.has_unfinished
         stats = self.stats()
         for client in self.clients:
             outputs = self._pending.pop(client, None)
+            ids, tokens = self._plain.get(client, _NO_PLAIN)
             since = now - self._stats_sent.get(client, 0.0)
-            if outputs is None and since < HEARTBEAT_S and (not events_seen or (not idle and since < _STATS_EVERY_S)):
+            if outputs is None and not ids and since < HEARTBEAT_S and (
+                    not events_seen or (not idle and since < _STATS_EVERY_S)):
                 continue
             self._socket.send(client, zmq.SNDMORE)
-            self._socket.send(ENCODER.encode(EngineOutputs(outputs or [], stats)))
+            self._socket.send(ENCODER.encode(EngineOutputs(outputs or [], stats, ids, tokens)))
+            ids.clear()
+            tokens.clear()
             self._stats_sent[client] = now
         self._pending.clear()
 
@@ -246,6 +265,9 @@ class EngineCore:
 
     def stats(self) -> EngineStats:
         return EngineStats(**vars(self.engine.stats()))   # the wire copy: same fields, same names
+
+
+_NO_PLAIN: tuple[list[str], list[int]] = ([], [])     # a client with no plain requests yet (stays empty)
 
 
 def _new_logprobs(seq: Sequence, sent: int):

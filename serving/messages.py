@@ -85,10 +85,18 @@ class EngineStats(msgspec.Struct):
 class EngineOutputs(msgspec.Struct, tag=True):
     """One batch for one front end: every output since the last batch, then the counters. The core
     sends one at least every ``engine_core.HEARTBEAT_S`` seconds from its step loop, with no outputs
-    when there is no news: a front end that hears nothing for longer knows the loop is not running."""
+    when there is no news: a front end that hears nothing for longer knows the loop is not running.
+
+    Most of a step's news is one token for a request that goes on and asked for no logprobs: those
+    come as ``plain_ids[i]`` (a request) and ``plain_tokens[i]`` (its new token), two flat lists
+    instead of an output each, which the core builds and both ends encode and decode for a fraction
+    of the cost. They are taken before ``outputs``; a plain token may precede its request's
+    admission in ``outputs`` (the token admits it)."""
 
     outputs: list[RequestOutput]
     stats: EngineStats
+    plain_ids: list[str] = []
+    plain_tokens: list[int] = []
 
 
 class EngineFailure(msgspec.Struct, tag=True):
