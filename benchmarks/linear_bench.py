@@ -207,10 +207,20 @@ def candidates(M: int, K: int, fmt: str):
         yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages)
 
 
+def swept_gemms(args, models, batch: int):
+    """(model, format, GEMM, N, K) of ``--sweep-formats`` and ``--sweep-gemms`` at ``batch`` rows (the
+    lm_head above batch 1 only)."""
+    for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
+        for name, N, K in gemms(model)[:4 if batch == 1 else 5]:
+            if not args.sweep_gemms or name in args.sweep_gemms:
+                yield model_name, fmt, name, N, K
+
+
 def sweep(args, dev, models) -> tuple[list[dict], dict]:
     """Per batch of ``--sweep-batches``, GEMM and format: every candidate plan of the Triton family
     beside the heuristic's (a candidate whose output differs from the heuristic's is dropped, and
-    counted), each with the prefetch distance that ``plan`` gives (``ANYDEV_TRITON_PREFETCH``). Returns the rows and the table of the plans that beat the heuristic's by more than 3%
+    counted), each with the prefetch distance that ``plan`` gives (``ANYDEV_TRITON_PREFETCH``). Returns
+    the rows and the table of the plans that beat the heuristic's by more than 3%
     (``linear_plans.RECORDED``'s keys and values)."""
     from anydev.backends.triton_kernels import linear as triton_linear
     from anydev.backends.triton_kernels.linear_plans import device_name, rows_bucket
@@ -219,43 +229,41 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
     rows, recorded = [], {}
     for batch in args.sweep_batches:
         print(f"\n== plan sweep, batch {batch}: best plan vs the heuristic's (us)")
-        for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
-            for name, N, K in [g for g in gemms(model)[:4 if batch == 1 else 5] if not args.sweep_gemms
-                               or g[0] in args.sweep_gemms]:
-                x = torch.randn(batch, K, device=dev).bfloat16()
-                weights = copies_of(fmt, N, K, dev, args.tiny)
+        for model_name, fmt, name, N, K in swept_gemms(args, models, batch):
+            x = torch.randn(batch, K, device=dev).bfloat16()
+            weights = copies_of(fmt, N, K, dev, args.tiny)
 
-                def timed(p):
-                    return timer([lambda w=w, s=s: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
+            def timed(p):
+                return timer([lambda w=w, s=s: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
 
-                chosen = triton_linear.plan(batch, N, K, fmt, dev, x.dtype)
-                want = triton_linear.run(x, *weights[0], fmt, chosen).float()
-                results, wrong = {chosen: timed(chosen)}, 0
-                for p in candidates(batch, K, fmt):
-                    p = dataclasses.replace(p, prefetch=chosen.prefetch)    # ANYDEV_TRITON_PREFETCH's, as plan()
-                    if p in results:
-                        continue
-                    got = triton_linear.run(x, *weights[0], fmt, p).float()
-                    if not torch.allclose(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item()):
-                        wrong += 1
-                        continue
-                    results[p] = timed(p)
-                best = min(results, key=results.get)
-                moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
-                gain = results[chosen] / results[best]
-                print(f"{model_name} b{batch} {name:8} {fmt:9} heuristic {results[chosen]:7.1f} "
-                      f"({moved / results[chosen] / 1e6:4.2f} TB/s) {chosen}  best {results[best]:7.1f} "
-                      f"({moved / results[best] / 1e6:4.2f} TB/s, {gain:.2f}x) {best}"
-                      + (f"  [{wrong} plans gave other outputs]" if wrong else ""), flush=True)
-                rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
-                             "heuristic": str(chosen), "heuristic_us": results[chosen], "best": str(best),
-                             "best_us": results[best], "wrong_plans": wrong})
-                if gain > 1.03 and rows_bucket(batch) == batch:
-                    recorded[(device_name(dev), batch, fmt, N, K)] = (best.block_m, best.block_n, best.block_k,
-                                                                      best.split, best.num_warps, best.num_stages)
-                    if args.table_out:      # as it grows: a run cut short keeps what it found
-                        write_table(args.table_out, recorded)
-                del weights
+            chosen = triton_linear.plan(batch, N, K, fmt, dev, x.dtype)
+            want = triton_linear.run(x, *weights[0], fmt, chosen).float()
+            results, wrong = {chosen: timed(chosen)}, 0
+            for p in candidates(batch, K, fmt):
+                p = dataclasses.replace(p, prefetch=chosen.prefetch)    # ANYDEV_TRITON_PREFETCH's, as plan()
+                if p in results:
+                    continue
+                got = triton_linear.run(x, *weights[0], fmt, p).float()
+                if not torch.allclose(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item()):
+                    wrong += 1
+                    continue
+                results[p] = timed(p)
+            best = min(results, key=results.get)
+            moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
+            gain = results[chosen] / results[best]
+            print(f"{model_name} b{batch} {name:8} {fmt:9} heuristic {results[chosen]:7.1f} "
+                  f"({moved / results[chosen] / 1e6:4.2f} TB/s) {chosen}  best {results[best]:7.1f} "
+                  f"({moved / results[best] / 1e6:4.2f} TB/s, {gain:.2f}x) {best}"
+                  + (f"  [{wrong} plans gave other outputs]" if wrong else ""), flush=True)
+            rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
+                         "heuristic": str(chosen), "heuristic_us": results[chosen], "best": str(best),
+                         "best_us": results[best], "wrong_plans": wrong})
+            if gain > 1.03 and rows_bucket(batch) == batch:
+                recorded[(device_name(dev), batch, fmt, N, K)] = (best.block_m, best.block_n, best.block_k,
+                                                                  best.split, best.num_warps, best.num_stages)
+                if args.table_out:      # as it grows: a run cut short keeps what it found
+                    write_table(args.table_out, recorded)
+            del weights
     return rows, recorded
 
 
@@ -270,27 +278,25 @@ def prefetch_sweep(args, dev, models) -> list[dict]:
     rows = []
     for batch in args.sweep_batches:
         print(f"\n== prefetch, batch {batch}: us (TB/s) by distance in steps (0: none)")
-        for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
-            for name, N, K in [g for g in gemms(model)[:4 if batch == 1 else 5] if not args.sweep_gemms
-                               or g[0] in args.sweep_gemms]:
-                x = torch.randn(batch, K, device=dev).bfloat16()
-                weights = copies_of(fmt, N, K, dev, args.tiny)
-                plain = dataclasses.replace(triton_linear.plan(batch, N, K, fmt, dev, x.dtype), prefetch=0)
-                want = triton_linear.run(x, *weights[0], fmt, plain)
-                moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
-                cells, times = [], {}
-                for distance in (0, *args.prefetch):
-                    p = dataclasses.replace(plain, prefetch=distance)
-                    if not torch.equal(triton_linear.run(x, *weights[0], fmt, p), want):
-                        raise SystemExit(f"{fmt} {name}: prefetch {distance} changed the output")
-                    times[distance] = timer([lambda w=w, s=s, p=p: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
-                    cells.append(f"{distance}: {times[distance]:7.1f} ({moved / times[distance] / 1e6:4.2f})")
-                best = min(times, key=times.get)
-                print(f"{model_name} b{batch} {name:8} {fmt:9} " + " | ".join(cells)
-                      + f"  best {best} ({times[0] / times[best]:.2f}x)  {plain}", flush=True)
-                rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
-                             "plan": str(plain), "us_by_distance": times})
-                del weights
+        for model_name, fmt, name, N, K in swept_gemms(args, models, batch):
+            x = torch.randn(batch, K, device=dev).bfloat16()
+            weights = copies_of(fmt, N, K, dev, args.tiny)
+            plain = dataclasses.replace(triton_linear.plan(batch, N, K, fmt, dev, x.dtype), prefetch=0)
+            want = triton_linear.run(x, *weights[0], fmt, plain)
+            moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
+            cells, times = [], {}
+            for distance in (0, *args.prefetch):
+                p = dataclasses.replace(plain, prefetch=distance)
+                if not torch.equal(triton_linear.run(x, *weights[0], fmt, p), want):
+                    raise SystemExit(f"{fmt} {name}: prefetch {distance} changed the output")
+                times[distance] = timer([lambda w=w, s=s, p=p: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
+                cells.append(f"{distance}: {times[distance]:7.1f} ({moved / times[distance] / 1e6:4.2f})")
+            best = min(times, key=times.get)
+            print(f"{model_name} b{batch} {name:8} {fmt:9} " + " | ".join(cells)
+                  + f"  best {best} ({times[0] / times[best]:.2f}x)  {plain}", flush=True)
+            rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
+                         "plan": str(plain), "us_by_distance": times})
+            del weights
     return rows
 
 
