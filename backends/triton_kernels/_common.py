@@ -125,7 +125,8 @@ def prefetch_l2(ptr, nbytes, mask):
     """Ask the device to bring the ``nbytes`` (int32) from each ``ptr`` into L2 where ``mask``, without
     waiting: a hint that changes no value, so that a loop's later loads find their bytes in L2 while
     HBM streams the next ones (a GEMV step's own loads leave too few bytes in flight to keep HBM
-    busy). The range is widened to whole 16-byte units. Only where :func:`bulk_prefetch`."""
+    busy). The range is widened to whole 16-byte units (at most 15 bytes past a tensor's end, inside
+    its allocation: torch's allocator rounds blocks up to 512 bytes). Only where :func:`bulk_prefetch`."""
     tl.inline_asm_elementwise(
         """{
         .reg .pred p;
