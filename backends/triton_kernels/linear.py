@@ -24,6 +24,7 @@ from ._common import (bulk_prefetch, check_last_dim_contiguous, dot, dot_precisi
                       prefetch_l2, programs_to_fill, tl, triton, upcast_dots)
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
+from ._gguf_int_tiles import q8_0_int8_tile
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -220,6 +221,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
+        elif INT_DOT and FORMAT == 3:          # q8_0 at BLOCK_M > 1: int8 tensor cores, then the scales
+            acc += q8_0_int8_tile(w_ptr, x_ptr, m, n, k_start + k0, M, N, K, stride_xm, ROW_BYTES, BLOCK_K // 32)
         else:
             if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
                 w = k_quant_tile(w_ptr, n, (k_start + k0) // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
@@ -259,6 +262,17 @@ def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
     return weight_format in INT_DOT_TILE and dtype == torch.bfloat16 and K % INT_DOT_TILE[weight_format] == 0
 
 
+#: The formats whose ``tl.dot`` tiles (``block_m > 1``) may multiply int8 codes on int8 activations
+#: (:mod:`._gguf_int_tiles`).
+INT8_TILE_FORMATS = ("q8_0",)
+
+
+def int8_tiles(weight_format: str, dtype: torch.dtype) -> bool:
+    """True where a plan of more than one row may take the int8 tiles of :mod:`._gguf_int_tiles`:
+    :data:`INT8_TILE_FORMATS` with bfloat16 activations (the rounding's tolerance, as :func:`int_dots`)."""
+    return weight_format in INT8_TILE_FORMATS and dtype == torch.bfloat16
+
+
 def int_dot_tile(weight_format: str, block_k: int) -> bool:
     """True where a plan's ``block_k`` suits the integer-dot step of ``weight_format``: exactly its
     :data:`INT_DOT_TILE` for the super-block formats (``q4_k`` one, ``q6_k`` a pair a step), else a
@@ -293,8 +307,13 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if M == 0 or N == 0:
         return out
     p = p or plan(M, N, K, weight_format, x.device, x.dtype)
-    if p.int_dot and not (M == 1 and p.block_m == 1 and int_dots(weight_format, x.dtype, K)
-                          and int_dot_tile(weight_format, p.block_k)):
+    if p.int_dot and p.block_m > 1 and not (int8_tiles(weight_format, x.dtype) and p.block_k % 32 == 0
+                                            and p.block_m >= 16 and p.block_n >= 16):
+        raise InvalidArgumentError(f"{weight_format}: an integer-dot plan of tiles needs a format of "
+                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 and "
+                                   f"block_m and block_n of 16 or more, got {p} for {x.dtype}")
+    if p.int_dot and p.block_m == 1 and not (M == 1 and int_dots(weight_format, x.dtype, K)
+                                             and int_dot_tile(weight_format, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan needs one bfloat16 row, K a multiple of "
                                    f"{INT_DOT_TILE.get(weight_format)} and a block_k that suits it "
                                    f"(linear.int_dot_tile), got {p} for {x.dtype} [{M}, {K}]")
