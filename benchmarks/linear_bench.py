@@ -6,7 +6,7 @@ bandwidth (weight bytes + activations over the time), and per model the GEMMs' t
     python benchmarks/linear_bench.py --device nvidia                         # the table
     python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
     python benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --float-gemv  # GGUF int dots vs float
-    python benchmarks/linear_bench.py --device nvidia --models 8B --batches 32 --formats q8_0 --int8-tiles
+    python benchmarks/linear_bench.py --device nvidia --models 8B --batches 32 --formats q8_0,q4_k --int8-tiles
     python benchmarks/linear_bench.py --device nvidia --models 8B --skip-table --sweep --sweep-batches 32 \\
         --sweep-formats int8 --table-out plans.txt                              # batch-32 tl.dot tiles
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
@@ -198,7 +198,7 @@ def candidates(M: int, K: int, fmt: str):
     plans); above, the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape;
-    q8_0's each also as int8 tiles (``int_dot``, :mod:`anydev.backends.triton_kernels._gguf_int_tiles`)."""
+    q8_0's and q4_k's each also as int8 tiles (``int_dot``; ``backends/triton_kernels/_gguf_int_tiles.py``)."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
@@ -352,7 +352,7 @@ def parse_args(argv=None):
                    help="at batch 1 also time each GGUF format's float GEMV plan (the Triton kernel's, no integer dots) "
                         "and, for q8_0/q4_0/q4_1, the integer steps that read a block's words one a load (\"FMT words\")")
     p.add_argument("--int8-tiles", action="store_true",
-                   help="above batch 1 also time q8_0's chosen plan on int8 tiles (the Triton kernel's, \"q8_0 int8\")")
+                   help="above batch 1 also time the chosen plan of q8_0 and q4_k on int8 tiles (\"FMT int8\")")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],

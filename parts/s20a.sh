@@ -7,7 +7,7 @@
 #      batch 32 for q8_0/q4_k;
 #   2. the 8B Q8_0 and Q4_K GGUF files end to end (gguf_peer_bench, batch 1 and 32) without and with
 #      ANYDEV_TRITON_PREFETCH, then llama.cpp on the same files;
-#   3. q8_0's int8 tiles beside its float tiles at batch 32 (linear_bench --int8-tiles);
+#   3. the q8_0 and q4_k int8 tiles beside their float tiles at batch 32 (linear_bench --int8-tiles);
 #   4. 1B bf16 decode at batch 1 (decode graphs): prefetch 0/2 x PDL 0/1; more GGUF distances last.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
@@ -29,7 +29,7 @@ ANYDEV_TRITON_PDL=1 step pf-1b-b1-pdl1 40 "${LB[@]}" --models 1B --sweep-batches
 step pf-8b-b32 60 "${LB[@]}" --models 8B --sweep-batches 32 --sweep-formats q8_0,q4_k --sweep-gemms gate_up,down,qkv \
   --out $R/pf-8b-b32.json
 step int8-tiles-b32 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 32 \
-  --formats q8_0 --int8-tiles --out $R/int8-tiles-b32.json
+  --formats q8_0,q4_k --int8-tiles --out $R/int8-tiles-b32.json
 wait $MAKES
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --batch-sizes 1,32 --repeats 2 --skip-llamacpp)
 e2e() {    # e2e FORMAT DISTANCE PDL

@@ -24,7 +24,7 @@ from ._common import (bulk_prefetch, check_last_dim_contiguous, dot, dot_precisi
                       prefetch_l2, programs_to_fill, tl, triton, upcast_dots)
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
-from ._gguf_int_tiles import q8_0_int8_tile
+from ._gguf_int_tiles import q4_k_int8_tile, q8_0_int8_tile
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -221,8 +221,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
-        elif INT_DOT and FORMAT == 3:          # q8_0 at BLOCK_M > 1: int8 tensor cores, then the scales
+        elif INT_DOT and FORMAT == 3:          # BLOCK_M > 1 on int8 tensor cores, then the scales: q8_0
             acc += q8_0_int8_tile(w_ptr, x_ptr, m, n, k_start + k0, M, N, K, stride_xm, ROW_BYTES, BLOCK_K // 32)
+        elif INT_DOT and FORMAT == 6:          # q4_k (BLOCK_K 256)
+            acc += q4_k_int8_tile(w_ptr, x_ptr, m, n, (k_start + k0) // 256, M, N, K, stride_xm, ROW_BYTES)
         else:
             if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
                 w = k_quant_tile(w_ptr, n, (k_start + k0) // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
@@ -264,7 +266,7 @@ def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
 
 #: The formats whose ``tl.dot`` tiles (``block_m > 1``) may multiply int8 codes on int8 activations
 #: (:mod:`._gguf_int_tiles`).
-INT8_TILE_FORMATS = ("q8_0",)
+INT8_TILE_FORMATS = ("q8_0", "q4_k")
 
 
 def int8_tiles(weight_format: str, dtype: torch.dtype) -> bool:
@@ -307,11 +309,11 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if M == 0 or N == 0:
         return out
     p = p or plan(M, N, K, weight_format, x.device, x.dtype)
-    if p.int_dot and p.block_m > 1 and not (int8_tiles(weight_format, x.dtype) and p.block_k % 32 == 0
-                                            and p.block_m >= 16 and p.block_n >= 16):
+    if p.int_dot and p.block_m > 1 and not (int8_tiles(weight_format, x.dtype) and p.block_m >= 16 and p.block_n >= 16
+                                            and p.block_k % 32 == 0 and (p.block_k == 256 or weight_format != "q4_k")):
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan of tiles needs a format of "
-                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 and "
-                                   f"block_m and block_n of 16 or more, got {p} for {x.dtype}")
+                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 (q4_k: 256) "
+                                   f"and block_m and block_n of 16 or more, got {p} for {x.dtype}")
     if p.int_dot and p.block_m == 1 and not (M == 1 and int_dots(weight_format, x.dtype, K)
                                              and int_dot_tile(weight_format, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan needs one bfloat16 row, K a multiple of "

@@ -41,7 +41,7 @@ CHILD = textwrap.dedent("""
     if fmt in linear.INT_CHUNK_FORMATS:
         cases.append((1, 128, 512, True, True))                              # two steps of aligned chunks a tile
     if fmt in linear.INT8_TILE_FORMATS:
-        cases.append((32, 64, 128, True, False))                             # int8 tiles on the tensor cores
+        cases.append((32, 64, 256 if fmt == "q4_k" else 128, True, False))   # int8 tiles on the tensor cores
     for block_m, block_n, block_k, int_dot, chunks in cases:
         signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
                      "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
