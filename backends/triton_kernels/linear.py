@@ -42,7 +42,8 @@ BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 class Plan:
     """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps, the
     software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
-    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen) and
+    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen; above
+    batch 1 ``int_dot`` asks for the int8 tiles of :mod:`._gguf_int_tiles`, :func:`int8_tiles`) and
     whether those of the 32-value blocks read eight blocks a row in aligned 16-byte chunks
     (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load;
     ``prefetch``: how many steps ahead of its loads a program asks for its weights into L2 (0: not at
