@@ -2,6 +2,7 @@
 
     python benchmarks/core_step_cost.py --model /tmp/tiny --streams 64 --output-len 256
     python benchmarks/core_step_cost.py --model /tmp/tiny --profile core.prof      # cProfile the core
+    python benchmarks/core_step_cost.py --model /tmp/tiny --switch-interval 0.0005  # the GIL handed over sooner
 
 Two runs of the same engine (``--device``, default cpu) and the same requests (random prompts of
 ``--prompt-len`` tokens, ``--output-len`` tokens each, EOS ignored, greedy, all at once):
@@ -133,8 +134,14 @@ def main(argv=None) -> int:
     p.add_argument("--profile", help="write the served core's cProfile stats here")
     p.add_argument("--skip-offline", action="store_true")
     p.add_argument("--threads", type=int, default=1, help="torch threads of the forward (default 1: the front end has a core)")
+    p.add_argument("--switch-interval", type=float, default=None,
+                   help="sys.setswitchinterval for both runs (seconds; Python's default 0.005): how long a thread that "
+                        "wants the GIL waits before the thread holding it must let go (the core's loop and the rank "
+                        "threads share it)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     if args.max_num_seqs is None:
         args.max_num_seqs = args.streams
     rng = random.Random(0)
@@ -149,7 +156,8 @@ def main(argv=None) -> int:
             rows.append(("offline", *offline(engine, prompts, sampling, args.streams)))
         (wall, cpu, count), tokens, fe_cpu = served(engine, prompts, args)
         rows.append(("served", wall, cpu, count))
-    print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}")
+    print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}, "
+          f"switch interval {sys.getswitchinterval() * 1e3:g} ms")
     print(f"{'run':<8} {'step wall µs':>12} {'core CPU µs/step':>16} {'steps':>6}")
     for name, wall, cpu, count in rows:
         print(f"{name:<8} {wall:>12.0f} {cpu:>16.0f} {count:>6}")
