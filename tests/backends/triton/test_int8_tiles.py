@@ -2,9 +2,10 @@
 interpreter, in a process of its own: ``q8_0`` and ``q4_k`` codes times activations that int8 holds
 exactly (each row's 32 inputs a block, their codes times 2**-6 with a 127 among them, so that only the
 int8 dot, the scales and ``q4_k``'s mins are tested, not where a rounding falls) equal the reference
-product to the output's rounding, for a full tile of rows, fewer rows than the tile, two tiles of which the second is short,
-outputs past a tile's end, and K split into slices of which the last is short. A plan that asks for
-these tiles where they do not apply is refused, naming why (outside the interpreter: no launch)."""
+product to the output's rounding, for a full tile of rows, fewer rows than the tile, two tiles of
+which the second is short, outputs past a tile's end, and K split into slices of which the last is
+short. A plan that asks for these tiles where they do not apply is refused, naming why (outside the
+interpreter: no launch)."""
 from __future__ import annotations
 
 import pytest
@@ -48,8 +49,9 @@ def test_the_int8_tiles_are_refused_where_they_do_not_apply():
     from anydev.plugin_api.errors import InvalidArgumentError
 
     gen = torch.Generator().manual_seed(0)
-    for fmt, dtype, block_k, why in (("q6_k", torch.bfloat16, 256, "a format of"), ("q8_0", torch.float16, 64, "bfloat16"),
-                                     ("q8_0", torch.bfloat16, 48, "multiple of 32"), ("q4_k", torch.bfloat16, 512, "q4_k: 256")):
+    refused = (("q6_k", torch.bfloat16, 256, "a format of"), ("q8_0", torch.float16, 64, "bfloat16"),
+               ("q8_0", torch.bfloat16, 48, "multiple of 32"), ("q4_k", torch.bfloat16, 512, "q4_k: 256"))
+    for fmt, dtype, block_k, why in refused:
         weight, scales = random_weight(fmt, 32, 256, gen)
         x = torch.randn(16, 256).to(dtype)
         with pytest.raises(InvalidArgumentError, match=why):
