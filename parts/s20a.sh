@@ -50,6 +50,7 @@ for run in 0:0 2:0 2:1 0:1; do
   ANYDEV_TRITON_PREFETCH=$d ANYDEV_TRITON_PDL=$pdl step decode-1b-pf$d-pdl$pdl 45 "${DB[@]}" --out $R/decode-1b-pf$d-pdl$pdl.json
 done
 e2e Q8_0 2 1; e2e Q8_0 4 0; e2e Q4_K 4 0
-grep -h "best\|anydev llama\|llama.cpp:\|graphs " $R/pf-*.txt $R/e2e-*.txt $R/llamacpp-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
+grep -h "best\|anydev llama\|llama.cpp:\|graphs \|GEMMs per token" $R/pf-*.txt $R/int8-*.txt $R/e2e-*.txt \
+  $R/llamacpp-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
 tar czf $OUT/cA.tgz -C $OUT r && rm -rf $R
 echo "call A done in $((SECONDS - T0)) s" | tee -a $LOG
