@@ -112,7 +112,7 @@ class _Sampling(BaseModel):
     n: int = Field(1, ge=1, le=MAX_SAMPLES, description="answers to sample for the prompt (not streamed when > 1)")
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)   # extension (HF's, as vLLM accepts it)
+    repetition_penalty: float = Field(1.0, ge=0.1, le=10.0)   # extension (HF's, as vLLM accepts it)
     min_p: float = Field(0.0, ge=0.0, le=1.0)                  # extension (as vLLM)
     logit_bias: dict[str, float] | None = Field(None, description="token id (as a string) -> bias in [-100, 100]")
     response_format: ResponseFormat | None = Field(None, description="text, json_object or json_schema: the "

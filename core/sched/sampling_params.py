@@ -31,7 +31,7 @@ class SamplingParams:
     min_p: float = 0.0                # drop tokens less likely than min_p x the likeliest's probability
     presence_penalty: float = 0.0     # OpenAI's: minus this for every token the output has (-2..2)
     frequency_penalty: float = 0.0    # OpenAI's: minus this x how often the output has the token (-2..2)
-    repetition_penalty: float = 1.0   # HF's: a seen token's (prompt or output) logit divided by it (> 0)
+    repetition_penalty: float = 1.0   # HF's: a seen token's (prompt or output) logit divided by it (0.1-10)
     logit_bias: dict[int, float] | None = None   # added to those tokens' logits (-100..100)
     structured: StructuredOutput | None = None   # what the output must match (see .structured)
 
@@ -65,8 +65,10 @@ class SamplingParams:
             value = getattr(self, name)
             if not _is_number(value) or not -2 <= value <= 2:
                 raise EngineConfigError(f"{name} must be in [-2, 2] (0 = off), got {value!r}")
-        if not _is_number(self.repetition_penalty) or not 0 < self.repetition_penalty <= 10:
-            raise EngineConfigError(f"repetition_penalty must be in (0, 10] (1 = off), got {self.repetition_penalty!r}")
+        # 1/10 to 10: a seen token's logit is divided or multiplied by it, and a penalty near 0 makes the
+        # logits infinite (then NaN in the softmax)
+        if not _is_number(self.repetition_penalty) or not 0.1 <= self.repetition_penalty <= 10:
+            raise EngineConfigError(f"repetition_penalty must be in [0.1, 10] (1 = off), got {self.repetition_penalty!r}")
         if self.logit_bias is not None and (not isinstance(self.logit_bias, dict) or not all(
                 _is_int(k) and k >= 0 and _is_number(v) and -100 <= v <= 100 for k, v in self.logit_bias.items())):
             raise EngineConfigError(f"logit_bias must map token ids to numbers in [-100, 100], got {self.logit_bias!r}")

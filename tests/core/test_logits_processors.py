@@ -128,7 +128,8 @@ def test_every_layout_gives_the_single_rank_s_penalized_tokens(config, single_ra
 
 
 def test_out_of_range_values_are_refused():
-    for bad in (dict(min_p=1.5), dict(presence_penalty=3), dict(repetition_penalty=0), dict(logit_bias={1: 200})):
+    for bad in (dict(min_p=1.5), dict(presence_penalty=3), dict(repetition_penalty=0), dict(repetition_penalty=5e-324),
+                dict(repetition_penalty=0.05), dict(logit_bias={1: 200})):
         with pytest.raises(EngineConfigError):
             SamplingParams(**bad).validate()
     with InferEngine(demo_checkpoint(), EngineConfig()) as engine:

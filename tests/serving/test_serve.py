@@ -222,6 +222,7 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
     ("/v1/completions", {**GOOD, "logprobs": 21}, None, "logprobs"),
     ("/v1/completions", {**GOOD, "suffix": "x"}, None, "suffix"),
     ("/v1/completions", {**GOOD, "presence_penalty": 2.5}, None, "presence_penalty"),
+    ("/v1/completions", {**GOOD, "repetition_penalty": 5e-324}, None, "repetition_penalty"),   # logits / 0: NaN
     ("/v1/completions", {**GOOD, "logit_bias": {"99999": 1}}, None, "logit_bias"),
     ("/v1/completions", {**GOOD, "stop": ["a", "b", "c", "d", "e"]}, None, "stop"),
     ("/v1/completions", {**GOOD, "prompt": ["a", "b"], "stream": True}, None, "prompt"),
