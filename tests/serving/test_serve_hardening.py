@@ -387,21 +387,25 @@ FUZZ_CHECKS = ("not_a_server_error", "negative_data_rejection", "status_code_con
 def test_schemathesis_against_the_servers_own_openapi_schema_finds_no_5xx(tmp_path):
     """schemathesis generates bodies from the server's OpenAPI schema (positive and negative cases,
     a bounded number per endpoint, with the key) and checks each answer: never a 5xx, every status
-    and body as documented, invalid data refused, the key enforced. The server is healthy after."""
+    and body as documented, invalid data refused, the key enforced. The server is healthy after.
+    The inputs come from a fixed seed (``ANYDEV_FUZZ_SEED``, default 0), so that a run is repeatable
+    and a failure is reproduced by its seed; other seeds explore further."""
     schemathesis = shutil.which("schemathesis", path=str(Path(sys.executable).parent)) or shutil.which("schemathesis")
     if schemathesis is None:
         pytest.fail("schemathesis is not installed: pip install -e '.[test]'")
     examples = int(os.environ.get("ANYDEV_FUZZ_EXAMPLES", "50"))
+    seed = os.environ.get("ANYDEV_FUZZ_SEED", "0")
     srv = Server("--max-model-len", "128", "--max-tokens-limit", "8", "--request-timeout", "10", key=KEY)
     try:
         start = srv.resources()
         report = tmp_path / "schemathesis.json"
         command = [schemathesis, "run", f"{srv.url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
                    "--checks", ",".join(FUZZ_CHECKS), "--max-examples", str(examples), "--workers", "1",
-                   "--request-timeout", "30", "--no-shrink", "--report", "json", "--report-json-path", str(report)]
+                   "--request-timeout", "30", "--no-shrink", "--seed", seed, "--report", "json",
+                   "--report-json-path", str(report)]
         done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)   # its cache dir there
         summary = json.loads(report.read_text()) if report.exists() else {}
-        assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
+        assert done.returncode == 0, f"seed {seed}: " + done.stdout[-8000:] + done.stderr[-2000:]
         generated = summary["test_cases"]["generated"]
         end = settle(srv, start)
         FIGURES.record("fuzzing (schemathesis)", endpoints=5, inputs_tried=generated, max_examples_per_endpoint=examples,
