@@ -332,10 +332,7 @@ class AsyncEngine:
                 continue
             if not stream._admitted.done():   # its admission may follow in this batch's outputs
                 self._admit(stream)
-            stopped = self._add_tokens(stream, (token,))
-            stream._steps.append(len(stream.output))
-            self._observe(stream, now)
-            if stopped:
+            if self._step_tokens(stream, (token,), now):
                 self.abort(stream, "stop")
             else:
                 stream._wake.set()
@@ -351,13 +348,11 @@ class AsyncEngine:
                     continue
                 self._admit(stream)
             if out.new_token_ids:
-                stopped = self._add_tokens(stream, out.new_token_ids)
+                stopped = self._step_tokens(stream, out.new_token_ids, now)
                 if out.prompt_logprobs is not None:
                     stream.prompt_logprobs = out.prompt_logprobs
                 if out.new_logprobs:
                     stream.logprobs += out.new_logprobs[:len(stream.output) - len(stream.logprobs)]
-                stream._steps.append(len(stream.output))
-                self._observe(stream, now)
                 if stopped:
                     self.abort(stream, "stop")
                     continue
@@ -371,6 +366,14 @@ class AsyncEngine:
                 if self.observer:
                     self.observer.finished(stream)
             stream._wake.set()
+
+    def _step_tokens(self, stream: RequestStream, tokens, now: float) -> bool:
+        """A step's ``tokens`` into the stream's output (:meth:`_add_tokens`), the step marked and
+        timed; True when a stop string ends the request."""
+        stopped = self._add_tokens(stream, tokens)
+        stream._steps.append(len(stream.output))
+        self._observe(stream, now)
+        return stopped
 
     @staticmethod
     def _admit(stream: RequestStream) -> None:

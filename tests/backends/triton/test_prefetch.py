@@ -15,7 +15,7 @@ pytestmark = pytest.mark.skipif(not triton_importable(), reason="triton is not i
 
 
 @pytest.fixture
-def common(monkeypatch):
+def common():
     from anydev.backends.triton_kernels import _common
 
     def clear():
