@@ -311,9 +311,9 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         return out
     p = p or plan(M, N, K, weight_format, x.device, x.dtype)
     if p.int_dot and p.block_m > 1 and not (int8_tiles(weight_format, x.dtype) and p.block_m >= 16 and p.block_n >= 16
-                                            and p.block_k % 32 == 0 and (p.block_k == 256 or weight_format != "q4_k")):
+                                            and p.block_k % 32 == 0):
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan of tiles needs a format of "
-                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 (q4_k: 256) "
+                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 "
                                    f"and block_m and block_n of 16 or more, got {p} for {x.dtype}")
     if p.int_dot and p.block_m == 1 and not (M == 1 and int_dots(weight_format, x.dtype, K)
                                              and int_dot_tile(weight_format, p.block_k)):
@@ -323,7 +323,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if p.int_chunks and not (p.int_dot and int_chunks(weight_format, K, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: a plan of aligned chunks needs integer dots, a format of "
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
-    if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
+    if weight_format in K_QUANTS and p.block_k != 256 and not (p.int_dot and p.block_m == 1):   # (q6_k's GEMV: a pair)
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     if p.prefetch and not bulk_prefetch(x.device):
         raise InvalidArgumentError(f"a plan with prefetch needs an NVIDIA GPU of compute capability 9.0 or later "

@@ -50,7 +50,7 @@ def test_the_int8_tiles_are_refused_where_they_do_not_apply():
 
     gen = torch.Generator().manual_seed(0)
     refused = (("q6_k", torch.bfloat16, 256, "a format of"), ("q8_0", torch.float16, 64, "bfloat16"),
-               ("q8_0", torch.bfloat16, 48, "multiple of 32"), ("q4_k", torch.bfloat16, 512, "q4_k: 256"))
+               ("q8_0", torch.bfloat16, 48, "multiple of 32"), ("q4_k", torch.bfloat16, 512, "block_k must be 256"))
     for fmt, dtype, block_k, why in refused:
         weight, scales = random_weight(fmt, 32, 256, gen)
         x = torch.randn(16, 256).to(dtype)
