@@ -75,7 +75,7 @@ def measure(streams: int, steps: int, vocab: int, tokenizer) -> tuple[list[float
     from anydev.serving.async_engine import AsyncEngine, RequestStream
     from anydev.serving.engine_core import EngineCore, client_identity, new_address, remove_address
     from anydev.serving.messages import AddRequest
-    from anydev.serving.sse import stream_events
+    from anydev.serving.sse import Choice, stream_events
 
     address = new_address()
     engine = StubEngine(vocab)
@@ -109,7 +109,7 @@ def measure(streams: int, steps: int, vocab: int, tokenizer) -> tuple[list[float
         stream._admitted.set_result(None)
         stream.admitted = True
         front._streams[stream.request_id] = stream
-        events.append(stream_events(state, stream, f"cmpl-{i}", 0, False, True, True))
+        events.append(stream_events(state, [Choice(0, stream)], f"cmpl-{i}", 0, False, True, True))
 
     async def pump_events():
         for gen in events:           # completions with per-step usage: one event a stream and step

@@ -5,6 +5,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
+from dataclasses import dataclass
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -16,16 +17,45 @@ from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequest
 from .output import Echo, best_answers, joined, logprobs_writer, prompt_text
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
-from .sse import stream_events
+from .sse import Choice, stream_events
 from .state import ServerState
 from .tools import ForcedToolUse, ToolUse
 
 
+@dataclass
+class Started:
+    """One prompt's requests, running: its ``streams`` (``samples`` of them: ``n``, or ``best_of``) and
+    what its answer repeats of the prompt (completions' ``echo``)."""
+
+    streams: list[RequestStream]
+    echo: Echo | None
+
+
 async def serve(state: ServerState, request: Request, body, prompt_ids: list[int], prompt: str | None,
                 requested: int | None, chat: bool, tools: ToolUse | ForcedToolUse | None = None):
-    """One prompt's answer. Completions with ``echo`` repeat the prompt (its text ``prompt``, or its
-    decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token runs and is not answered.
-    ``tools`` (chat): the answer is read for tool calls."""
+    """One prompt's answer, whole or streamed. Completions with ``echo`` repeat the prompt (its text
+    ``prompt``, or its decode) and its logprobs first; ``max_tokens`` 0 scores the prompt: one token
+    runs and is not answered. ``tools`` (chat): the answer is read for tool calls."""
+    started = await start(state, body, prompt_ids, prompt, requested, chat, tools)
+    request_id, created = new_request_id(chat), int(time.time())
+    if body.stream:
+        return streamed_answer(state, body, [started], request_id, created, chat, tools)
+    streams = started.streams
+    if len(streams) == 1:
+        return await whole_answer(state, request, streams[0], request_id, created, chat, started.echo, tools)
+    answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, started.echo, tools)
+                                     for s in streams), return_exceptions=True)
+    failed = next((a for a in answers if isinstance(a, BaseException)), None)
+    if failed is not None:
+        abort_all(state, [started])
+        raise failed
+    return best_answers(answers, [s.logprobs for s in streams], body.n, keep_logprobs=body.logprobs_asked is not None)
+
+
+async def start(state: ServerState, body, prompt_ids: list[int], prompt: str | None, requested: int | None,
+                chat: bool, tools: ToolUse | ForcedToolUse | None = None) -> Started:
+    """``prompt_ids``' requests handed to the engine core: the first, then, once the prompt is computed,
+    the other samples (their own seeds). An error is raised as the API's answer, with nothing left running."""
     limit = max_tokens(state, prompt_ids, requested)
     sampling = body.sampling(max(limit, 1))
     if tools is not None and tools.grammar is not None:
@@ -53,24 +83,29 @@ async def serve(state: ServerState, request: Request, body, prompt_ids: list[int
         for stream in streams:
             state.engine.abort(stream)
         _raise_as_api_error(state, exc)
-    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    if samples > 1:        # not streamed (the protocol's check)
-        answers = await asyncio.gather(*(whole_answer(state, request, s, request_id, created, chat, echo, tools)
-                                         for s in streams), return_exceptions=True)
-        failed = next((a for a in answers if isinstance(a, BaseException)), None)
-        if failed is not None:
-            for stream in streams:
-                state.engine.abort(stream)
-            raise failed
-        return best_answers(answers, [s.logprobs for s in streams], body.n, keep_logprobs=body.logprobs_asked is not None)
-    stream = streams[0]
-    if body.stream:
-        options = body.stream_options
-        events = stream_events(state, stream, request_id, created, chat, bool(options and options.include_usage),
-                               bool(options and options.continuous_usage_stats), echo, tools)
-        return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-    return await whole_answer(state, request, stream, request_id, created, chat, echo, tools)
+    return Started(streams, echo)
+
+
+def streamed_answer(state: ServerState, body, started: list[Started], request_id: str, created: int, chat: bool,
+                    tools: ToolUse | ForcedToolUse | None = None) -> StreamingResponse:
+    """The server-sent events of every stream of ``started`` (one request's prompts, in order), choice
+    ``index`` counting through the prompts' samples as OpenAI numbers them."""
+    options = body.stream_options
+    pairs = [(prompt, one, stream) for prompt, one in enumerate(started) for stream in one.streams]
+    choices = [Choice(index, stream, one.echo, prompt) for index, (prompt, one, stream) in enumerate(pairs)]
+    events = stream_events(state, choices, request_id, created, chat, bool(options and options.include_usage),
+                           bool(options and options.continuous_usage_stats), tools)
+    return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def new_request_id(chat: bool) -> str:
+    return f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+
+
+def abort_all(state: ServerState, started: list[Started]) -> None:
+    for one in started:
+        for stream in one.streams:
+            state.engine.abort(stream)
 
 
 async def _add_request(state: ServerState, prompt_ids: list[int], sampling) -> RequestStream:

@@ -109,7 +109,7 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False                      # extension, for benchmarks
-    n: int = Field(1, ge=1, le=MAX_SAMPLES, description="answers to sample for the prompt (not streamed when > 1)")
+    n: int = Field(1, ge=1, le=MAX_SAMPLES, description="answers to sample for the prompt (streamed: their chunks interleave, each naming its index)")
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(1.0, ge=0.1, le=10.0)   # extension (HF's, as vLLM accepts it)
@@ -127,10 +127,9 @@ class _Sampling(BaseModel):
             if not key.isdigit() or not -100 <= value <= 100:
                 raise APIError(400, f"logit_bias maps token ids (strings of digits) to biases in [-100, 100]; "
                                     f"got {key!r}: {value!r}", param="logit_bias")
-        if self.samples > 1 and self.stream:
-            name = "best_of" if self.samples > self.n else "n"
-            raise APIError(400, f"{name} > 1 is not streamed by this server; send stream=false",
-                           param=name, code="unsupported_parameter")
+        if self.samples > self.n and self.stream:      # its best answers are known only at the end
+            raise APIError(400, "best_of > n is not streamed; send stream=false, or best_of equal to n",
+                           param="best_of", code="unsupported_parameter")
         stops = self.stop_list()
         if len(stops) > 4 or not all(stops):
             raise APIError(400, "'stop' takes at most 4 non-empty strings", param="stop")
@@ -214,9 +213,6 @@ class CompletionRequest(_Sampling):
                            param="max_tokens", code="unsupported_parameter")
         if self.num_prompts > MAX_PROMPTS:
             raise APIError(400, f"at most {MAX_PROMPTS} prompts per request", param="prompt")
-        if self.num_prompts > 1 and self.stream:
-            raise APIError(400, "several prompts in one request are not streamed; send stream=false or one "
-                                "request per prompt", param="prompt", code="unsupported_parameter")
 
 
 class TextPart(BaseModel):

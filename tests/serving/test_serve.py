@@ -218,14 +218,13 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_to
     ("/v1/completions", {**GOOD, "top_p": 1.5}, None, "top_p"),
     ("/v1/completions", {**GOOD, "top_k": -2}, None, "top_k"),
     ("/v1/completions", {**GOOD, "seed": -1}, None, "seed"),
-    ("/v1/completions", {**GOOD, "n": 2, "stream": True}, None, "n"),
+    ("/v1/completions", {**GOOD, "n": 2, "best_of": 3, "stream": True}, None, "best_of"),   # known only at the end
     ("/v1/completions", {**GOOD, "logprobs": 21}, None, "logprobs"),
     ("/v1/completions", {**GOOD, "suffix": "x"}, None, "suffix"),
     ("/v1/completions", {**GOOD, "presence_penalty": 2.5}, None, "presence_penalty"),
     ("/v1/completions", {**GOOD, "repetition_penalty": 5e-324}, None, "repetition_penalty"),   # logits / 0: NaN
     ("/v1/completions", {**GOOD, "logit_bias": {"99999": 1}}, None, "logit_bias"),
     ("/v1/completions", {**GOOD, "stop": ["a", "b", "c", "d", "e"]}, None, "stop"),
-    ("/v1/completions", {**GOOD, "prompt": ["a", "b"], "stream": True}, None, "prompt"),
     ("/v1/completions", {**GOOD, "prompt": []}, None, "prompt"),
     ("/v1/completions", {**GOOD, "prompt": [5, 100000]}, None, "prompt"),
     ("/v1/completions", {**GOOD, "prompt": "hello " * 300}, None, "prompt"),          # fills the context

@@ -122,7 +122,7 @@ def test_echo_repeats_the_prompt_before_the_answer_whole_and_streamed(server, re
 @pytest.mark.parametrize("body, param", [
     ({"prompt": PROMPT, "max_tokens": 0}, "max_tokens"),
     ({"prompt": PROMPT, "max_tokens": 0, "echo": True, "stream": True}, "max_tokens"),
-    ({"prompt": [PROMPT, PROMPT], "stream": True}, "prompt"),
+    ({"prompt": PROMPT, "n": 2, "best_of": 3, "stream": True}, "best_of"),
     ({"prompt": [[1, 2], [3, 10**6]]}, "prompt.1"),
     ({"prompt": [PROMPT] * 65}, "prompt"),
 ])
@@ -149,6 +149,54 @@ def test_n_samples_share_the_prompt_s_kv_blocks_and_a_seed_reproduces_them(serve
     assert alone.choices[0].text == texts[1]          # sample i is the request's seed + i
     assert first.usage.prompt_tokens == alone.usage.prompt_tokens    # the prompt counts once
     assert hits >= 3 * 16, hits          # 3 samples x at least one full 16-token block each
+
+
+def streamed_choices(chunks) -> dict[int, tuple[str, str | None]]:
+    """Per choice index: its text (completions' text, or chat's content deltas) and finish reason."""
+    texts, reasons = {}, {}
+    for chunk in chunks:
+        for c in chunk.choices:
+            piece = c.text if hasattr(c, "text") else c.delta.content or ""
+            texts[c.index] = texts.get(c.index, "") + piece
+            reasons[c.index] = c.finish_reason or reasons.get(c.index)
+    return {i: (texts[i], reasons[i]) for i in texts}
+
+
+def test_n_samples_streamed_equal_the_same_samples_whole(server):
+    """n=3 streamed with a seed: every index streams the text and finish reason of the same sample
+    whole; the usage chunk counts the prompt once and every sample's tokens."""
+    client = server.client()
+    prompt = "the device and the model: "
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=7, temperature=1.0, seed=5, n=3)
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=7, temperature=1.0, seed=5, n=3,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert streamed_choices(chunks) == {c.index: (c.text, c.finish_reason) for c in whole.choices}
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+
+def test_several_prompts_streamed_equal_them_whole_numbered_through_their_samples(server):
+    """Two prompts, n=2, streamed: indices 0-3 (prompt after prompt), each the text whole gives it."""
+    client = server.client()
+    prompts = ["hello world number 7: ", "a device is the model of "]
+    whole = client.completions.create(model=MODEL, prompt=prompts, max_tokens=6, temperature=0.8, seed=9, n=2)
+    chunks = list(client.completions.create(model=MODEL, prompt=prompts, max_tokens=6, temperature=0.8, seed=9, n=2,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert sorted(streamed_choices(chunks)) == [0, 1, 2, 3]
+    assert streamed_choices(chunks) == {c.index: (c.text, c.finish_reason) for c in whole.choices}
+    assert chunks[-1].usage.model_dump() == whole.usage.model_dump()
+
+
+def test_chat_n_streamed_gives_each_choice_its_role_then_its_whole_answer(server):
+    client = server.client()
+    whole = client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=6, temperature=1.0, seed=2, n=2)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=6, temperature=1.0, seed=2,
+                                                 n=2, stream=True))
+    firsts = {}
+    for chunk in chunks:
+        for c in chunk.choices:
+            firsts.setdefault(c.index, c.delta.role)
+    assert firsts == {0: "assistant", 1: "assistant"}
+    assert streamed_choices(chunks) == {c.index: (c.message.content, c.finish_reason) for c in whole.choices}
 
 
 def test_best_of_returns_the_likeliest_samples(server):
