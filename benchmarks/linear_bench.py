@@ -6,7 +6,6 @@ bandwidth (weight bytes + activations over the time), and per model the GEMMs' t
     python benchmarks/linear_bench.py --device nvidia                         # the table
     python benchmarks/linear_bench.py --device nvidia --sweep --out sweep.json  # plus a plan sweep
     python benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --float-gemv  # GGUF int dots vs float
-    python benchmarks/linear_bench.py --device nvidia --models 8B --batches 32 --formats q8_0,q4_k --int8-tiles
     python benchmarks/linear_bench.py --device nvidia --models 8B --skip-table --sweep --sweep-batches 32 \\
         --sweep-formats int8 --table-out plans.txt                              # batch-32 tl.dot tiles
     TRITON_INTERPRET=1 ANYDEV_CPU_TRITON=1 python benchmarks/linear_bench.py --device cpu --tiny
@@ -110,14 +109,10 @@ def copies_of(fmt, N, K, dev, tiny):
     return [make_weight(fmt, N, K, dev) for _ in range(count)]
 
 
-def methods(kernels, formats, float_gemv=False, int8_tiles=False):
+def methods(kernels, formats, float_gemv=False):
     """(column name, format, call(x, weight, scales)) of ``formats`` ("dense": torch's and the backend's);
     with ``float_gemv`` also "FMT float" beside each GGUF format: the Triton kernel's plan without the
-    integer dots (its float GEMV at batch 1), the before of an integer-dot plan in the same run; with
-    ``int8_tiles`` (more than one row) "FMT int8" beside the formats that have int8 tiles: the chosen
-    plan on them."""
-    if int8_tiles:
-        from anydev.backends.triton_kernels.linear import INT8_TILE_FORMATS
+    integer dots (its float GEMV at batch 1), the before of an integer-dot plan in the same run."""
     if "dense" in formats:
         yield "torch bf16", "dense", lambda x, w, s: F.linear(x, w)
         yield "anydev bf16", "dense", lambda x, w, s: kernels.linear(x, w)
@@ -128,17 +123,6 @@ def methods(kernels, formats, float_gemv=False, int8_tiles=False):
                 yield f"{fmt} float", fmt, lambda x, w, s, fmt=fmt: float_plan_call(x, w, s, fmt)
             if float_gemv and fmt in ("q8_0", "q4_0", "q4_1"):
                 yield f"{fmt} words", fmt, lambda x, w, s, fmt=fmt: word_plan_call(x, w, s, fmt)
-            if int8_tiles and fmt in INT8_TILE_FORMATS:
-                yield f"{fmt} int8", fmt, lambda x, w, s, fmt=fmt: int8_tile_call(x, w, s, fmt)
-
-
-def int8_tile_call(x, weight, scales, fmt):
-    """The Triton kernel on ``fmt`` with the plan it chooses, its tiles taking int8 codes on int8 activations."""
-    from anydev.backends.triton_kernels import linear as triton_linear
-
-    M, K = x.shape
-    p = triton_linear.plan(M, weight.shape[0], K, fmt, x.device, x.dtype)
-    return triton_linear.run(x, weight, scales, fmt, dataclasses.replace(p, int_dot=True))
 
 
 def float_plan_call(x, weight, scales, fmt):
@@ -170,8 +154,7 @@ def table(args, kernels, dev, models) -> list[dict]:
         for name, N, K in gemms(model):
             x = torch.randn(batch, K, device=dev).bfloat16()
             cells = []
-            for column, fmt, call in methods(kernels, args.formats, args.float_gemv and batch == 1,
-                                             args.int8_tiles and batch > 1):
+            for column, fmt, call in methods(kernels, args.formats, args.float_gemv and batch == 1):
                 weights = copies_of(fmt, N, K, dev, args.tiny)
                 us = timer([lambda w=w, s=s: call(x, w, s) for w, s in weights])
                 moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
@@ -197,8 +180,7 @@ def candidates(M: int, K: int, fmt: str):
     8: 48 plans; the 32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40
     plans); above, the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
-    too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape;
-    q8_0's and q4_k's each also as int8 tiles (``int_dot``; ``backends/triton_kernels/_gguf_int_tiles.py``)."""
+    too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
@@ -220,12 +202,9 @@ def candidates(M: int, K: int, fmt: str):
         return
     rows = max(16, triton_linear.triton.next_power_of_2(M))
     k_quant = fmt in triton_linear.K_QUANTS         # a super-block a tile, the values unpacked in registers
-    int8_tiles = triton_linear.int8_tiles(fmt, torch.bfloat16)
     for bn, bk, warps, stages, split in itertools.product((32, 64) if k_quant else (64, 128),
                                                           (256,) if k_quant else (128, 256), (4, 8), (3, 4), (1, 2, 4, 8)):
         yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages)
-        if int8_tiles:
-            yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages, int_dot=True)
 
 
 def swept_gemms(args, models, batch: int):
@@ -279,9 +258,7 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
             rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
                          "heuristic": str(chosen), "heuristic_us": results[chosen], "best": str(best),
                          "best_us": results[best], "wrong_plans": wrong})
-            if best.int_dot and batch > 1:      # RECORDED carries no int_dot (plan() takes float tiles above batch 1)
-                print("  (the best is an int8-tile plan: not recorded)", flush=True)
-            elif gain > 1.03 and rows_bucket(batch) == batch:
+            if gain > 1.03 and rows_bucket(batch) == batch:
                 recorded[(device_name(dev), batch, fmt, N, K)] = (best.block_m, best.block_n, best.block_k,
                                                                   best.split, best.num_warps, best.num_stages)
                 if args.table_out:      # as it grows: a run cut short keeps what it found
@@ -351,8 +328,6 @@ def parse_args(argv=None):
     p.add_argument("--float-gemv", action="store_true",
                    help="at batch 1 also time each GGUF format's float GEMV plan (the Triton kernel's, no integer dots) "
                         "and, for q8_0/q4_0/q4_1, the integer steps that read a block's words one a load (\"FMT words\")")
-    p.add_argument("--int8-tiles", action="store_true",
-                   help="above batch 1 also time the chosen plan of q8_0 and q4_k on int8 tiles (\"FMT int8\")")
     p.add_argument("--sweep", action="store_true", help="also time the Triton kernel's candidate plans")
     p.add_argument("--sweep-formats", type=lambda s: s.split(","), default=["dense", "int8", "q8_0", "q4_k"])
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],

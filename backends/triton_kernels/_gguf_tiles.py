@@ -29,7 +29,7 @@ def q4_k_scale_min(a, b, c, sub):
 
 
 @triton.jit
-def q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
+def _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES):
     """Super-block ``kb`` of ``q4_k`` rows ``n``: its nibble bytes ``q`` ``[BLOCK_N, 4, 32]`` (bytes
     ``32p .. 32p + 31`` hold sub-block ``2p`` in their low nibbles, ``2p + 1`` in their high ones),
     ``d`` and ``dmin`` ``[BLOCK_N, 1]``, and the sub-blocks' scales and mins ``[BLOCK_N, 4]`` (low,
@@ -66,7 +66,7 @@ def q4_k_gemv_block(w_ptr, x_ptr, n, kb, N, K, ROW_BYTES, BLOCK_N: tl.constexpr)
     inputs = kb * 256 + (64 * tl.arange(0, 4))[:, None] + tl.arange(0, 32)[None, :]   # [4, 32]: the low nibbles'
     x_low = tl.load(x_ptr + inputs).to(tl.float32)[None, :, :]
     x_high = tl.load(x_ptr + inputs + 32).to(tl.float32)[None, :, :]
-    q, d, dmin, sc_low, m_low, sc_high, m_high = q4_k_super_block(w_ptr, n, kb, n < N, ROW_BYTES)
+    q, d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_super_block(w_ptr, n, kb, n < N, ROW_BYTES)
     low = tl.sum(exact_float(q & 15, 0) * x_low, axis=2)                          # [BLOCK_N, 4]
     high = tl.sum(exact_float(q >> 4, 0) * x_high, axis=2)
     mins = m_low * tl.sum(x_low, axis=2) + m_high * tl.sum(x_high, axis=2)
@@ -152,7 +152,7 @@ def k_quant_tile(w_ptr, n, kb, N, ROW_BYTES, FORMAT: tl.constexpr, BLOCK_N: tl.c
     at once, the values built in the GEMVs' tile shapes, then interleaved into input order."""
     valid = n < N
     if FORMAT == 6:
-        q, d, dmin, sc_low, m_low, sc_high, m_high = q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
+        q, d, dmin, sc_low, m_low, sc_high, m_high = _q4_k_super_block(w_ptr, n, kb, valid, ROW_BYTES)
         low = (d * sc_low)[:, :, None] * exact_float(q & 15, 0) - (dmin * m_low)[:, :, None]     # values 64p + l
         high = (d * sc_high)[:, :, None] * exact_float(q >> 4, 0) - (dmin * m_high)[:, :, None]  # 64p + 32 + l
     else:

@@ -24,7 +24,6 @@ from ._common import (bulk_prefetch, check_last_dim_contiguous, dot, dot_precisi
                       prefetch_l2, programs_to_fill, tl, triton, upcast_dots)
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
-from ._gguf_int_tiles import q4_k_int8_tile, q8_0_int8_tile
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
 from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
@@ -42,8 +41,7 @@ BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 class Plan:
     """How one call is launched: the blocks, ``split`` slices of ``k_per_split`` inputs, the warps, the
     software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
-    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen; above
-    batch 1 ``int_dot`` asks for the int8 tiles of :mod:`._gguf_int_tiles`, :func:`int8_tiles`) and
+    its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen) and
     whether those of the 32-value blocks read eight blocks a row in aligned 16-byte chunks
     (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load;
     ``prefetch``: how many steps ahead of its loads a program asks for its weights into L2 (0: not at
@@ -222,10 +220,6 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += tl.sum(w * xk[:, None], axis=0)
-        elif INT_DOT and FORMAT == 3:          # BLOCK_M > 1 on int8 tensor cores, then the scales: q8_0
-            acc += q8_0_int8_tile(w_ptr, x_ptr, m, n, k_start + k0, M, N, K, stride_xm, ROW_BYTES, BLOCK_K // 32)
-        elif INT_DOT and FORMAT == 6:          # q4_k (BLOCK_K 256)
-            acc += q4_k_int8_tile(w_ptr, x_ptr, m, n, (k_start + k0) // 256, M, N, K, stride_xm, ROW_BYTES)
         else:
             if FORMAT == 6 or FORMAT == 7:     # q4_k, q6_k: a super-block a tile (BLOCK_K 256)
                 w = k_quant_tile(w_ptr, n, (k_start + k0) // 256, N, ROW_BYTES, FORMAT, BLOCK_N)
@@ -265,17 +259,6 @@ def int_dots(weight_format: str, dtype: torch.dtype, K: int) -> bool:
     return weight_format in INT_DOT_TILE and dtype == torch.bfloat16 and K % INT_DOT_TILE[weight_format] == 0
 
 
-#: The formats whose ``tl.dot`` tiles (``block_m > 1``) may multiply int8 codes on int8 activations
-#: (:mod:`._gguf_int_tiles`).
-INT8_TILE_FORMATS = ("q8_0", "q4_k")
-
-
-def int8_tiles(weight_format: str, dtype: torch.dtype) -> bool:
-    """True where a plan of more than one row may take the int8 tiles of :mod:`._gguf_int_tiles`:
-    :data:`INT8_TILE_FORMATS` with bfloat16 activations (the rounding's tolerance, as :func:`int_dots`)."""
-    return weight_format in INT8_TILE_FORMATS and dtype == torch.bfloat16
-
-
 def int_dot_tile(weight_format: str, block_k: int) -> bool:
     """True where a plan's ``block_k`` suits the integer-dot step of ``weight_format``: exactly its
     :data:`INT_DOT_TILE` for the super-block formats (``q4_k`` one, ``q6_k`` a pair a step), else a
@@ -310,20 +293,15 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if M == 0 or N == 0:
         return out
     p = p or plan(M, N, K, weight_format, x.device, x.dtype)
-    if p.int_dot and p.block_m > 1 and not (int8_tiles(weight_format, x.dtype) and p.block_m >= 16 and p.block_n >= 16
-                                            and p.block_k % 32 == 0):
-        raise InvalidArgumentError(f"{weight_format}: an integer-dot plan of tiles needs a format of "
-                                   f"{INT8_TILE_FORMATS}, bfloat16 activations, block_k a multiple of 32 "
-                                   f"and block_m and block_n of 16 or more, got {p} for {x.dtype}")
-    if p.int_dot and p.block_m == 1 and not (M == 1 and int_dots(weight_format, x.dtype, K)
-                                             and int_dot_tile(weight_format, p.block_k)):
+    if p.int_dot and not (M == 1 and p.block_m == 1 and int_dots(weight_format, x.dtype, K)
+                          and int_dot_tile(weight_format, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: an integer-dot plan needs one bfloat16 row, K a multiple of "
                                    f"{INT_DOT_TILE.get(weight_format)} and a block_k that suits it "
                                    f"(linear.int_dot_tile), got {p} for {x.dtype} [{M}, {K}]")
     if p.int_chunks and not (p.int_dot and int_chunks(weight_format, K, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: a plan of aligned chunks needs integer dots, a format of "
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
-    if weight_format in K_QUANTS and p.block_k != 256 and not (p.int_dot and p.block_m == 1):   # (q6_k's GEMV: a pair)
+    if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     if p.prefetch and not bulk_prefetch(x.device):
         raise InvalidArgumentError(f"a plan with prefetch needs an NVIDIA GPU of compute capability 9.0 or later "

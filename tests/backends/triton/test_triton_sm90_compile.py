@@ -6,8 +6,7 @@ compile on every GPU while passing every interpreted test. Each format is compil
 that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
-(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads, and ``q8_0``'s int8 tiles of 32 rows
-(:mod:`anydev.backends.triton_kernels._gguf_int_tiles`) as int8 MMA. The float batch-1 GEMV is
+(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
 compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
 and must wait on ``griddepcontrol``; every other case without, and must not. That case and the aligned
 chunks also prefetch their weights into L2 (``PREFETCH``, PTX's bulk prefetch, the first steps before
@@ -40,8 +39,6 @@ CHILD = textwrap.dedent("""
         cases.append((1, 32, 512 if fmt == "q6_k" else 256, True, False))     # the integer-dot GEMV, dp4a by PTX
     if fmt in linear.INT_CHUNK_FORMATS:
         cases.append((1, 128, 512, True, True))                              # two steps of aligned chunks a tile
-    if fmt in linear.INT8_TILE_FORMATS:
-        cases.append((32, 64, 256 if fmt == "q4_k" else 128, True, False))   # int8 tiles on the tensor cores
     for block_m, block_n, block_k, int_dot, chunks in cases:
         signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
                      "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
@@ -64,8 +61,7 @@ CHILD = textwrap.dedent("""
                            attrs=attrs)
         compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
         assert compiled.asm["cubin"], (fmt, block_m)
-        assert not int_dot or block_m > 1 or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
-        assert not (int_dot and block_m > 1) or ".s32.s8.s8.s32" in compiled.asm["ptx"], (fmt, "no int8 MMA in its tiles")
+        assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
         ptx = compiled.asm["ptx"]
         waits = "griddepcontrol.wait" in ptx
