@@ -16,13 +16,11 @@ wall time of the same calls. ``--sweep`` times the Triton kernel's candidate pla
 pipeline stages, K split) for the GEMMs of a few formats at ``--sweep-batches`` rows and prints the best
 beside the heuristic's (``anydev.backends.triton_kernels.linear.plan``); ``--table-out`` writes those
 that beat it as entries of ``anydev.backends.triton_kernels.linear_plans.RECORDED``, which ``plan``
-then takes on that device. ``--prefetch 1,2,4`` times the chosen plans of the same GEMMs without and
-with each distance of weight prefetch into L2 (``ANYDEV_TRITON_PREFETCH``), side by side.
+then takes on that device.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import time
@@ -219,8 +217,7 @@ def swept_gemms(args, models, batch: int):
 def sweep(args, dev, models) -> tuple[list[dict], dict]:
     """Per batch of ``--sweep-batches``, GEMM and format: every candidate plan of the Triton family
     beside the heuristic's (a candidate whose output differs from the heuristic's is dropped, and
-    counted), each with the prefetch distance that ``plan`` gives (``ANYDEV_TRITON_PREFETCH``). Returns
-    the rows and the table of the plans that beat the heuristic's by more than 3%
+    counted). Returns the rows and the table of the plans that beat the heuristic's by more than 3%
     (``linear_plans.RECORDED``'s keys and values)."""
     from anydev.backends.triton_kernels import linear as triton_linear
     from anydev.backends.triton_kernels.linear_plans import device_name, rows_bucket
@@ -240,7 +237,6 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
             want = triton_linear.run(x, *weights[0], fmt, chosen).float()
             results, wrong = {chosen: timed(chosen)}, 0
             for p in candidates(batch, K, fmt):
-                p = dataclasses.replace(p, prefetch=chosen.prefetch)    # ANYDEV_TRITON_PREFETCH's, as plan()
                 if p in results:
                     continue
                 got = triton_linear.run(x, *weights[0], fmt, p).float()
@@ -265,39 +261,6 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
                     write_table(args.table_out, recorded)
             del weights
     return rows, recorded
-
-
-def prefetch_sweep(args, dev, models) -> list[dict]:
-    """Per batch of ``--sweep-batches``, format of ``--sweep-formats`` and GEMM: the plan that ``plan``
-    chooses with no prefetch and with each distance of ``--prefetch`` (the weights asked for that many
-    steps ahead into L2), side by side; every prefetching plan's output must equal the plain one's
-    bit for bit (a prefetch changes no value)."""
-    from anydev.backends.triton_kernels import linear as triton_linear
-
-    timer = Timer(dev, args.reps)
-    rows = []
-    for batch in args.sweep_batches:
-        print(f"\n== prefetch, batch {batch}: us (TB/s) by distance in steps (0: none)")
-        for model_name, fmt, name, N, K in swept_gemms(args, models, batch):
-            x = torch.randn(batch, K, device=dev).bfloat16()
-            weights = copies_of(fmt, N, K, dev, args.tiny)
-            plain = dataclasses.replace(triton_linear.plan(batch, N, K, fmt, dev, x.dtype), prefetch=0)
-            want = triton_linear.run(x, *weights[0], fmt, plain)
-            moved = weight_bytes(fmt, N, K) + 2 * batch * (K + N)
-            cells, times = [], {}
-            for distance in (0, *args.prefetch):
-                p = dataclasses.replace(plain, prefetch=distance)
-                if not torch.equal(triton_linear.run(x, *weights[0], fmt, p), want):
-                    raise SystemExit(f"{fmt} {name}: prefetch {distance} changed the output")
-                times[distance] = timer([lambda w=w, s=s, p=p: triton_linear.run(x, w, s, fmt, p) for w, s in weights])
-                cells.append(f"{distance}: {times[distance]:7.1f} ({moved / times[distance] / 1e6:4.2f})")
-            best = min(times, key=times.get)
-            print(f"{model_name} b{batch} {name:8} {fmt:9} " + " | ".join(cells)
-                  + f"  best {best} ({times[0] / times[best]:.2f}x)  {plain}", flush=True)
-            rows.append({"model": model_name, "batch": batch, "gemm": name, "N": N, "K": K, "format": fmt,
-                         "plan": str(plain), "us_by_distance": times})
-            del weights
-    return rows
 
 
 def write_table(path: str, recorded: dict) -> None:
@@ -335,9 +298,6 @@ def parse_args(argv=None):
     p.add_argument("--sweep-gemms", type=lambda s: s.split(","), default=None,
                    help="only these of qkv,o,gate_up,down (,lm_head above batch 1); default all")
     p.add_argument("--table-out", help="write the sweep's plans that beat the heuristic here, as linear_plans.RECORDED lines")
-    p.add_argument("--prefetch", type=lambda s: [int(d) for d in s.split(",")], default=[],
-                   help="time the chosen plans of --sweep-formats/--sweep-batches/--sweep-gemms without and with "
-                        "these prefetch distances (steps ahead; NVIDIA sm_90+)")
     p.add_argument("--skip-table", action="store_true", help="only the sweep (with --sweep)")
     p.add_argument("--out", help="write the rows as JSON here")
     return p.parse_args(argv)
@@ -350,14 +310,12 @@ def main(argv=None) -> int:
     with torch.inference_mode():
         rows = [] if args.skip_table else table(args, kernels, dev, models)
         sweep_rows, recorded = sweep(args, dev, models) if args.sweep else ([], {})
-        prefetch_rows = prefetch_sweep(args, dev, models) if args.prefetch else []
     if args.table_out:
         write_table(args.table_out, recorded)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"device": args.device, "hardware": backend.runtime.hardware_label, "torch": torch.__version__,
-                       "kernels": kernels.describe(), "rows": rows, "sweep": sweep_rows,
-                       "prefetch": prefetch_rows}, f, indent=1)
+                       "kernels": kernels.describe(), "rows": rows, "sweep": sweep_rows}, f, indent=1)
     return 0
 
 

@@ -96,60 +96,9 @@ def pdl_wait(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@functools.lru_cache(maxsize=None)
-def bulk_prefetch(device: torch.device) -> bool:
-    """True where kernels may ask for weights ahead of use with :func:`prefetch_l2`: NVIDIA GPUs of
-    compute capability 9.0 and later (PTX's ``cp.async.bulk.prefetch``)."""
-    return (device.type == "cuda" and torch.version.hip is None
-            and torch.cuda.get_device_capability(device)[0] >= 9)
-
-
-#: ``ANYDEV_TRITON_PREFETCH=D``: the linear kernels ask for their weights ``D`` steps ahead of their
-#: loads, into L2, where :func:`bulk_prefetch` (0: never). Default :data:`DEFAULT_PREFETCH`.
-PREFETCH_ENV = "ANYDEV_TRITON_PREFETCH"
-DEFAULT_PREFETCH = 0
-
-
-@functools.lru_cache(maxsize=None)
-def prefetch_distance(device: torch.device) -> int:
-    """How many steps ahead the linear kernels prefetch their weights on ``device`` (see
-    :data:`PREFETCH_ENV`); 0 where the device cannot."""
-    value = os.environ.get(PREFETCH_ENV, str(DEFAULT_PREFETCH))
-    if not value.isdigit() or int(value) > 16:
-        raise InvalidArgumentError(f"{PREFETCH_ENV}={value!r}: use a distance in steps from 0 (off) to 16")
-    return int(value) if bulk_prefetch(device) else 0
-
-
-@triton.jit
-def prefetch_l2(ptr, nbytes, mask):
-    """Ask the device to bring the ``nbytes`` (int32) from each ``ptr`` into L2 where ``mask``, without
-    waiting: a hint that changes no value, so that a loop's later loads find their bytes in L2 while
-    HBM streams the next ones (a GEMV step's own loads leave too few bytes in flight to keep HBM
-    busy). The range is widened to whole 16-byte units (at most 15 bytes past a tensor's end, inside
-    its allocation: torch's allocator rounds blocks up to 512 bytes). Only where :func:`bulk_prefetch`."""
-    tl.inline_asm_elementwise(
-        """{
-        .reg .pred p;
-        .reg .b64 a, e;
-        .reg .b32 s;
-        setp.ne.s32 p, $3, 0;
-        and.b64 a, $1, -16;
-        cvt.u64.u32 e, $2;
-        add.s64 e, e, $1;
-        add.s64 e, e, 15;
-        and.b64 e, e, -16;
-        sub.s64 e, e, a;
-        cvt.u32.u64 s, e;
-        @p cp.async.bulk.prefetch.L2.global [a], s;
-        mov.u32 $0, 0;
-        }""", "=r,l,r,r", [ptr, nbytes + tl.zeros_like(mask.to(tl.int32)), mask.to(tl.int32)],
-        dtype=tl.int32, is_pure=False, pack=1)
-
-
 def next_power_of_2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
 __all__ = ["LOG2E", "tl", "triton", "dot_precision", "check_cache", "check_last_dim_contiguous",
-           "programs_to_fill", "next_power_of_2", "bulk_prefetch", "prefetch_distance",
-           "prefetch_l2", "PREFETCH_ENV", "dot", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]
+           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]

@@ -18,10 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
 
-from ._common import (bulk_prefetch, check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, prefetch_distance,
-                      prefetch_l2, programs_to_fill, tl, triton, upcast_dots)
+from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
@@ -43,9 +42,7 @@ class Plan:
     software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
     its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen) and
     whether those of the 32-value blocks read eight blocks a row in aligned 16-byte chunks
-    (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load;
-    ``prefetch``: how many steps ahead of its loads a program asks for its weights into L2 (0: not at
-    all; only where :func:`~._common.bulk_prefetch`)."""
+    (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load."""
     block_m: int
     block_n: int
     block_k: int
@@ -55,22 +52,19 @@ class Plan:
     num_stages: int | None = None
     int_dot: bool = False
     int_chunks: bool = False
-    prefetch: int = 0
 
     @classmethod
     def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
-               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False,
-               prefetch: int = 0) -> "Plan":
+               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
         return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages,
-                   int_dot, int_chunks, prefetch)
+                   int_dot, int_chunks)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
     """The plan :mod:`.linear_plans` records for this device and shape, else the fixed heuristic
-    (the sweep it comes from is listed in results/README.md); either prefetches its weights
-    ``prefetch_distance(device)`` steps ahead (:data:`~._common.PREFETCH_ENV`).
+    (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
     inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
@@ -85,12 +79,6 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
-    chosen = _plan(M, N, K, weight_format, device, dtype)
-    distance = prefetch_distance(device)
-    return dataclasses.replace(chosen, prefetch=distance) if distance else chosen
-
-
-def _plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None) -> Plan:
     int_dot = M == 1 and dtype is not None and int_dots(weight_format, dtype, K)
     recorded = recorded_plan(M, N, K, weight_format, device)
     if M == 1 and weight_format in INT_DOT_TILE and not int_dot:
@@ -122,37 +110,16 @@ def _plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtyp
 
 
 @triton.jit
-def _prefetch_inputs(w_ptr, n, N, ROW_UNITS, start, stop, VALUES: tl.constexpr, UNITS: tl.constexpr,
-                     SPAN: tl.constexpr, PARTS: tl.constexpr):
-    """Into L2 (:func:`~._common.prefetch_l2`): the weights of inputs ``[start, stop)`` (multiples of
-    ``VALUES``, ``UNITS`` elements of ``w_ptr`` each) of rows ``n``, each row's range in ``PARTS``
-    pieces of at most ``SPAN`` elements, so that every thread of the program asks for one piece."""
-    first = start // VALUES * UNITS
-    last = stop // VALUES * UNITS
-    piece = first + tl.arange(0, PARTS)[None, :] * SPAN                               # [1, PARTS]
-    end = tl.minimum(piece + SPAN, last)
-    ELEMENT: tl.constexpr = w_ptr.dtype.element_ty.primitive_bitwidth // 8
-    prefetch_l2(w_ptr + n[:, None] * ROW_UNITS + piece, ((end - piece) * ELEMENT).to(tl.int32),
-                (n[:, None] < N) & (piece < end))
-
-
-@triton.jit
 def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr, M, N, K, stride_xm, ROW_BYTES,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
-                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0, PREFETCH: tl.constexpr = 0,
-                   VALUES: tl.constexpr = 1, UNITS: tl.constexpr = 1, PARTS: tl.constexpr = 1):
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0):
+    pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
-    k_stop = tl.minimum(k_start + K_PER_SPLIT, K)
-    STEP_UNITS: tl.constexpr = BLOCK_K // VALUES * UNITS      # a row's weights of one step, in w_ptr's elements
-    if PREFETCH > 0:    # the first PREFETCH steps, before the wait: the kernel before never writes weights
-        _prefetch_inputs(w_ptr, n, N, ROW_BYTES, k_start, tl.minimum(k_start + PREFETCH * BLOCK_K, k_stop),
-                         VALUES, UNITS, triton.cdiv(PREFETCH * STEP_UNITS, PARTS), PARTS)
-    pdl_wait(USE_PDL)
     # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
     # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
@@ -179,10 +146,6 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
         k = k_start + k0 + tl.arange(0, BLOCK_K)
-        if PREFETCH > 0:
-            ahead = k_start + k0 + PREFETCH * BLOCK_K
-            _prefetch_inputs(w_ptr, n, N, ROW_BYTES, ahead, tl.minimum(ahead + BLOCK_K, k_stop), VALUES, UNITS,
-                             triton.cdiv(STEP_UNITS, PARTS), PARTS)
         if BLOCK_M == 1 and INT_CHUNKS and FORMAT == 3:
             acc += q8_0_int_chunks(w_ptr, x_ptr + pid_m * stride_xm, n, (k_start + k0) // 256, N, K, ROW_BYTES,
                                    BLOCK_N, BLOCK_K // 256, ASM)
@@ -303,9 +266,6 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
     if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
-    if p.prefetch and not bulk_prefetch(x.device):
-        raise InvalidArgumentError(f"a plan with prefetch needs an NVIDIA GPU of compute capability 9.0 or later "
-                                   f"(cp.async.bulk.prefetch), got {p} on {x.device}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))
     split_k = p.split > 1
     partial = torch.empty((p.split, M, N), dtype=torch.float32, device=x.device) if split_k else out
@@ -317,21 +277,10 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
         INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
-        **pdl(x.device), **_prefetch_args(p, weight_format),
+        **pdl(x.device),
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out
-
-
-def _prefetch_args(p: Plan, weight_format: str) -> dict:
-    """The kernel's prefetch constants for plan ``p``: the distance, a row's inputs per addressing unit
-    and that unit's elements of the weight (a GGUF block and its bytes; else one value), and the pieces a
-    row's range is asked for in (one per thread where the program has more threads than rows)."""
-    if not p.prefetch:
-        return {}
-    block = BLOCK_FORMATS.get(weight_format)
-    return {"PREFETCH": p.prefetch, "VALUES": block.elems if block else 1, "UNITS": block.bytes if block else 1,
-            "PARTS": max(1, 32 * p.num_warps // p.block_n)}
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -8,9 +8,7 @@ formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
 (:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
 compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
-and must wait on ``griddepcontrol``; every other case without, and must not. That case and the aligned
-chunks also prefetch their weights into L2 (``PREFETCH``, PTX's bulk prefetch, the first steps before
-the wait); every other case must not prefetch."""
+and must wait on ``griddepcontrol``; every other case without, and must not."""
 from __future__ import annotations
 
 import textwrap
@@ -29,7 +27,6 @@ CHILD = textwrap.dedent("""
     from triton.compiler import ASTSource
     from anydev.backends.triton_kernels import linear
     from anydev.backends.triton_kernels._weight_tiles import CODES
-    from anydev.plugin_api.weight_formats import BLOCK_FORMATS
 
     fmt = sys.argv[1]
     weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
@@ -46,10 +43,7 @@ CHILD = textwrap.dedent("""
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
                          INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot,
-                         USE_PDL=1 if (block_m, int_dot) == (1, False) else 0,   # programmatic dependent launch
-                         PREFETCH=2 if (block_m, int_dot) == (1, False) or chunks else 0,
-                         VALUES=BLOCK_FORMATS[fmt].elems if fmt in BLOCK_FORMATS else 1,
-                         UNITS=BLOCK_FORMATS[fmt].bytes if fmt in BLOCK_FORMATS else 1, PARTS=max(1, 128 // block_n))
+                         USE_PDL=1 if (block_m, int_dot) == (1, False) else 0)   # programmatic dependent launch
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
         signature.update({name: "constexpr" for name in constants})
@@ -63,14 +57,8 @@ CHILD = textwrap.dedent("""
         assert compiled.asm["cubin"], (fmt, block_m)
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
-        ptx = compiled.asm["ptx"]
-        waits = "griddepcontrol.wait" in ptx
+        waits = "griddepcontrol.wait" in compiled.asm["ptx"]
         assert waits == bool(constants["USE_PDL"]), (fmt, block_m, "griddepcontrol.wait where USE_PDL asks for it only")
-        prefetches = ptx.count("cp.async.bulk.prefetch.L2.global")
-        assert prefetches == (2 if constants["PREFETCH"] else 0), (fmt, block_m, prefetches, "a prefetch before the "
-                                                                   "loop and one in it, where PREFETCH asks only")
-        if waits and prefetches:
-            assert ptx.index("cp.async.bulk.prefetch") < ptx.index("griddepcontrol.wait"), (fmt, "first steps after the wait")
     print("ok")
 """)
 
