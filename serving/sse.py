@@ -82,7 +82,7 @@ async def _interleaved(parts: list):
         try:
             async for event in part:
                 queue.put_nowait(event)
-        except BaseException as exc:          # handed to the reader, which raises it
+        except Exception as exc:          # handed to the reader, which raises it (a cancel ends the pump)
             queue.put_nowait(exc)
             return
         queue.put_nowait(None)
