@@ -172,11 +172,12 @@ def table(args, kernels, dev, models) -> list[dict]:
 
 
 def candidates(M: int, K: int, fmt: str):
-    """The plans a sweep tries for ``M`` rows: at batch 1 the GEMV's outputs, inputs, warps and K split
-    (the q4_k/q6_k GEMV steps one 256-value super-block a tile, so only that tile; the GGUF blocks' integer-dot
-    GEMV 32 to 256 outputs over 256 inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to
-    8: 48 plans; the 32-value blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40
-    plans); above, the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
+    """The plans a sweep tries for ``M`` rows. At batch 1: the GEMV's outputs, inputs, warps and K split
+    (int8 and fp8 also 1,024 inputs a step, whose bytes equal bf16's 512; q4_k/q6_k one 256-value
+    super-block a tile, so only that tile); the GGUF blocks' integer-dot GEMV 32 to 256 outputs over 256
+    inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to 8: 48 plans; the 32-value
+    blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans. Above batch 1:
+    the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit): 64 plans (32), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
@@ -194,7 +195,8 @@ def candidates(M: int, K: int, fmt: str):
                 yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
         return
     if M == 1:
-        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512)
+        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512, 1024) if fmt in CHANNEL_FORMATS \
+            else (128, 256, 512)
         for bn, bk, warps, split in itertools.product((16, 32, 64), widths, (4, 8), (1, 2, 4, 8, 16)):
             yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
         return
