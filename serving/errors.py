@@ -1,4 +1,5 @@
-"""The app's error handlers: every error answered with the OpenAI error body, and counted."""
+"""The app's error handlers: every error answered with the OpenAI error body, and counted; and the
+API's answer to a request the engine failed or could not run (:func:`engine_error`)."""
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
@@ -6,8 +7,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .async_engine import EngineStoppedError, FailedRequestError
 from .metrics import ServerMetrics
 from .protocol import APIError
+
+
+def engine_error(exc: EngineStoppedError | FailedRequestError) -> APIError:
+    """The API's answer to an engine error: 503 when the engine stopped (no request can run), 500
+    ``request_failed`` when this request failed while it ran (the engine serves on)."""
+    if isinstance(exc, EngineStoppedError):
+        return APIError(503, str(exc), type="server_error")
+    return APIError(500, str(exc), type="server_error", code="request_failed")
 
 
 def add_error_handlers(app: FastAPI, metrics: ServerMetrics) -> None:

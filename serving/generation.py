@@ -14,6 +14,7 @@ from anydev.core.output import OutputText
 from anydev.core.sched.sampling_params import MAX_SEED
 
 from .async_engine import EngineStoppedError, FailedRequestError, InvalidRequestError, QueueFullError, RequestStream
+from .errors import engine_error
 from .output import Echo, best_answers, joined, logprobs_writer, prompt_text
 from .prompts import max_tokens
 from .protocol import APIError, finish_reason, usage
@@ -125,13 +126,11 @@ def _raise_as_api_error(state: ServerState, error: BaseException):
     """``error`` (of adding a request) raised again as the API's answer to it."""
     try:
         raise error
-    except FailedRequestError as exc:
-        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
+    except (EngineStoppedError, FailedRequestError) as exc:
+        raise engine_error(exc) from exc
     except QueueFullError as exc:
         raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                        headers={"Retry-After": str(state.limits.retry_after_seconds)}) from exc
-    except EngineStoppedError as exc:
-        raise APIError(503, str(exc), type="server_error") from exc
     except InvalidRequestError as exc:
         raise APIError(400, str(exc), param="prompt") from exc
 
@@ -147,10 +146,8 @@ async def whole_answer(state: ServerState, request: Request, stream: RequestStre
                 collected.cancel()
                 raise APIError(499, "the client disconnected")
         collected.result()
-    except EngineStoppedError as exc:
-        raise APIError(503, str(exc), type="server_error") from exc
-    except FailedRequestError as exc:
-        raise APIError(500, str(exc), type="server_error", code="request_failed") from exc
+    except (EngineStoppedError, FailedRequestError) as exc:
+        raise engine_error(exc) from exc
     finally:
         state.engine.abort(stream)     # no-op when it finished
     seq = stream

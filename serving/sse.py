@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 
 from .async_engine import EngineStoppedError, FailedRequestError, RequestStream
+from .errors import engine_error
 from .output import Echo, logprobs_writer
 from .protocol import APIError, finish_reason, usage
 from .state import ServerState
@@ -61,7 +62,8 @@ async def stream_events(state: ServerState, choices: list[Choice], request_id: s
             if include_usage:
                 ready.append(_chunk(state, request_id, created, chat, [], _total_usage(choices), usage_field))
         except (APIError, EngineStoppedError, FailedRequestError) as exc:
-            ready.append(f"data: {json.dumps(_api_error(exc).body())}\n\n")
+            error = exc if isinstance(exc, APIError) else engine_error(exc)
+            ready.append(f"data: {json.dumps(error.body())}\n\n")
         ready.append("data: [DONE]\n\n")
         yield "".join(ready)
     finally:
@@ -117,14 +119,6 @@ def _total_usage(choices: list[Choice]) -> dict:
     prompts = {c.prompt: len(c.stream.prompt) for c in choices}
     prompt, done = sum(prompts.values()), sum(len(c.stream.output) for c in choices)
     return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
-
-
-def _api_error(exc: BaseException) -> APIError:
-    if isinstance(exc, EngineStoppedError):
-        return APIError(503, str(exc), type="server_error")
-    if isinstance(exc, FailedRequestError):
-        return APIError(500, str(exc), type="server_error", code="request_failed")
-    return exc
 
 
 def _chunk(state: ServerState, request_id: str, created: int, chat: bool, choices: list[dict], usage: dict | None,
