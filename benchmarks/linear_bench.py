@@ -28,7 +28,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, WEIGHT_FORMATS, quantize_per_channel, row_bytes
+from anydev.plugin_api.weight_formats import (BLOCK_FORMATS, CHANNEL_FORMATS, SPLIT_FORMATS, WEIGHT_FORMATS,
+                                             quantize_per_channel, row_bytes, split_rows)
 from kernel_bench import open_kernels   # the script beside this one
 
 MODELS = {  # Llama-3.2-1B and Llama-3-8B: hidden, query heads, KV heads, head dim, MLP, vocabulary, layers
@@ -50,11 +51,13 @@ def gemms(model) -> list[tuple[str, int, int]]:
 
 def make_weight(fmt: str, N: int, K: int, dev) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A random weight: bf16 (``dense``), per-channel quantized, or GGUF blocks of random bytes with
-    small float16 scales."""
+    small float16 scales (a split-row format: those blocks' rows split)."""
     if fmt == "dense":
         return (torch.randn(N, K, device=dev) / K ** 0.5).bfloat16(), None
     if fmt in CHANNEL_FORMATS:
         return quantize_per_channel(torch.randn(N, K, device=dev), fmt)
+    if fmt in SPLIT_FORMATS:
+        return split_rows(make_weight(SPLIT_FORMATS[fmt], N, K, dev)[0], K), None
     block = BLOCK_FORMATS[fmt]
     blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), dtype=torch.uint8, device=dev)
     for at in F16_FIELDS[fmt]:
@@ -173,7 +176,7 @@ def table(args, kernels, dev, models) -> list[dict]:
 
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows. At batch 1: the GEMV's outputs, inputs, warps and K split
-    (int8 and fp8 also 1,024 inputs a step, whose bytes equal bf16's 512; q4_k/q6_k one 256-value
+    (int8, fp8 and q8_0_split also 1,024 inputs a step, whose bytes equal bf16's 512; q4_k/q6_k one 256-value
     super-block a tile, so only that tile); the GGUF blocks' integer-dot GEMV 32 to 256 outputs over 256
     inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to 8: 48 plans; the 32-value
     blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans. Above batch 1:
@@ -195,7 +198,8 @@ def candidates(M: int, K: int, fmt: str):
                 yield triton_linear.Plan.sliced(1, K, 1, bn, block_k, split, warps, int_dot=True)
         return
     if M == 1:
-        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512, 1024) if fmt in CHANNEL_FORMATS \
+        wide = fmt in CHANNEL_FORMATS or fmt in SPLIT_FORMATS
+        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512, 1024) if wide \
             else (128, 256, 512)
         for bn, bk, warps, split in itertools.product((16, 32, 64), widths, (4, 8), (1, 2, 4, 8, 16)):
             yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
@@ -239,7 +243,7 @@ def sweep(args, dev, models) -> tuple[list[dict], dict]:
             want = triton_linear.run(x, *weights[0], fmt, chosen).float()
             results, wrong = {chosen: timed(chosen)}, 0
             for p in candidates(batch, K, fmt):
-                if p in results:
+                if p in results or (args.sweep_widths and p.block_k not in args.sweep_widths):
                     continue
                 got = triton_linear.run(x, *weights[0], fmt, p).float()
                 if not torch.allclose(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item()):
@@ -299,6 +303,8 @@ def parse_args(argv=None):
                    help="rows of the swept calls (a batch above 1 sweeps the tl.dot tiles; recorded for 1, 16, 32, 64)")
     p.add_argument("--sweep-gemms", type=lambda s: s.split(","), default=None,
                    help="only these of qkv,o,gate_up,down (,lm_head above batch 1); default all")
+    p.add_argument("--sweep-widths", type=lambda s: [int(w) for w in s.split(",")], default=None,
+                   help="only candidates of these inputs a step (block_k), e.g. 512,1024; default all")
     p.add_argument("--table-out", help="write the sweep's plans that beat the heuristic here, as linear_plans.RECORDED lines")
     p.add_argument("--skip-table", action="store_true", help="only the sweep (with --sweep)")
     p.add_argument("--out", help="write the rows as JSON here")

@@ -411,9 +411,12 @@ _F16_FIELDS = {"q8_0": ((0, False),), "q4_0": ((0, False),), "q4_1": ((0, False)
 def random_weight(weight_format: str, N: int, K: int, gen: torch.Generator):
     """(weight, scales) of ``weight_format``: per-channel formats quantized from a random matrix; GGUF
     blocks of random bytes whose float16 fields hold random values in [0.002, 0.02) (signed where the
-    format allows it)."""
+    format allows it); a split-row format, such blocks' rows split."""
     if weight_format in weight_formats.CHANNEL_FORMATS:
         return weight_formats.quantize_per_channel(torch.randn(N, K, generator=gen), weight_format)
+    if weight_format in weight_formats.SPLIT_FORMATS:       # random blocks, their rows split
+        blocks, _ = random_weight(weight_formats.SPLIT_FORMATS[weight_format], N, K, gen)
+        return weight_formats.split_rows(blocks, K), None
     block = weight_formats.BLOCK_FORMATS[weight_format]
     blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), generator=gen, dtype=torch.uint8)
     for at, signed in _F16_FIELDS[weight_format]:

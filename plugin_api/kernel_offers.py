@@ -24,7 +24,9 @@ class KernelSpec:
     ``reference`` is the torch reference (its docstring is the spec); ``since`` the contract version
     that added the kernel. ``dtype_arg`` names the argument whose dtype (or which, where it is a
     ``torch.dtype``) is the kernel's activation dtype; ``format_arg`` the argument naming the weight
-    format, for a kernel that takes one of ``weight_formats``. ``fused``: the kernels a fused kernel stands for, in the order its reference
+    format, for a kernel that takes one of ``weight_formats``; ``named_formats``: those of them an
+    offer takes only where it names them (contract 1.11's split rows: a kernel written before them
+    does not read them). ``fused``: the kernels a fused kernel stands for, in the order its reference
     calls them (a backend that does not offer it gets their composition)."""
 
     name: str
@@ -33,6 +35,7 @@ class KernelSpec:
     dtype_arg: str
     format_arg: str | None = None
     weight_formats: tuple[str, ...] = ()
+    named_formats: tuple[str, ...] = ()
     fused: tuple[str, ...] = ()
 
 
@@ -44,7 +47,8 @@ class KernelOffer:
 
     ``dtypes``: the activation dtypes it takes (names from :data:`ACTIVATION_DTYPES`); None: all of
     them. ``weight_formats``: for a kernel with a weight format, the formats it takes (names from
-    ``anydev.plugin_api.weight_formats.WEIGHT_FORMATS``); None: all of them. (``moe_linear``'s float
+    ``anydev.plugin_api.weight_formats.WEIGHT_FORMATS``); None: all of them but the spec's
+    ``named_formats``, which an offer takes only by naming them. (``moe_linear``'s float
     weight, ``weight_format=None``, is taken for every declared dtype.) The kernel is called
     only on inputs it declares; the conformance suite checks exactly those and reports the rest as
     not offered."""
@@ -73,6 +77,8 @@ def resolve_offer(backend: str, spec: KernelSpec, offered) -> KernelOffer:
     if offer.weight_formats is not None and not spec.weight_formats:
         raise PluginError(f"{where} takes no weight format; remove weight_formats from its KernelOffer")
     formats = _names(where, "weight_formats", offer.weight_formats, spec.weight_formats) if spec.weight_formats else ()
+    if offer.weight_formats is None:
+        formats = tuple(name for name in formats if name not in spec.named_formats)
     return KernelOffer(offer.kernel, dtypes, formats)
 
 

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 
 from .errors import PluginError
 from .kernel_offers import ACTIVATION_DTYPES, KernelOffer, KernelSpec, resolve_offer
-from .weight_formats import WEIGHT_FORMATS, dequantize
+from .weight_formats import SPLIT_FORMATS, WEIGHT_FORMATS, dequantize
 
 # ---- attention over the paged KV cache -----------------------------------------------------------
 
@@ -408,12 +408,12 @@ KERNELS: Mapping[str, KernelSpec] = {spec.name: spec for spec in (
                fused=("rms_norm", "rotary_write_kv")),
     KernelSpec("linear", linear, (1, 5), dtype_arg="x"),
     KernelSpec("quantized_linear", quantized_linear, (1, 5), dtype_arg="x", format_arg="weight_format",
-               weight_formats=WEIGHT_FORMATS),
+               weight_formats=WEIGHT_FORMATS, named_formats=tuple(SPLIT_FORMATS)),
     KernelSpec("quantized_embedding", quantized_embedding, (1, 9), dtype_arg="dtype", format_arg="weight_format",
-               weight_formats=WEIGHT_FORMATS),
+               weight_formats=WEIGHT_FORMATS, named_formats=tuple(SPLIT_FORMATS)),
     KernelSpec("moe_route", moe_route, (1, 7), dtype_arg="router_logits"),
     KernelSpec("moe_linear", moe_linear, (1, 7), dtype_arg="x", format_arg="weight_format",
-               weight_formats=WEIGHT_FORMATS),
+               weight_formats=WEIGHT_FORMATS, named_formats=tuple(SPLIT_FORMATS)),
     KernelSpec("moe_combine", moe_combine, (1, 10), dtype_arg="expert_out"),
     KernelSpec("logprobs", logprobs, (1, 10), dtype_arg="logits"),
 )}

@@ -22,8 +22,9 @@ from .errors import ContractVersionError
 #: and ``moe_linear``; 1.8 the fused kernel ``qk_norm_rotary_write_kv`` (per-head q/k norms, rotary and the
 #: KV write in one launch); 1.9 the kernel ``quantized_embedding`` (a quantized table's rows, dequantized
 #: in one launch); 1.10 the kernels ``logprobs`` (the sampler's packed log-probabilities) and
-#: ``moe_combine`` (a MoE block's weighted sum). The full list: :mod:`anydev.plugin_api.runtime`.
-CONTRACT_VERSION: tuple[int, int] = (1, 10)
+#: ``moe_combine`` (a MoE block's weighted sum); 1.11 the weight format ``q8_0_split`` (Q8_0's values in
+#: split rows, taken only by offers that name it). The full list: :mod:`anydev.plugin_api.runtime`.
+CONTRACT_VERSION: tuple[int, int] = (1, 11)
 #: The first version whose runtimes leave their name and version to the plugin: what a plugin whose
 #: runtime declares neither states at least (older anydev releases would refuse that runtime).
 DECLARED_ONCE_SINCE: tuple[int, int] = (1, 6)

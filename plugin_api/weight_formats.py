@@ -23,6 +23,13 @@ A linear layer's weight has ``N`` output rows of ``K`` inputs (``y = x @ W.T``).
     ``ql[64h+l]`` low nibble, ``l+32`` is ``ql[64h+32+l]`` low, ``l+64`` is ``ql[64h+l]`` high, ``l+96``
     is ``ql[64h+32+l]`` high, their high bits ``qh[32h+l]`` bits 0-1, 2-3, 4-5, 6-7; value ``j`` uses
     scale ``j // 16``; ``W = d * scale * (q - 32)``.
+* **Split rows** (contract 1.11), the values of a GGUF format laid out for wide aligned loads:
+  ``q8_0_split`` holds exactly ``q8_0``'s codes and scales in the same ``[N, K // 32 * 34]`` uint8
+  tensor, each row its ``K`` int8 ``q`` in input order, then its ``K // 32`` float16 ``d``;
+  ``W[n, k] = d[n, k // 32] * q[n, k]``. Rows stay independent, so any rows of a weight are a
+  weight, and :func:`split_rows` makes one from ``q8_0`` rows on their device. A kernel offer takes a
+  split format only where it names it (:data:`SPLIT_FORMATS`), so an engine uses one only where a
+  backend asks for it.
 """
 from __future__ import annotations
 
@@ -47,15 +54,17 @@ BLOCK_FORMATS = {
 }
 #: The per-output-channel formats and their storage dtype.
 CHANNEL_FORMATS = {"int8": torch.int8, "fp8_e4m3": torch.float8_e4m3fn}
+#: The split-row formats and the GGUF format whose values each holds.
+SPLIT_FORMATS = {"q8_0_split": "q8_0"}
 #: Every weight format of ``quantized_linear``.
-WEIGHT_FORMATS = tuple(CHANNEL_FORMATS) + tuple(BLOCK_FORMATS)
+WEIGHT_FORMATS = tuple(CHANNEL_FORMATS) + tuple(BLOCK_FORMATS) + tuple(SPLIT_FORMATS)
 
 
 def row_bytes(weight_format: str, in_features: int) -> int:
     """Bytes of one output row of ``in_features`` values."""
     if weight_format in CHANNEL_FORMATS:
         return in_features
-    block = _block(weight_format)
+    block = _block(SPLIT_FORMATS.get(weight_format, weight_format))
     if in_features % block.elems:
         raise InvalidArgumentError(f"{weight_format}: in_features {in_features} is not a multiple of its "
                                    f"{block.elems}-value blocks")
@@ -86,6 +95,9 @@ def dequantize(weight: torch.Tensor, scales: torch.Tensor | None, weight_format:
     check_weight(weight, scales, weight_format, in_features)
     if weight_format in CHANNEL_FORMATS:
         return weight.float() * scales[:, None]
+    if weight_format in SPLIT_FORMATS:
+        codes, d = split_planes(weight, in_features)
+        return (codes.float().view(-1, in_features // 32, 32) * d.float()[:, :, None]).view(-1, in_features)
     block = BLOCK_FORMATS[weight_format]
     blocks = weight.view(-1, block.bytes)
     values = _DEQUANTIZE[weight_format](blocks)
@@ -107,6 +119,21 @@ def quantize_per_channel(weight: torch.Tensor, weight_format: str) -> tuple[torc
 
 
 # ---- GGUF blocks ---------------------------------------------------------------------------------
+
+def split_rows(weight: torch.Tensor, in_features: int) -> torch.Tensor:
+    """A ``q8_0`` weight's rows as ``q8_0_split`` rows (a new tensor of the same shape, on its device):
+    the same codes and scales, moved, not rounded."""
+    check_weight(weight, None, "q8_0", in_features)
+    blocks = weight.view(weight.shape[0], in_features // 32, 34)
+    return torch.cat((blocks[:, :, 2:].reshape(weight.shape[0], in_features),
+                      blocks[:, :, :2].reshape(weight.shape[0], in_features // 16)), dim=1)
+
+
+def split_planes(weight: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``q8_0_split`` weight's codes ``[N, K]`` int8 and scales ``[N, K // 32]`` float16."""
+    codes = weight[:, :in_features].contiguous().view(torch.int8)
+    return codes, weight[:, in_features:].contiguous().view(torch.float16)
+
 
 def _block(weight_format: str) -> BlockFormat:
     if weight_format not in BLOCK_FORMATS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Mapping
 
 from anydev.plugin_api.kernel_offers import ACTIVATION_DTYPES, KernelOffer
-from anydev.plugin_api.weight_formats import WEIGHT_FORMATS
+from anydev.plugin_api.weight_formats import SPLIT_FORMATS, WEIGHT_FORMATS
 
 
 def triton_importable() -> bool:
@@ -20,10 +20,11 @@ def triton_importable() -> bool:
 
 
 def kernels() -> Mapping[str, Callable | KernelOffer]:
-    """Every kernel of the contract (:data:`~anydev.plugin_api.kernels.KERNEL_NAMES`), by name; the
-    mixture-of-experts kernels (1.7) as :class:`KernelOffer` entries naming what they take (every
-    activation dtype; every weight format and the float weight). Imports Triton (raises ImportError
-    without it)."""
+    """Every kernel of the contract (:data:`~anydev.plugin_api.kernels.KERNEL_NAMES`), by name;
+    ``quantized_linear`` and the mixture-of-experts kernels (1.7) as :class:`KernelOffer` entries naming
+    what they take: every activation dtype, every weight format (``moe_linear`` also the float weight;
+    the split-row ``q8_0_split`` for ``quantized_linear`` only, where its GEMV reads it at the int8
+    GEMV's speed). Imports Triton (raises ImportError without it)."""
     from .activation import silu_and_mul
     from .attention_decode import paged_decode_attention
     from .attention_prefill import paged_prefill_attention
@@ -46,10 +47,11 @@ def kernels() -> Mapping[str, Callable | KernelOffer]:
         "rotary_write_kv": rotary_write_kv,
         "qk_norm_rotary_write_kv": qk_norm_rotary_write_kv,
         "linear": linear,
-        "quantized_linear": quantized_linear,
+        "quantized_linear": KernelOffer(quantized_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),
         "quantized_embedding": quantized_embedding,
         "moe_route": KernelOffer(moe_route, dtypes=ACTIVATION_DTYPES),
-        "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES, weight_formats=WEIGHT_FORMATS),
+        "moe_linear": KernelOffer(moe_linear, dtypes=ACTIVATION_DTYPES,
+                                  weight_formats=tuple(f for f in WEIGHT_FORMATS if f not in SPLIT_FORMATS)),
         "moe_combine": moe_combine,
         "logprobs": logprobs,
     }

@@ -12,9 +12,9 @@ from __future__ import annotations
 from ._common import tl, triton
 
 # Format codes (constexpr): DENSE is a float weight of the activations' dtype.
-DENSE, INT8, FP8_E4M3, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K = range(8)
+DENSE, INT8, FP8_E4M3, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0_SPLIT = range(9)
 CODES = {"dense": DENSE, "int8": INT8, "fp8_e4m3": FP8_E4M3, "q8_0": Q8_0, "q4_0": Q4_0, "q4_1": Q4_1,
-         "q4_k": Q4_K, "q6_k": Q6_K}
+         "q4_k": Q4_K, "q6_k": Q6_K, "q8_0_split": Q8_0_SPLIT}
 
 
 @triton.jit
@@ -53,3 +53,35 @@ def weight_tile(w_ptr, n, k, N, K, FORMAT: tl.constexpr):
     """:func:`stored_values` as float32. The GGUF blocks have their own tiles (:mod:`._gguf_tiles`)."""
     tl.static_assert(FORMAT == 0 or FORMAT == 1 or FORMAT == 2, "weight_tile: one element a value only")
     return stored_values(w_ptr, n, k, N, K).to(tl.float32)
+
+
+@triton.jit
+def split_group_sums(w_ptr, x, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A ``q8_0_split`` step at batch 1: the ``BLOCK_K // 32`` groups from input ``k0`` (a multiple of
+    32) of rows ``n`` ``[BLOCK_N]``, each group's codes times ``x`` ``[BLOCK_K]`` (float32) summed and
+    scaled by its ``d``: ``[BLOCK_K // 32, BLOCK_N]``. The codes load as whole rows' runs (the int8
+    GEMV's coalesced tile); a group's sum needs no more than its neighbouring thread."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    codes = tl.load(w_ptr.to(tl.pointer_type(tl.int8)) + n[None, :] * ROW_BYTES + k[:, None],
+                    mask=(n[None, :] < N) & (k[:, None] < K), other=0)
+    products = tl.reshape(int8_float(codes) * x[:, None], (BLOCK_K // 32, 32, BLOCK_N))
+    return tl.sum(products, axis=1) * split_scales(w_ptr, n, k0 // 32, N, K, ROW_BYTES, BLOCK_K // 32)
+
+
+@triton.jit
+def split_tile(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``W`` ``[BLOCK_K, BLOCK_N]`` float32 of a ``q8_0_split`` weight from input ``k0`` (a multiple of 32)."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    codes = tl.load(w_ptr.to(tl.pointer_type(tl.int8)) + n[None, :] * ROW_BYTES + k[:, None],
+                    mask=(n[None, :] < N) & (k[:, None] < K), other=0)
+    groups = tl.reshape(int8_float(codes), (BLOCK_K // 32, 32, BLOCK_N))
+    d = split_scales(w_ptr, n, k0 // 32, N, K, ROW_BYTES, BLOCK_K // 32)
+    return tl.reshape(groups * d[:, None, :], (BLOCK_K, BLOCK_N))
+
+
+@triton.jit
+def split_scales(w_ptr, n, g0, N, K, ROW_BYTES, GROUPS: tl.constexpr):
+    """The ``d`` of groups ``g0 ..`` of rows ``n`` of a ``q8_0_split`` weight, ``[GROUPS, BLOCK_N]``
+    float32 (0 past ``N`` and ``K``)."""
+    g = g0 + tl.arange(0, GROUPS)
+    return f16(w_ptr, n[None, :] * ROW_BYTES + K + 2 * g[:, None], (n[None, :] < N) & (g[:, None] * 32 < K))

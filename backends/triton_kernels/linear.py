@@ -18,14 +18,14 @@ import torch
 import torch.nn.functional as F
 
 from anydev.plugin_api.errors import InvalidArgumentError
-from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, check_weight, row_bytes
+from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, SPLIT_FORMATS, check_weight, row_bytes
 
 from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
-from ._weight_tiles import CODES, int8_float, stored_values, weight_tile
+from ._weight_tiles import CODES, int8_float, split_group_sums, split_tile, stored_values, weight_tile
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
@@ -67,7 +67,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
-    inputs (the sweep's best); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
+    inputs (the sweep's best; ``q8_0_split`` 1,024, a scale per 32 of them); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
     ``dtype`` bfloat16 where :func:`int_dots` allows, by the integer dots of :mod:`._gguf_int_gemv`, 64
     rows a program (``q4_k``/``q6_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
@@ -75,8 +75,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     value without spilling registers, in the sm_90 SASS); ``q8_0``/``q4_0``/``q4_1`` with ``K`` a multiple of
     256 in aligned chunks (:func:`int_chunks`), 128 rows a program over 256 inputs (a row's step a
     thread at 4 warps). ``M > 1``:
-    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q4_k``/``q6_k``: 32 outputs of one
-    super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q8_0_split`` 128; ``q4_k``/``q6_k``: 32
+    outputs of one super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
     int_dot = M == 1 and dtype is not None and int_dots(weight_format, dtype, K)
@@ -96,11 +96,12 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         block_m, block_n, block_k, num_warps = 1, 32, 256, 4
     elif M == 1 and weight_format in BLOCK32_FORMATS:     # block32_gemv: 4 blocks a step
         block_m, block_n, block_k, num_warps = 1, 32, 128, 4
-    elif M == 1:
-        block_m, block_n, block_k, num_warps = 1, 16, 512, 8
+    elif M == 1:        # q8_0_split: 1,024 inputs a step, as many bytes as bf16's 512
+        block_m, block_n, block_k, num_warps = 1, 16, 1024 if weight_format in SPLIT_FORMATS else 512, 8
     else:
         block_m = 16 if M <= 16 else 32 if M <= 32 else 64
-        block_n, block_k, num_warps = (32, 256, 4) if weight_format in K_QUANTS else (64, 64, 4)
+        block_n, block_k, num_warps = (32, 256, 4) if weight_format in K_QUANTS else \
+            (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
@@ -140,6 +141,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_N, 8, 16), dtype=tl.float32)
     elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):
         acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 32), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 8:
+        acc = tl.zeros((BLOCK_K // 32, BLOCK_N), dtype=tl.float32)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     else:
@@ -176,6 +179,9 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         elif BLOCK_M == 1 and (FORMAT == 3 or FORMAT == 4 or FORMAT == 5):     # q8_0, q4_0, q4_1: per block
             acc += block32_gemv(w_ptr, x_ptr + pid_m * stride_xm, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
                                 BLOCK_K // 32)
+        elif BLOCK_M == 1 and FORMAT == 8:        # q8_0_split: the int8 GEMV's tile, a scale per 32
+            xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
+            acc += split_group_sums(w_ptr, xk, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
         elif BLOCK_M == 1:
             if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
                 w = int8_float(stored_values(w_ptr, n[None, :], k[:, None], N, K))
@@ -189,12 +195,16 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
             elif FORMAT == 3 or FORMAT == 4 or FORMAT == 5:     # q8_0, q4_0, q4_1: whole blocks, in input order
                 w = tl.trans(tl.reshape(block32_values(w_ptr, n, k_start + k0, N, K, ROW_BYTES, FORMAT, BLOCK_N,
                                                        BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
+            elif FORMAT == 8:
+                w = split_tile(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
             xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
             acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
     if BLOCK_M == 1 and (FORMAT == 6 or INT_CHUNKS):
         acc = tl.sum(acc, axis=1)
+    elif BLOCK_M == 1 and FORMAT == 8:
+        acc = tl.sum(acc, axis=0)
     elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
     if CHANNEL_SCALES:
@@ -264,6 +274,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if p.int_chunks and not (p.int_dot and int_chunks(weight_format, K, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: a plan of aligned chunks needs integer dots, a format of "
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
+    if weight_format in SPLIT_FORMATS and p.block_k % 32:
+        raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be a multiple of 32 (whole groups), got {p}")
     if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))

@@ -57,6 +57,12 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 1, 'q6_k', 4096, 4096): (1, 64, 512, 8, 4, None),
     ('NVIDIA H200', 1, 'q6_k', 6144, 4096): (1, 32, 512, 8, 1, None),
     ('NVIDIA H200', 1, 'q6_k', 28672, 4096): (1, 32, 512, 1, 1, None),
+    ('NVIDIA H100 80GB HBM3', 1, 'q8_0_split', 4096, 4096): (1, 16, 512, 4, 4, None),
+    ('NVIDIA H100 80GB HBM3', 1, 'q8_0_split', 4096, 14336): (1, 16, 1024, 2, 4, None),
+    ('NVIDIA H100 80GB HBM3', 1, 'q8_0_split', 6144, 4096): (1, 16, 1024, 1, 8, None),
+    ('NVIDIA H100 80GB HBM3', 1, 'q8_0_split', 28672, 4096): (1, 16, 1024, 1, 8, None),
+    ('NVIDIA H100 80GB HBM3', 32, 'q8_0_split', 4096, 14336): (32, 64, 128, 8, 4, 3),
+    ('NVIDIA H100 80GB HBM3', 32, 'q8_0_split', 28672, 4096): (32, 64, 128, 2, 4, 3),
 }
 
 

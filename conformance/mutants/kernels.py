@@ -498,3 +498,21 @@ class LogprobsTargetOfTheNextRow(_OneKernel):
 
     _kernel = logprobs
 
+
+
+@mutant("quantized-linear-q8-0-split-scale-of-next-group", checks=CHECKS)
+class QuantizedLinearQ80SplitScaleOfNextGroup(_OneOffer):
+    """quantized_linear, offered for q8_0_split (a split-row format is taken only where named), scales
+    each 32-value group by the ``d`` of the next one (a scale plane read one field late)."""
+
+    _weight_formats = ("q8_0_split",)
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        K = x.shape[-1]
+        shifted = weight.clone()
+        d = shifted[:, K:].reshape(weight.shape[0], -1, 2)
+        shifted[:, K:] = d.roll(-1, dims=1).reshape(weight.shape[0], -1)
+        return reference.quantized_linear(x, shifted, scales, weight_format)
+
+    _kernel = quantized_linear

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from anydev.plugin_api import Device, Stream
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, CHANNEL_FORMATS, dequantize, quantize_per_channel
+from anydev.plugin_api.weight_formats import (BLOCK_FORMATS, CHANNEL_FORMATS, SPLIT_FORMATS, dequantize,
+                                             quantize_per_channel, split_planes, split_rows)
 from anydev.plugin_api.weight_formats import row_bytes as format_row_bytes
 
 from ..config import expected_tensor_names
@@ -55,11 +56,13 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 EMBEDDING = "model.embed_tokens.weight"
 
 
-def projection_formats(checkpoint, names, shard: RankShard, quantization: str | None) -> dict[str, str]:
+def projection_formats(checkpoint, names, shard: RankShard, quantization: str | None,
+                       layouts: dict[str, str] | None = None) -> dict[str, str]:
     """HF name -> weight format of each projection weight of ``names`` (and of the token embedding)
     that stays quantized on the rank: every projection in ``int8``/``fp8_e4m3`` when ``quantization``
     asks for it; else those a GGUF file stores in a block format ``quantized_linear`` reads, where the
-    rank's part is whole blocks (unless ``quantization`` is "dequantize"). The embedding stays only as
+    rank's part is whole blocks (unless ``quantization`` is "dequantize"), a projection in the split-row
+    layout ``layouts`` names for its block format (:func:`split_layouts`). The embedding stays only as
     stored (``quantization`` None), or per channel where the checkpoint's weights are fp8."""
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization {quantization!r}: use one of {', '.join(QUANTIZATIONS)} (or none)")
@@ -77,8 +80,16 @@ def projection_formats(checkpoint, names, shard: RankShard, quantization: str | 
         elif quantization in ("int8", "fp8", "fp8_e4m3") and name != EMBEDDING:
             formats[name] = QUANTIZATIONS[quantization]
         elif quantization is None and stored is not None:
-            formats[name] = stored
+            formats[name] = stored if name == EMBEDDING else (layouts or {}).get(stored, stored)
     return formats
+
+
+def split_layouts(kernels, dtype: torch.dtype) -> dict[str, str]:
+    """Block format -> the split-row format (``SPLIT_FORMATS``) its projections load in: those the
+    kernel set's own ``quantized_linear`` takes for ``dtype`` activations (the same values, laid out
+    for its GEMV; loaded as stored and split on the device)."""
+    return {stored: split for split, stored in SPLIT_FORMATS.items()
+            if kernels.supports("quantized_linear", dtype, split)}
 
 
 @dataclass
@@ -198,6 +209,8 @@ class RankWeights:
                 if (self._converts(name, piece, blocks) or self._unpermutes(piece, blocks)) and scratch is None:
                     scratch = self.device.alloc(staging.buffer_bytes)
                 self._copy(piece, blocks, name, offset, staging, stream, scratch, readers, check_cancel, on_bytes)
+                if self.formats.get(name) in SPLIT_FORMATS:
+                    self._split(name, stream)
                 if name in self.scale_offsets and not self._converts(name, piece, blocks):   # scales stored beside
                     scales = checkpoint.channel_scales(name, self.family.slice_of(name, self.shard))
                     with stream.torch_stream():
@@ -219,7 +232,7 @@ class RankWeights:
         Whatever is stored in a block format is read as stored (kept, or converted on the device)."""
         cut = self.family.slice_of(name, self.shard)
         stored = checkpoint.stored_format(name, cut)
-        if stored is not None and stored == self.formats.get(name):    # kept as stored
+        if stored is not None and stored == _stored_layout(self.formats.get(name)):    # kept as stored (or split)
             piece = checkpoint.stored_slice(name, cut)
         elif (stored := checkpoint.block_format(name)) is not None:    # GGUF blocks, converted on the device
             piece = checkpoint.block_slice(name, cut)
@@ -299,6 +312,17 @@ class RankWeights:
             self.stats.blocks += 1
             on_bytes(count * out_row)
 
+    def _split(self, name: str, stream: Stream, chunk_bytes: int = 64 << 20) -> None:
+        """Lay ``name``'s blocks, copied as stored, out in its split-row format, in place on the device
+        in stream order after the copies, a chunk of rows at a time (rows are independent)."""
+        weight = self.tensors[name]
+        data = weight.data
+        rows = max(1, chunk_bytes // data.shape[1])
+        with stream.torch_stream():
+            for first in range(0, data.shape[0], rows):
+                part = data[first:first + rows]
+                part.copy_(split_rows(part, weight.in_features))
+
     @staticmethod
     def _read(read_rows, first: int, count: int, out: np.ndarray, readers, threads: int) -> None:
         """Rows ``[first, first + count)`` into ``out`` by ``read_rows`` (a slice's), split among the
@@ -322,7 +346,7 @@ class RankWeights:
         """Whether the stored rows change on the device (dequantization, a dtype change, quantization)."""
         fmt = self.formats.get(name)
         if blocks is not None:
-            return fmt != blocks
+            return _stored_layout(fmt) != blocks
         if fmt is None:
             return piece.dtype != self.dtype
         return fmt in CHANNEL_FORMATS and piece.dtype != CHANNEL_FORMATS[fmt]
@@ -338,7 +362,15 @@ def _scales_of(tensor):
         return tensor
     if tensor.scales is not None:
         return tensor.scales
+    if tensor.weight_format in SPLIT_FORMATS:
+        return split_planes(tensor.data, tensor.in_features)[1]
     return block_scales(tensor.data, tensor.weight_format)
+
+
+def _stored_layout(weight_format: str | None) -> str | None:
+    """The format a weight of ``weight_format`` is read from a checkpoint in: a split-row format's
+    block format, else itself."""
+    return SPLIT_FORMATS.get(weight_format, weight_format)
 
 
 def _size(nbytes: int) -> str:

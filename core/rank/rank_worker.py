@@ -42,7 +42,7 @@ from .step_io import StepIO, TokenTicket
 from .structured_rows import StructuredRows
 from ..timeline import Timeline
 from ..config import expected_tensor_names
-from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights, projection_formats
+from ..loading.weights import DEFAULT_STAGING_BYTES, RankWeights, projection_formats, split_layouts
 
 
 class InitCancelled(Exception):
@@ -206,7 +206,8 @@ class RankWorker:
 
     def _load_weights(self) -> None:
         s = self.setup
-        formats = projection_formats(s.checkpoint, expected_tensor_names(s.checkpoint.config), s.shard, s.quantization)
+        formats = projection_formats(s.checkpoint, expected_tensor_names(s.checkpoint.config), s.shard, s.quantization,
+                                     split_layouts(s.kernels, s.dtype))
         self.weights = RankWeights(self.device, s.checkpoint.config, s.shard, s.dtype, self.stage, formats)
         self._rotary = self._rotary_table()
         if s.warm_steps:   # the buffer exists: the kernels compile over it while it fills

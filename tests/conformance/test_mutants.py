@@ -34,6 +34,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "logprobs-ties-to-the-higher-id", "logprobs-logsumexp-misses-the-last-chunk",             # contract 1.10
     "logprobs-negative-target-wraps", "logprobs-target-of-the-next-row",
     "moe-combine-weights-of-the-next-copy", "moe-combine-drops-the-last-copy",
+    "quantized-linear-q8-0-split-scale-of-next-group",                                       # contract 1.11
 }
 
 EXTRA = textwrap.dedent('''

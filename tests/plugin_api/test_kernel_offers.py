@@ -99,6 +99,30 @@ def test_a_fused_kernel_offered_for_some_dtypes_is_composed_of_the_sets_parts_el
     assert calls == ["fused", "rotary", "write"]
 
 
+def test_a_split_row_format_is_taken_only_by_an_offer_that_names_it():
+    """A kernel written before contract 1.11 (a bare callable, or an offer of every format) never
+    gets a q8_0_split weight: the reference reads it; an offer naming it takes it."""
+    calls = []
+
+    def quantized_linear(x, weight, scales, weight_format):
+        calls.append(weight_format)
+        return K.quantized_linear(x, weight, scales, weight_format)
+
+    blocks, _ = _weight("q8_0")
+    split = W.split_rows(blocks, 256)
+    x = torch.randn(2, 256, generator=torch.Generator().manual_seed(2))
+    for offered in (quantized_linear, KernelOffer(quantized_linear)):
+        kernels = K.KernelSet("vendor", {"quantized_linear": offered})
+        assert not kernels.supports("quantized_linear", torch.bfloat16, "q8_0_split")
+        assert kernels.supports("quantized_linear", torch.bfloat16, "q8_0")
+        assert torch.equal(kernels.quantized_linear(x, split, None, "q8_0_split"), K.quantized_linear(x, blocks, None, "q8_0"))
+    assert calls == []
+    named = K.KernelSet("vendor", {"quantized_linear": KernelOffer(quantized_linear, weight_formats=W.WEIGHT_FORMATS)})
+    assert named.supports("quantized_linear", torch.bfloat16, "q8_0_split") and named.quantized_linear is quantized_linear
+    named.quantized_linear(x, split, None, "q8_0_split")
+    assert calls == ["q8_0_split"]
+
+
 def test_an_offer_of_every_input_is_the_vendors_callable_itself():
     def linear(x, weight):
         return x @ weight.T

@@ -11,7 +11,8 @@ from gguf import GGMLQuantizationType, quants
 
 from anydev.plugin_api import InvalidArgumentError
 from anydev.plugin_api import kernels as K
-from anydev.plugin_api.weight_formats import BLOCK_FORMATS, check_weight, dequantize, quantize_per_channel, row_bytes
+from anydev.plugin_api.weight_formats import (BLOCK_FORMATS, check_weight, dequantize, quantize_per_channel, row_bytes,
+                                             split_planes, split_rows)
 
 from kquants import quantize_q4_k, quantize_q6_k
 
@@ -34,6 +35,22 @@ def test_dequantize_reads_gguf_blocks_as_the_gguf_package_does(weight_format):
     got = dequantize(torch.from_numpy(stored), None, weight_format, 768).numpy()
     np.testing.assert_array_equal(got, want)
     assert np.abs(got - rows).max() < 0.5          # and the bytes do hold the rows, roughly
+
+
+def test_q8_0_split_rows_hold_the_blocks_codes_then_their_scales_and_the_same_values():
+    """Each row: its 768 codes in input order, then its 24 float16 scales; the values (and any rows of
+    the weight) dequantize exactly as the q8_0 blocks they came from."""
+    rows = np.random.default_rng(4).standard_normal((6, 768)).astype(np.float32)
+    stored = torch.from_numpy(gguf_bytes("q8_0", rows))
+    split = split_rows(stored, 768)
+    assert split.shape == stored.shape == (6, row_bytes("q8_0_split", 768)) and split.dtype == torch.uint8
+    blocks = stored.view(6, 24, 34)
+    codes, scales = split_planes(split, 768)
+    assert torch.equal(codes, blocks[:, :, 2:].reshape(6, 768).view(torch.int8))
+    assert torch.equal(scales, blocks[:, :, :2].reshape(6, 48).view(torch.float16))
+    assert torch.equal(dequantize(split, None, "q8_0_split", 768), dequantize(stored, None, "q8_0", 768))
+    assert torch.equal(dequantize(split[2:5], None, "q8_0_split", 768), dequantize(stored[2:5], None, "q8_0", 768))
+    assert not torch.equal(split, stored)
 
 
 @pytest.mark.parametrize("weight_format,bound", [("int8", 1 / 254), ("fp8_e4m3", 1 / 16)])

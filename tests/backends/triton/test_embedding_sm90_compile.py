@@ -18,11 +18,12 @@ CHILD = textwrap.dedent("""
     from triton.compiler import ASTSource
     from anydev.backends.triton_kernels import embedding
     from anydev.backends.triton_kernels._weight_tiles import CODES
+    from anydev.plugin_api.weight_formats import SPLIT_FORMATS
 
     kernel = embedding._embedding_kernel
     index = {name: i for i, name in enumerate(kernel.arg_names)}
     for fmt, code in CODES.items():
-        if fmt == "dense":
+        if fmt == "dense" or fmt in SPLIT_FORMATS:     # (the embedding's offer does not name them)
             continue
         weight = {"int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
         for out in ("*bf16", "*fp32"):

@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
     weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
     kernel = linear._linear_kernel
     cases = [(1, 16, 256, False, False), (32, 64, 256, False, False)]
-    if fmt not in ("dense", "int8", "fp8_e4m3"):
+    if fmt in linear.INT_DOT_FORMATS:
         cases.append((1, 32, 512 if fmt == "q6_k" else 256, True, False))     # the integer-dot GEMV, dp4a by PTX
     if fmt in linear.INT_CHUNK_FORMATS:
         cases.append((1, 128, 512, True, True))                              # two steps of aligned chunks a tile
@@ -63,6 +63,6 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k"])
+@pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_split"])
 def test_the_linear_kernel_compiles_for_sm90(weight_format):
     run_sm90_compile(CHILD, weight_format)
