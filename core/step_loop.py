@@ -46,9 +46,10 @@ class StepLoop:
                 return self._take_tokens(previous, self._read_tokens(previous.ticket))
             start, decode = time.perf_counter(), plan.is_decode   # (before the previous tokens change the sequences)
             batch = self.build_step(plan.seqs, plan.num_new)
-            layout = step_layout(_row_params(plan), [0, *itertools.accumulate(plan.num_new)])
+            params = _row_params(plan)
+            layout = step_layout(params, [0, *itertools.accumulate(plan.num_new)])
             built = time.perf_counter()
-            ticket, tokens = self._run_step(batch, plan, previous.ticket if previous else None, ended)
+            ticket, tokens = self._run_step(batch, plan, params, previous.ticket if previous else None, ended)
             got = self._take_tokens(previous, tokens) if previous else []
             with self._lock:
                 launched = _Launched(ticket, [(seq, seq.pending_row) for seq in self.scheduler.advance(plan)],
@@ -141,13 +142,14 @@ class StepLoop:
         ended, self.scheduler.ended = self.scheduler.ended, []
         return tuple(seq.seq_id for seq in ended if _keeps_state(seq.sampling))
 
-    def _run_step(self, batch, plan: ScheduledStep, read=None, ended: tuple[int, ...] = ()):
+    def _run_step(self, batch, plan: ScheduledStep, params: list[SamplingParams | None], read=None,
+                  ended: tuple[int, ...] = ()):
         """Launch one step on every rank; returns rank 0's ticket for its tokens and, when ``read``
         (an earlier step's ticket) is given, that step's tokens. Rows whose context the step does not
         complete (prefill chunks) need no token. A seeded row is sampled with its sequence's generator,
         kept on the sampler (``seeds``: its id and seed), as are a penalized row's token record and a
-        constrained row's grammar matcher; ``ended``: the sequences whose state goes."""
-        params = _row_params(plan)
+        constrained row's grammar matcher; ``ended``: the sequences whose state goes. ``params``:
+        :func:`_row_params` of ``plan``."""
         seeds = [_row_key(seq, p) for seq, p in zip(plan.seqs, params)]
         if self.config.pp > 1:
             return self._run_pipeline_step(plan, params, seeds, ended), None

@@ -183,6 +183,8 @@ class Scheduler:
 def _decodes_first(step: ScheduledStep) -> ScheduledStep:
     """``step`` with the rows that feed one token first, each group in its order: the model runs
     their attention as decodes and only the rest as prefill (``StepBatch.num_decodes``)."""
+    if sum(step.num_new) == len(step.num_new):      # every row feeds one token: already in order
+        return step
     order = sorted(range(len(step.seqs)), key=lambda row: step.num_new[row] != 1)
     return ScheduledStep([step.seqs[row] for row in order], [step.num_new[row] for row in order], step.preempted)
 
@@ -228,8 +230,11 @@ def build_step(seqs: list[Sequence], num_new: list[int] | None = None, max_block
     np.cumsum(q_lens, out=cu[1:])
     positions = np.repeat(start - cu[:-1], q_lens) + np.arange(T)
     slots = tables[np.repeat(np.arange(B), q_lens), positions // block_size] * np.int64(block_size) + positions % block_size
-    input_ids = np.fromiter(itertools.chain.from_iterable(
-        s.token_slice(int(a), int(b)) for s, a, b in zip(seqs, start, seq_lens)), np.int64, T)
+    if T == B:      # one token a row (decodes): each row's token at its start, no list slicing
+        input_ids = np.fromiter(map(Sequence.token_at, seqs, start.tolist()), np.int64, B)
+    else:
+        input_ids = np.fromiter(itertools.chain.from_iterable(
+            s.token_slice(int(a), int(b)) for s, a, b in zip(seqs, start, seq_lens)), np.int64, T)
     token_src = np.arange(num_prev, num_prev + T)
     pending = np.fromiter((s.pending_row if s.num_pending else -1 for s in seqs), np.int64, B)
     feeds = (pending >= 0) & (seq_lens == total)      # rows that feed their pending token: the previous step's

@@ -100,6 +100,15 @@ class Sequence:
             return self.output[start - n:end - n]
         return self.prompt[start:end] + self.output[:max(0, end - n)]
 
+    def token_at(self, i: int) -> int:
+        """Token ``i`` of prompt + output (:meth:`token_slice` of one token, without building a list);
+        a pending token reads as 0."""
+        n = len(self.prompt)
+        if i < n:
+            return self.prompt[i]
+        i -= n
+        return self.output[i] if i < len(self.output) else 0
+
     def assign_blocks(self, blocks: list[int], block_size: int) -> None:
         """Give the sequence its KV blocks (``[]`` takes them back) and cache its slot list."""
         self.blocks = blocks

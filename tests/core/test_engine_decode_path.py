@@ -79,6 +79,19 @@ def test_build_step_equals_the_per_token_reference(case):
     assert (batch.cu_seqlens_q.dtype, batch.seq_lens.dtype, batch.block_tables.dtype) == (torch.int32,) * 3
 
 
+@pytest.mark.parametrize("num_new", [None, [1, 3]], ids=["decodes", "with-a-chunk"])
+def test_a_row_whose_token_is_still_on_the_device_feeds_0_and_takes_it_from_the_previous_step(num_new):
+    """A pending token (sampled by the step in flight, not read back) is fed as id 0 with its
+    ``token_src`` the previous step's row, in a pure decode step and beside a prompt chunk alike."""
+    pending = make_seq(0, 5, 3, [7, 2, 4], 8)
+    pending.num_pending, pending.pending_row = 1, 1
+    other = make_seq(1, 9, 0, [0, 5, 6], 8 if num_new is None else 4)
+    batch = build_step([pending, other], num_new, block_size=BLOCK, num_prev=2)
+    fed = [9 + 10 + 1 - 1] if num_new is None else list(range(10 + 1 + 4, 10 + 1 + 7))
+    assert batch.input_ids.tolist() == [0] + fed
+    assert batch.token_src.tolist()[0] == 1 and batch.positions.tolist()[0] == 8
+
+
 def test_build_step_refuses_a_context_its_blocks_do_not_cover():
     seq = make_seq(0, 9, 0, [7], 0)
     with pytest.raises(ValueError, match="do not cover its context of 9 tokens"):

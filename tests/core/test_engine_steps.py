@@ -8,6 +8,7 @@ import torch
 
 from anydev.core import EngineConfig, InferEngine
 from anydev.core.sched.scheduler import ScheduledStep
+from anydev.core.step_loop import _row_params
 from anydev.plugin_api.kernels import KERNEL_NAMES, REFERENCES, KernelSet
 from anydev.core.loading.random_weights import llama_config, random_checkpoint
 from anydev.core.sched.sampling import SamplingParams as Params
@@ -38,7 +39,8 @@ def drive(engine, prompts, schedule, new_tokens=6):
     def run(step):
         chosen, counts = [seqs[i] for i, _ in step], [n for _, n in step]
         batch = engine.build_step(chosen, counts)
-        ticket, _ = engine._run_step(batch, ScheduledStep(chosen, counts, []))
+        plan = ScheduledStep(chosen, counts, [])
+        ticket, _ = engine._run_step(batch, plan, _row_params(plan))
         tokens = engine.workers[0].read_tokens(ticket)
         for seq, (_, n), token in zip(chosen, step, tokens):
             seq.num_cached += n
