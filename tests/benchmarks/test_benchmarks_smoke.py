@@ -156,3 +156,13 @@ def test_a_sweeps_table_out_file_reads_back_as_the_plans_it_wrote(tmp_path):
     path = tmp_path / "plans.txt"
     bench.write_table(str(path), table)
     assert bench.read_table(str(path)) == table
+
+
+def test_sched_step_cost_times_every_phase_of_each_decode_step():
+    """Every phase is timed in each of the decode steps asked for (the prefill step before them is
+    left out), and the table prints."""
+    bench = load("sched_step_cost")
+    times = bench.run(streams=8, steps=5, prompt_len=20, block_size=4, seed=0)
+    assert set(times) == set(bench.PHASES)
+    assert all(len(t) == 5 and min(t) > 0 for t in times.values()), times
+    assert bench.main(["--streams", "4", "--steps", "3", "--repeats", "1"]) == 0
