@@ -50,6 +50,8 @@ overrides one. The versions:
 * 1.9: the kernel ``quantized_embedding`` (a quantized table's rows looked up and dequantized).
 * 1.10: the kernels ``logprobs`` (each row's log-softmax at its target and its top k, packed) and
   ``moe_combine`` (each token's expert rows, weighted and summed).
+* 1.11: the weight format ``q8_0_split`` (Q8_0's codes, then its scales, in each row), which a kernel
+  offer takes only by naming it.
 """
 from __future__ import annotations
 
