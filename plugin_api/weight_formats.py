@@ -60,11 +60,17 @@ SPLIT_FORMATS = {"q8_0_split": "q8_0"}
 WEIGHT_FORMATS = tuple(CHANNEL_FORMATS) + tuple(BLOCK_FORMATS) + tuple(SPLIT_FORMATS)
 
 
+def source_format(weight_format: str | None) -> str | None:
+    """The format a weight of ``weight_format`` is read from a checkpoint in: a split-row format's
+    block format (its rows are split after the copy), else itself."""
+    return SPLIT_FORMATS.get(weight_format, weight_format)
+
+
 def row_bytes(weight_format: str, in_features: int) -> int:
     """Bytes of one output row of ``in_features`` values."""
     if weight_format in CHANNEL_FORMATS:
         return in_features
-    block = _block(SPLIT_FORMATS.get(weight_format, weight_format))
+    block = _block(source_format(weight_format))
     if in_features % block.elems:
         raise InvalidArgumentError(f"{weight_format}: in_features {in_features} is not a multiple of its "
                                    f"{block.elems}-value blocks")

@@ -59,11 +59,9 @@ def weight_tile(w_ptr, n, k, N, K, FORMAT: tl.constexpr):
 def split_group_sums(w_ptr, x, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """A ``q8_0_split`` step at batch 1: the ``BLOCK_K // 32`` groups from input ``k0`` (a multiple of
     32) of rows ``n`` ``[BLOCK_N]``, each group's codes times ``x`` ``[BLOCK_K]`` (float32) summed and
-    scaled by its ``d``: ``[BLOCK_K // 32, BLOCK_N]``. The codes load as whole rows' runs (the int8
-    GEMV's coalesced tile); a group's sum needs no more than its neighbouring thread."""
-    k = k0 + tl.arange(0, BLOCK_K)
-    codes = tl.load(w_ptr.to(tl.pointer_type(tl.int8)) + n[None, :] * ROW_BYTES + k[:, None],
-                    mask=(n[None, :] < N) & (k[:, None] < K), other=0)
+    scaled by its ``d``: ``[BLOCK_K // 32, BLOCK_N]`` (a group's sum needs no more than its neighbouring
+    thread)."""
+    codes = split_codes(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K)
     products = tl.reshape(int8_float(codes) * x[:, None], (BLOCK_K // 32, 32, BLOCK_N))
     return tl.sum(products, axis=1) * split_scales(w_ptr, n, k0 // 32, N, K, ROW_BYTES, BLOCK_K // 32)
 
@@ -71,12 +69,19 @@ def split_group_sums(w_ptr, x, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BL
 @triton.jit
 def split_tile(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
     """``W`` ``[BLOCK_K, BLOCK_N]`` float32 of a ``q8_0_split`` weight from input ``k0`` (a multiple of 32)."""
-    k = k0 + tl.arange(0, BLOCK_K)
-    codes = tl.load(w_ptr.to(tl.pointer_type(tl.int8)) + n[None, :] * ROW_BYTES + k[:, None],
-                    mask=(n[None, :] < N) & (k[:, None] < K), other=0)
+    codes = split_codes(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K)
     groups = tl.reshape(int8_float(codes), (BLOCK_K // 32, 32, BLOCK_N))
     d = split_scales(w_ptr, n, k0 // 32, N, K, ROW_BYTES, BLOCK_K // 32)
     return tl.reshape(groups * d[:, None, :], (BLOCK_K, BLOCK_N))
+
+
+@triton.jit
+def split_codes(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr):
+    """The int8 codes ``[BLOCK_K, BLOCK_N]`` of inputs ``k0 ..`` of rows ``n`` of a ``q8_0_split``
+    weight (0 past ``N`` and ``K``): a row's run loads whole, as int8's tile."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(w_ptr.to(tl.pointer_type(tl.int8)) + n[None, :] * ROW_BYTES + k[:, None],
+                   mask=(n[None, :] < N) & (k[:, None] < K), other=0)
 
 
 @triton.jit

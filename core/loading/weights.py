@@ -30,7 +30,7 @@ import torch
 
 from anydev.plugin_api import Device, Stream
 from anydev.plugin_api.weight_formats import (BLOCK_FORMATS, CHANNEL_FORMATS, SPLIT_FORMATS, dequantize,
-                                             quantize_per_channel, split_planes, split_rows)
+                                             quantize_per_channel, source_format, split_planes, split_rows)
 from anydev.plugin_api.weight_formats import row_bytes as format_row_bytes
 
 from ..config import expected_tensor_names
@@ -232,7 +232,7 @@ class RankWeights:
         Whatever is stored in a block format is read as stored (kept, or converted on the device)."""
         cut = self.family.slice_of(name, self.shard)
         stored = checkpoint.stored_format(name, cut)
-        if stored is not None and stored == _stored_layout(self.formats.get(name)):    # kept as stored (or split)
+        if stored is not None and stored == source_format(self.formats.get(name)):    # kept as stored (or split)
             piece = checkpoint.stored_slice(name, cut)
         elif (stored := checkpoint.block_format(name)) is not None:    # GGUF blocks, converted on the device
             piece = checkpoint.block_slice(name, cut)
@@ -346,7 +346,7 @@ class RankWeights:
         """Whether the stored rows change on the device (dequantization, a dtype change, quantization)."""
         fmt = self.formats.get(name)
         if blocks is not None:
-            return _stored_layout(fmt) != blocks
+            return source_format(fmt) != blocks
         if fmt is None:
             return piece.dtype != self.dtype
         return fmt in CHANNEL_FORMATS and piece.dtype != CHANNEL_FORMATS[fmt]
@@ -366,11 +366,6 @@ def _scales_of(tensor):
         return split_planes(tensor.data, tensor.in_features)[1]
     return block_scales(tensor.data, tensor.weight_format)
 
-
-def _stored_layout(weight_format: str | None) -> str | None:
-    """The format a weight of ``weight_format`` is read from a checkpoint in: a split-row format's
-    block format, else itself."""
-    return SPLIT_FORMATS.get(weight_format, weight_format)
 
 
 def _size(nbytes: int) -> str:
