@@ -34,6 +34,10 @@ DENSE_MAX_ROWS = 16
 K_QUANTS = ("q4_k", "q6_k")
 #: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`).
 BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
+#: The formats whose ``tl.dot`` tiles the heuristic makes the dot's first operand (``Plan.weights_first``):
+#: the nibble formats, whose unpacking dominates a tile. On an H100 at batch 32 that cut their 8B GEMMs'
+#: time a token 1.11-1.19x; int8 and q8_0_split were 5-6% slower so (results/README.md lists the run).
+WEIGHTS_FIRST_FORMATS = ("q4_k", "q4_0", "q4_1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +46,10 @@ class Plan:
     software pipeline's stages (None: Triton's default) and, for a batch-1 GEMV of GGUF blocks, whether
     its steps are integer dots on int8 activations (:func:`int_dots` says where that may be chosen) and
     whether those of the 32-value blocks read eight blocks a row in aligned 16-byte chunks
-    (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load."""
+    (:mod:`._gguf_int_chunks`, :func:`int_chunks` says where) rather than a block's words one a load;
+    and, for ``tl.dot`` tiles (``block_m > 1``), whether the weight tile is the dot's first operand
+    (``weights_first``: ``W x^T``, the outputs as the MMA's rows, which sm_90 runs as ``wgmma`` once
+    ``block_n`` is 64) rather than its second (``x W^T``, the batch's rows as the MMA's rows)."""
     block_m: int
     block_n: int
     block_k: int
@@ -52,14 +59,16 @@ class Plan:
     num_stages: int | None = None
     int_dot: bool = False
     int_chunks: bool = False
+    weights_first: bool = False
 
     @classmethod
     def sliced(cls, M: int, K: int, block_m: int, block_n: int, block_k: int, split: int, num_warps: int = 4,
-               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False) -> "Plan":
+               num_stages: int | None = None, int_dot: bool = False, int_chunks: bool = False,
+               weights_first: bool = False) -> "Plan":
         """A plan of ``split`` K slices of whole tiles (fewer where ``K`` has fewer tiles)."""
         k_per_split = triton.cdiv(triton.cdiv(K, block_k), split) * block_k
         return cls(block_m, block_n, block_k, triton.cdiv(K, k_per_split), k_per_split, num_warps, num_stages,
-                   int_dot, int_chunks)
+                   int_dot, int_chunks, weights_first)
 
 
 def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype: torch.dtype | None = None) -> Plan:
@@ -75,8 +84,9 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     value without spilling registers, in the sm_90 SASS); ``q8_0``/``q4_0``/``q4_1`` with ``K`` a multiple of
     256 in aligned chunks (:func:`int_chunks`), 128 rows a program over 256 inputs (a row's step a
     thread at 4 warps). ``M > 1``:
-    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q8_0_split`` 128; ``q4_k``/``q6_k``: 32
-    outputs of one super-block, :func:`._gguf_tiles.k_quant_tile`), 4 warps. Then K is split in two, four, ... while the programs stay
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q8_0_split`` 128; ``q4_k``/``q6_k``: one
+    super-block, ``q6_k`` 32 outputs, :func:`._gguf_tiles.k_quant_tile`), 4 warps, the weights the dot's
+    first operand for :data:`WEIGHTS_FIRST_FORMATS`. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
     int_dot = M == 1 and dtype is not None and int_dots(weight_format, dtype, K)
@@ -84,10 +94,10 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     if M == 1 and weight_format in INT_DOT_TILE and not int_dot:
         recorded = None     # a GGUF format's batch-1 plans are its integer-dot GEMV's (bfloat16 activations)
     if recorded is not None:
-        block_m, block_n, block_k, split, num_warps, num_stages = recorded
+        block_m, block_n, block_k, split, num_warps, num_stages, *weights_first = recorded
         int_dot = int_dot and int_dot_tile(weight_format, block_k)
         return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, num_stages, int_dot,
-                           int_dot and int_chunks(weight_format, K, block_k))
+                           int_dot and int_chunks(weight_format, K, block_k), bool(weights_first and weights_first[0]))
     chunks = int_dot and int_chunks(weight_format, K, 256)
     if int_dot:
         block_m, block_n, num_warps = 1, 128 if weight_format in K_QUANTS or chunks else 64, 4
@@ -100,14 +110,15 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         block_m, block_n, block_k, num_warps = 1, 16, 1024 if weight_format in SPLIT_FORMATS else 512, 8
     else:
         block_m = 16 if M <= 16 else 32 if M <= 32 else 64
-        block_n, block_k, num_warps = (32, 256, 4) if weight_format in K_QUANTS else \
-            (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
+        block_n, block_k, num_warps = (32 if weight_format == "q6_k" else 64, 256, 4) if weight_format in K_QUANTS \
+            else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
     while programs * split * 2 <= programs_to_fill(device) and tiles // (split * 2) >= 4:
         split *= 2
-    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, int_dot=int_dot, int_chunks=chunks)
+    return Plan.sliced(M, K, block_m, block_n, block_k, split, num_warps, int_dot=int_dot, int_chunks=chunks,
+                       weights_first=M > 1 and weight_format in WEIGHTS_FIRST_FORMATS)
 
 
 @triton.jit
@@ -115,7 +126,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
-                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0):
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0, WEIGHTS_FIRST: tl.constexpr = False):
     pdl_wait(USE_PDL)
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
@@ -145,6 +156,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_K // 32, BLOCK_N), dtype=tl.float32)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    elif WEIGHTS_FIRST:     # W x^T: the outputs are the rows of the MMA, transposed once after the loop
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, tl.minimum(K_PER_SPLIT, K - k_start), BLOCK_K):     # the last slice may be short
@@ -199,8 +212,14 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                 w = split_tile(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
-            xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
-            acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+            if WEIGHTS_FIRST:
+                xt = tl.load(x_ptr + m[None, :] * stride_xm + k[:, None], mask=(m[None, :] < M) & (k[:, None] < K), other=0.0)
+                acc = acc + dot(tl.trans(w).to(x_ptr.dtype.element_ty), xt, PRECISION, UPCAST)
+            else:
+                xk = tl.load(x_ptr + m[:, None] * stride_xm + k[None, :], mask=(m[:, None] < M) & (k[None, :] < K), other=0.0)
+                acc = acc + dot(xk, w.to(x_ptr.dtype.element_ty), PRECISION, UPCAST)
+    if BLOCK_M > 1 and WEIGHTS_FIRST:
+        acc = tl.trans(acc)
     if BLOCK_M == 1 and (FORMAT == 6 or INT_CHUNKS):
         acc = tl.sum(acc, axis=1)
     elif BLOCK_M == 1 and FORMAT == 8:
@@ -274,6 +293,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     if p.int_chunks and not (p.int_dot and int_chunks(weight_format, K, p.block_k)):
         raise InvalidArgumentError(f"{weight_format}: a plan of aligned chunks needs integer dots, a format of "
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
+    if p.weights_first and p.block_m == 1:
+        raise InvalidArgumentError(f"{weight_format}: weights_first is a tl.dot tile's (block_m > 1), got {p}")
     if weight_format in SPLIT_FORMATS and p.block_k % 32:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be a multiple of 32 (whole groups), got {p}")
     if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
@@ -288,7 +309,8 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), num_warps=p.num_warps,
+        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), WEIGHTS_FIRST=p.weights_first,
+        num_warps=p.num_warps,
         **pdl(x.device),
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )

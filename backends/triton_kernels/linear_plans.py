@@ -16,9 +16,10 @@ import torch
 ROW_BUCKETS = (1, 16, 32, 64)
 
 #: (device name, rows bucket, weight format or "dense", N, K) ->
-#: (block_m, block_n, block_k, split, num_warps, num_stages). A GGUF format's batch-1 plans are those of
-#: the integer-dot GEMV (bfloat16 activations).
-RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, int]] = {
+#: (block_m, block_n, block_k, split, num_warps, num_stages[, weights_first]). A GGUF format's batch-1
+#: plans are those of the integer-dot GEMV (bfloat16 activations); ``weights_first`` (default False) is
+#: ``linear.Plan.weights_first`` of a ``tl.dot`` tile.
+RECORDED: dict[tuple[str, int, str, int, int], tuple] = {
     ('NVIDIA H200', 1, 'dense', 4096, 4096): (1, 16, 512, 1, 8, None),
     ('NVIDIA H200', 1, 'dense', 16384, 2048): (1, 16, 256, 1, 4, None),
     ('NVIDIA H200', 1, 'dense', 28672, 4096): (1, 64, 128, 1, 8, None),
@@ -39,8 +40,6 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H200', 32, 'fp8_e4m3', 6144, 4096): (32, 64, 128, 4, 4, 3),
     ('NVIDIA H200', 32, 'fp8_e4m3', 28672, 4096): (32, 128, 256, 1, 4, 3),
     ('NVIDIA H200', 32, 'fp8_e4m3', 128256, 4096): (32, 128, 256, 1, 4, 3),
-    ('NVIDIA H200', 32, 'q4_k', 4096, 4096): (32, 32, 256, 2, 4, 4),
-    ('NVIDIA H200', 32, 'q4_k', 4096, 14336): (32, 32, 256, 8, 4, 3),
     ('NVIDIA H200', 32, 'q8_0', 4096, 4096): (32, 64, 128, 8, 4, 4),
     ('NVIDIA H200', 32, 'q8_0', 4096, 14336): (32, 64, 128, 8, 4, 4),
     ('NVIDIA H200', 32, 'q8_0', 6144, 4096): (32, 64, 256, 4, 4, 3),
@@ -63,6 +62,10 @@ RECORDED: dict[tuple[str, int, str, int, int], tuple[int, int, int, int, int, in
     ('NVIDIA H100 80GB HBM3', 1, 'q8_0_split', 28672, 4096): (1, 16, 1024, 1, 8, None),
     ('NVIDIA H100 80GB HBM3', 32, 'q8_0_split', 4096, 14336): (32, 64, 128, 8, 4, 3),
     ('NVIDIA H100 80GB HBM3', 32, 'q8_0_split', 28672, 4096): (32, 64, 128, 2, 4, 3),
+    ('NVIDIA H100 80GB HBM3', 32, 'q4_k', 4096, 14336): (32, 64, 256, 4, 4, 3, True),
+    ('NVIDIA H100 80GB HBM3', 32, 'q4_k', 28672, 4096): (32, 64, 256, 2, 4, 3, True),
+    ('NVIDIA H100 80GB HBM3', 32, 'q6_k', 4096, 4096): (32, 64, 256, 4, 4, 4, True),
+    ('NVIDIA H100 80GB HBM3', 32, 'q6_k', 4096, 14336): (32, 64, 256, 4, 4, 3, True),
 }
 
 
@@ -82,8 +85,9 @@ def device_name(device: torch.device) -> str:
 
 
 def recorded_plan(rows: int, N: int, K: int, weight_format: str, device: torch.device,
-                  table: dict | None = None) -> tuple[int, int, int, int, int, int] | None:
-    """The recorded (block_m, block_n, block_k, split, num_warps, num_stages) of this call, or None."""
+                  table: dict | None = None) -> tuple | None:
+    """The recorded (block_m, block_n, block_k, split, num_warps, num_stages[, weights_first]) of this
+    call, or None."""
     bucket = rows_bucket(rows)
     if bucket is None:
         return None

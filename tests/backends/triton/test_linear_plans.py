@@ -101,3 +101,57 @@ def test_a_k_quant_plan_must_take_whole_super_blocks():
         with pytest.raises(InvalidArgumentError, match="block_k must be 256"):
             linear.run(x[:rows], weight, None, "q4_k", linear.Plan.sliced(rows, 512, 16 if rows > 1 else 1, 32, 128, 1))
     assert linear.plan(2, 8, 512, "q6_k", CPU).block_k == linear.plan(1, 8, 512, "q6_k", CPU).block_k == 256
+
+
+def test_the_nibble_formats_tiles_take_the_weights_first_and_a_recorded_plan_may_say_either(monkeypatch):
+    """The heuristic puts the weights first in the ``tl.dot`` tiles of ``WEIGHTS_FIRST_FORMATS`` only
+    (never in a GEMV); a recorded plan says so by a seventh field, and its six fields mean the weights second."""
+    from anydev.backends.triton_kernels import linear, linear_plans
+
+    for fmt in ("q4_k", "q4_0", "q4_1"):
+        tile = linear.plan(32, 4096, 4096, fmt, CPU, torch.bfloat16)
+        assert tile.weights_first and tile.block_n == 64, (fmt, tile)
+        assert not linear.plan(1, 4096, 4096, fmt, CPU, torch.bfloat16).weights_first
+    for fmt in ("dense", "int8", "fp8_e4m3", "q8_0", "q8_0_split", "q6_k"):
+        assert not linear.plan(32, 4096, 4096, fmt, CPU, torch.bfloat16).weights_first, fmt
+    monkeypatch.setitem(linear_plans.RECORDED, ("cpu", 32, "q6_k", 512, 1024), (32, 64, 256, 2, 4, 3, True))
+    monkeypatch.setitem(linear_plans.RECORDED, ("cpu", 32, "q4_k", 512, 1024), (32, 32, 256, 2, 4, 3))
+    assert linear.plan(20, 512, 1024, "q6_k", CPU).weights_first
+    assert not linear.plan(20, 512, 1024, "q4_k", CPU).weights_first
+
+
+def test_weights_first_is_refused_for_a_gemv():
+    from anydev.backends.triton_kernels import linear
+    from anydev.plugin_api.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="weights_first"):
+        linear.run(torch.zeros(1, 256), torch.zeros(8, 256), None, "dense",
+                   linear.Plan.sliced(1, 256, 1, 16, 64, 1, weights_first=True))
+
+
+def test_either_operand_order_computes_the_reference_product():
+    """Every weight format's ``tl.dot`` tile, the weights first and second, K split with a short last
+    slice, rows and outputs short of their blocks: the reference product either way."""
+    script = textwrap.dedent("""
+        import torch
+        from anydev.backends.triton_kernels import linear
+        from anydev.plugin_api.weight_formats import WEIGHT_FORMATS, dequantize
+        from anydev.conformance.test_kernels import random_weight
+        N, K = 72, 768
+        x = torch.randn(20, K, generator=torch.Generator().manual_seed(1)).bfloat16()
+        for fmt in ("dense", *WEIGHT_FORMATS):
+            if fmt == "dense":
+                w, s = (torch.randn(N, K, generator=torch.Generator().manual_seed(2)) / K ** 0.5).bfloat16(), None
+                want = x.float() @ w.float().T
+            else:
+                w, s = random_weight(fmt, N, K, torch.Generator().manual_seed(2))
+                want = x.float() @ dequantize(w, s, fmt, K).T
+            for first in (False, True):
+                p = linear.Plan.sliced(20, K, 32, 64, 256, 2, weights_first=first)
+                assert p.k_per_split * (p.split - 1) < K < p.k_per_split * p.split, p
+                got = linear.run(x, w, s, fmt, p).float()
+                torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * want.abs().max().item(),
+                                           msg=f"{fmt} weights_first={first}")
+        print("ok")
+    """)
+    run_interpreted(script)

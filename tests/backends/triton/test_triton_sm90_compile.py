@@ -8,7 +8,9 @@ formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
 (:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
 compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
-and must wait on ``griddepcontrol``; every other case without, and must not."""
+and must wait on ``griddepcontrol``; every other case without, and must not. A 32-row tile of 64 outputs
+with the weights as the dot's first operand (``Plan.weights_first``) must run sm_90's ``wgmma``: that
+is what the operand order is for."""
 from __future__ import annotations
 
 import textwrap
@@ -31,18 +33,18 @@ CHILD = textwrap.dedent("""
     fmt = sys.argv[1]
     weight = {"dense": "*bf16", "int8": "*i8", "fp8_e4m3": "*fp8e4nv"}.get(fmt, "*u8")
     kernel = linear._linear_kernel
-    cases = [(1, 16, 256, False, False), (32, 64, 256, False, False)]
+    cases = [(1, 16, 256, False, False, False), (32, 64, 256, False, False, False), (32, 64, 256, False, False, True)]
     if fmt in linear.INT_DOT_FORMATS:
-        cases.append((1, 32, 512 if fmt == "q6_k" else 256, True, False))     # the integer-dot GEMV, dp4a by PTX
+        cases.append((1, 32, 512 if fmt == "q6_k" else 256, True, False, False))   # the integer-dot GEMV, dp4a by PTX
     if fmt in linear.INT_CHUNK_FORMATS:
-        cases.append((1, 128, 512, True, True))                              # two steps of aligned chunks a tile
-    for block_m, block_n, block_k, int_dot, chunks in cases:
+        cases.append((1, 128, 512, True, True, False))                            # two steps of aligned chunks a tile
+    for block_m, block_n, block_k, int_dot, chunks, weights_first in cases:
         signature = {"x_ptr": "*bf16", "w_ptr": weight, "scales_ptr": "*fp32", "out_ptr": "*bf16",
                      "partial_ptr": "*fp32", "counters_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32",
                      "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
-                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot,
+                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot, WEIGHTS_FIRST=weights_first,
                          USE_PDL=1 if (block_m, int_dot) == (1, False) else 0)   # programmatic dependent launch
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
@@ -57,6 +59,7 @@ CHILD = textwrap.dedent("""
         assert compiled.asm["cubin"], (fmt, block_m)
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
+        assert not weights_first or "wgmma.mma_async" in compiled.asm["ptx"], (fmt, "the weights-first tile without wgmma")
         waits = "griddepcontrol.wait" in compiled.asm["ptx"]
         assert waits == bool(constants["USE_PDL"]), (fmt, block_m, "griddepcontrol.wait where USE_PDL asks for it only")
     print("ok")
