@@ -57,7 +57,7 @@ def make_weight(fmt: str, N: int, K: int, dev) -> tuple[torch.Tensor, torch.Tens
     if fmt in CHANNEL_FORMATS:
         return quantize_per_channel(torch.randn(N, K, device=dev), fmt)
     if fmt in SPLIT_FORMATS:
-        return split_rows(make_weight(SPLIT_FORMATS[fmt], N, K, dev)[0], K), None
+        return split_rows(make_weight(SPLIT_FORMATS[fmt], N, K, dev)[0], fmt, K), None
     block = BLOCK_FORMATS[fmt]
     blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), dtype=torch.uint8, device=dev)
     for at in F16_FIELDS[fmt]:
@@ -176,7 +176,7 @@ def table(args, kernels, dev, models) -> list[dict]:
 
 def candidates(M: int, K: int, fmt: str):
     """The plans a sweep tries for ``M`` rows. At batch 1: the GEMV's outputs, inputs, warps and K split
-    (int8, fp8 and q8_0_split also 1,024 inputs a step, whose bytes equal bf16's 512; q4_k/q6_k one 256-value
+    (int8, fp8 and the split rows also 1,024 inputs a step, whose bytes equal bf16's 512 for int8; q4_k/q6_k one 256-value
     super-block a tile, so only that tile); the GGUF blocks' integer-dot GEMV 32 to 256 outputs over 256
     inputs (q6_k 512, a pair of super-blocks) on 1 to 8 warps, K split up to 8: 48 plans; the 32-value
     blocks' aligned chunks one or two steps a tile, one or two rows a thread: 40 plans. Above batch 1:
@@ -200,15 +200,15 @@ def candidates(M: int, K: int, fmt: str):
         return
     if M == 1:
         wide = fmt in CHANNEL_FORMATS or fmt in SPLIT_FORMATS
-        widths = (256,) if fmt in triton_linear.K_QUANTS else (128, 256, 512, 1024) if wide \
-            else (128, 256, 512)
+        widths = (256,) if fmt in triton_linear.K_QUANTS else (256, 512, 1024) if fmt == "q6_k_split" \
+            else (128, 256, 512, 1024) if wide else (128, 256, 512)
         for bn, bk, warps, split in itertools.product((16, 32, 64), widths, (4, 8), (1, 2, 4, 8, 16)):
             yield triton_linear.Plan.sliced(1, K, 1, bn, bk, split, warps)
         return
     rows = max(16, triton_linear.triton.next_power_of_2(M))
     k_quant = fmt in triton_linear.K_QUANTS         # a super-block a tile, the values unpacked in registers
     for bn, bk, warps, stages, split, first in itertools.product((32, 64) if k_quant else (64, 128),
-                                                                 (256,) if k_quant else (128, 256), (4, 8), (3, 4),
+                                                                 (256,) if k_quant or fmt == "q6_k_split" else (128, 256), (4, 8), (3, 4),
                                                                  (1, 2, 4, 8), (False, True)):
         if bn >= 64 or not first:      # sm_90's wgmma takes 64 rows: a narrower first operand gains nothing
             yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages, weights_first=first)

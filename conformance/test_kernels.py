@@ -416,7 +416,7 @@ def random_weight(weight_format: str, N: int, K: int, gen: torch.Generator):
         return weight_formats.quantize_per_channel(torch.randn(N, K, generator=gen), weight_format)
     if weight_format in weight_formats.SPLIT_FORMATS:       # random blocks, their rows split
         blocks, _ = random_weight(weight_formats.SPLIT_FORMATS[weight_format], N, K, gen)
-        return weight_formats.split_rows(blocks, K), None
+        return weight_formats.split_rows(blocks, weight_format, K), None
     block = weight_formats.BLOCK_FORMATS[weight_format]
     blocks = torch.randint(0, 256, (N, K // block.elems, block.bytes), generator=gen, dtype=torch.uint8)
     for at, signed in _F16_FIELDS[weight_format]:

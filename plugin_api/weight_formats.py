@@ -23,13 +23,20 @@ A linear layer's weight has ``N`` output rows of ``K`` inputs (``y = x @ W.T``).
     ``ql[64h+l]`` low nibble, ``l+32`` is ``ql[64h+32+l]`` low, ``l+64`` is ``ql[64h+l]`` high, ``l+96``
     is ``ql[64h+32+l]`` high, their high bits ``qh[32h+l]`` bits 0-1, 2-3, 4-5, 6-7; value ``j`` uses
     scale ``j // 16``; ``W = d * scale * (q - 32)``.
-* **Split rows** (contract 1.11), the values of a GGUF format laid out for wide aligned loads:
-  ``q8_0_split`` holds exactly ``q8_0``'s codes and scales in the same ``[N, K // 32 * 34]`` uint8
-  tensor, each row its ``K`` int8 ``q`` in input order, then its ``K // 32`` float16 ``d``;
-  ``W[n, k] = d[n, k // 32] * q[n, k]``. Rows stay independent, so any rows of a weight are a
-  weight, and :func:`split_rows` makes one from ``q8_0`` rows on their device. A kernel offer takes a
-  split format only where it names it (:data:`SPLIT_FORMATS`), so an engine uses one only where a
-  backend asks for it.
+* **Split rows** (contract 1.11), the values of a GGUF format laid out for wide aligned loads, in the
+  same ``[N, row bytes]`` uint8 tensor as the blocks they come from (rows stay independent, so any rows
+  of a weight are a weight; :func:`split_rows` makes one from block rows on their device):
+
+  - ``q8_0_split``: ``q8_0``'s values; each row its ``K`` int8 ``q`` in input order, then its ``K // 32``
+    float16 ``d``; ``W[n, k] = d[k // 32] * q[k]``.
+  - ``q6_k_split``: ``q6_k``'s values (``K`` a multiple of 256); each row four planes: ``K // 2`` bytes
+    of low nibbles, 8 a 16-value group ``g``, byte ``i`` holding value ``16g + i``'s low 4 bits (low
+    nibble) and value ``16g + 8 + i``'s (high nibble); ``K // 4`` bytes of high bits, 4 a group, byte
+    ``i`` holding value ``16g + 4c + i``'s top 2 bits at bits ``2c``; ``K // 16`` int8 group scales;
+    ``K // 256`` float16 ``d``; ``W[n, k] = d[k // 256] * scale[k // 16] * (q[k] - 32)``.
+
+  A kernel offer takes a split format only where it names it (:data:`SPLIT_FORMATS`), so an engine
+  uses one only where a backend asks for it.
 """
 from __future__ import annotations
 
@@ -55,7 +62,7 @@ BLOCK_FORMATS = {
 #: The per-output-channel formats and their storage dtype.
 CHANNEL_FORMATS = {"int8": torch.int8, "fp8_e4m3": torch.float8_e4m3fn}
 #: The split-row formats and the GGUF format whose values each holds.
-SPLIT_FORMATS = {"q8_0_split": "q8_0"}
+SPLIT_FORMATS = {"q8_0_split": "q8_0", "q6_k_split": "q6_k"}
 #: Every weight format of ``quantized_linear``.
 WEIGHT_FORMATS = tuple(CHANNEL_FORMATS) + tuple(BLOCK_FORMATS) + tuple(SPLIT_FORMATS)
 
@@ -101,9 +108,14 @@ def dequantize(weight: torch.Tensor, scales: torch.Tensor | None, weight_format:
     check_weight(weight, scales, weight_format, in_features)
     if weight_format in CHANNEL_FORMATS:
         return weight.float() * scales[:, None]
-    if weight_format in SPLIT_FORMATS:
-        codes, d = split_planes(weight, in_features)
+    if weight_format == "q8_0_split":
+        codes, d = split_planes(weight, weight_format, in_features)
         return (codes.float().view(-1, in_features // 32, 32) * d.float()[:, :, None]).view(-1, in_features)
+    if weight_format == "q6_k_split":       # in _q6_k's order of operations: the same floats
+        codes, scales, d = split_planes(weight, weight_format, in_features)
+        scale = scales.float().view(-1, in_features // 256, 16) * d.float()[:, :, None]
+        return codes.float().sub_(32).view(-1, in_features // 16, 16).mul_(scale.view(-1, in_features // 16, 1)) \
+            .view(-1, in_features)
     block = BLOCK_FORMATS[weight_format]
     blocks = weight.view(-1, block.bytes)
     values = _DEQUANTIZE[weight_format](blocks)
@@ -126,19 +138,40 @@ def quantize_per_channel(weight: torch.Tensor, weight_format: str) -> tuple[torc
 
 # ---- GGUF blocks ---------------------------------------------------------------------------------
 
-def split_rows(weight: torch.Tensor, in_features: int) -> torch.Tensor:
-    """A ``q8_0`` weight's rows as ``q8_0_split`` rows (a new tensor of the same shape, on its device):
-    the same codes and scales, moved, not rounded."""
-    check_weight(weight, None, "q8_0", in_features)
-    blocks = weight.view(weight.shape[0], in_features // 32, 34)
-    return torch.cat((blocks[:, :, 2:].reshape(weight.shape[0], in_features),
-                      blocks[:, :, :2].reshape(weight.shape[0], in_features // 16)), dim=1)
+def split_rows(weight: torch.Tensor, split_format: str, in_features: int) -> torch.Tensor:
+    """Block rows (``SPLIT_FORMATS[split_format]``) as ``split_format`` rows: a new tensor of the same
+    shape, on their device, holding the same codes and scales, moved, not rounded."""
+    stored = SPLIT_FORMATS.get(split_format)
+    if stored is None:
+        raise InvalidArgumentError(f"{split_format!r} is not a split-row format; those are {', '.join(SPLIT_FORMATS)}")
+    check_weight(weight, None, stored, in_features)
+    N = weight.shape[0]
+    blocks = weight.view(N, -1, BLOCK_FORMATS[stored].bytes)
+    if split_format == "q8_0_split":
+        return torch.cat((blocks[:, :, 2:].reshape(N, in_features), blocks[:, :, :2].reshape(N, -1)), dim=1)
+    groups = _q6_k_codes(blocks.reshape(-1, 210)).view(N, -1, 16)            # [N, K // 16, 16] in 0..63
+    lows = (groups[:, :, :8] & 15) | ((groups[:, :, 8:] & 15) << 4)
+    tops = (groups >> 4).view(N, -1, 4, 4) << torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=weight.device)[:, None]
+    highs = tops[:, :, 0] | tops[:, :, 1] | tops[:, :, 2] | tops[:, :, 3]
+    return torch.cat((lows.reshape(N, -1), highs.reshape(N, -1), blocks[:, :, 192:208].reshape(N, -1),
+                      blocks[:, :, 208:].reshape(N, -1)), dim=1)
 
 
-def split_planes(weight: torch.Tensor, in_features: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A ``q8_0_split`` weight's codes ``[N, K]`` int8 and scales ``[N, K // 32]`` float16."""
-    codes = weight[:, :in_features].contiguous().view(torch.int8)
-    return codes, weight[:, in_features:].contiguous().view(torch.float16)
+def split_planes(weight: torch.Tensor, split_format: str, in_features: int) -> tuple[torch.Tensor, ...]:
+    """A split-row weight's planes: ``q8_0_split`` (codes ``[N, K]`` int8, ``d`` ``[N, K // 32]``
+    float16); ``q6_k_split`` (codes ``[N, K]`` in 0..63 uint8, group scales ``[N, K // 16]`` int8,
+    ``d`` ``[N, K // 256]`` float16)."""
+    K, N = in_features, weight.shape[0]
+    if split_format == "q8_0_split":
+        return weight[:, :K].contiguous().view(torch.int8), weight[:, K:].contiguous().view(torch.float16)
+    lows = weight[:, :K // 2].reshape(N, -1, 8)
+    highs = weight[:, K // 2:3 * K // 4].reshape(N, -1, 1, 4)
+    low4 = torch.cat((lows & 15, lows >> 4), dim=2)                                       # [N, K // 16, 16]
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=weight.device)[:, None]
+    top2 = ((highs >> shifts) & 3).reshape(N, -1, 16)
+    codes = (low4 | (top2 << 4)).reshape(N, K)
+    scales = weight[:, 3 * K // 4:13 * K // 16].contiguous().view(torch.int8)
+    return codes, scales, weight[:, 13 * K // 16:].contiguous().view(torch.float16)
 
 
 def _block(weight_format: str) -> BlockFormat:
@@ -189,11 +222,16 @@ def _q4_k(blocks):
     return q.mul_(scale).sub_(offset).view(-1, 256)
 
 
-def _q6_k(blocks):
+def _q6_k_codes(blocks):
+    """The 6-bit codes (0..63) of ``q6_k`` blocks ``[B, 210]``, uint8 ``[B, 256]`` in value order."""
     ql = _nibbles(blocks[:, 0:128], 64).view(-1, 2, 4, 32)                  # [B, half, quarter, 32]
     qh = blocks[:, 128:192].reshape(-1, 2, 1, 32)
     high = torch.cat([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], dim=2)  # scalar shifts of bytes: vectorised
-    q = (ql | (high << 4)).float().sub_(32)                                  # [B, half, quarter, 32]
+    return (ql | (high << 4)).view(-1, 256)
+
+
+def _q6_k(blocks):
+    q = _q6_k_codes(blocks).float().sub_(32)
     scale = blocks[:, 192:208].contiguous().view(torch.int8).float() * _f16(blocks, 208)   # [B, 16]
     return q.view(-1, 16, 16).mul_(scale[:, :, None]).view(-1, 256)
 

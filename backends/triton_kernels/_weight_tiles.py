@@ -12,9 +12,9 @@ from __future__ import annotations
 from ._common import tl, triton
 
 # Format codes (constexpr): DENSE is a float weight of the activations' dtype.
-DENSE, INT8, FP8_E4M3, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0_SPLIT = range(9)
+DENSE, INT8, FP8_E4M3, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q8_0_SPLIT, Q6_K_SPLIT = range(10)
 CODES = {"dense": DENSE, "int8": INT8, "fp8_e4m3": FP8_E4M3, "q8_0": Q8_0, "q4_0": Q4_0, "q4_1": Q4_1,
-         "q4_k": Q4_K, "q6_k": Q6_K, "q8_0_split": Q8_0_SPLIT}
+         "q4_k": Q4_K, "q6_k": Q6_K, "q8_0_split": Q8_0_SPLIT, "q6_k_split": Q6_K_SPLIT}
 
 
 @triton.jit
@@ -90,3 +90,37 @@ def split_scales(w_ptr, n, g0, N, K, ROW_BYTES, GROUPS: tl.constexpr):
     float32 (0 past ``N`` and ``K``)."""
     g = g0 + tl.arange(0, GROUPS)
     return f16(w_ptr, n[None, :] * ROW_BYTES + K + 2 * g[:, None], (n[None, :] < N) & (g[:, None] * 32 < K))
+
+
+@triton.jit
+def q6_split_halves(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A ``q6_k_split`` step from input ``k0`` (``BLOCK_K`` and ``k0`` multiples of 256) of rows ``n``:
+    the values ``16g + j`` (first half) and ``16g + 8 + j`` (second half), ``j < 8``, of each of its
+    ``G = BLOCK_K // 16`` groups as float32 ``[G, 8, BLOCK_N]`` codes minus 32, and each group's scale
+    times its ``d``, ``[G, BLOCK_N]``. Each plane's run of a row loads whole (coalesced, as int8's)."""
+    G: tl.constexpr = BLOCK_K // 16
+    row = n[None, :] * ROW_BYTES
+    rows_in = n[None, :] < N
+    low_at = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    lows = tl.load(w_ptr + row + low_at[:, None], mask=rows_in & (low_at[:, None] < K // 2), other=0).to(tl.int32)
+    high_at = K // 2 + k0 // 4 + tl.arange(0, BLOCK_K // 4)
+    highs = tl.load(w_ptr + row + high_at[:, None], mask=rows_in & (high_at[:, None] < 3 * K // 4), other=0).to(tl.int32)
+    lows = tl.reshape(lows, (G, 2, 4, BLOCK_N))                        # byte 4c + i of group g
+    highs = tl.reshape(highs, (G, 1, 4, BLOCK_N))                      # value 4c + i's top bits at 2c
+    c2 = 2 * tl.arange(0, 2)[None, :, None, None]
+    first = exact_float((lows & 15) | (((highs >> c2) & 3) << 4), 32.0)
+    second = exact_float((lows >> 4) | (((highs >> (c2 + 4)) & 3) << 4), 32.0)
+    g = k0 // 16 + tl.arange(0, G)
+    scales = tl.load((w_ptr + row + 3 * K // 4 + g[:, None]).to(tl.pointer_type(tl.int8)),
+                     mask=rows_in & (g[:, None] * 16 < K), other=0).to(tl.float32)          # [G, BLOCK_N]
+    s = k0 // 256 + tl.arange(0, BLOCK_K // 256)
+    d = f16(w_ptr, row + 13 * K // 16 + 2 * s[:, None], rows_in & (s[:, None] * 256 < K))  # [BLOCK_K // 256, BLOCK_N]
+    scale = tl.reshape(tl.reshape(scales, (BLOCK_K // 256, 16, BLOCK_N)) * d[:, None, :], (G, BLOCK_N))
+    return tl.reshape(first, (G, 8, BLOCK_N)), tl.reshape(second, (G, 8, BLOCK_N)), scale
+
+
+@triton.jit
+def q6_split_inputs(k0, G: tl.constexpr):
+    """The inputs of :func:`q6_split_halves`' halves: ``[G, 8]`` each (``16g + j`` and ``16g + 8 + j``)."""
+    first = k0 + 16 * tl.arange(0, G)[:, None] + tl.arange(0, 8)[None, :]
+    return first, first + 8

@@ -25,13 +25,16 @@ from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
-from ._weight_tiles import CODES, int8_float, split_group_sums, split_tile, stored_values, weight_tile
+from ._weight_tiles import (CODES, int8_float, q6_split_halves, q6_split_inputs, split_group_sums, split_tile, stored_values,
+                            weight_tile)
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
 DENSE_MAX_ROWS = 16
 #: The formats whose tiles are whole 256-value super-blocks (a plan's ``block_k`` must be 256).
 K_QUANTS = ("q4_k", "q6_k")
+#: The inputs a step of each split-row format takes a multiple of (``q6_k_split``: its ``d`` per 256).
+SPLIT_STEP = {"q8_0_split": 32, "q6_k_split": 256}
 #: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`).
 BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 #: The formats whose ``tl.dot`` tiles the heuristic makes the dot's first operand (``Plan.weights_first``):
@@ -110,8 +113,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         block_m, block_n, block_k, num_warps = 1, 16, 1024 if weight_format in SPLIT_FORMATS else 512, 8
     else:
         block_m = 16 if M <= 16 else 32 if M <= 32 else 64
-        block_n, block_k, num_warps = (32 if weight_format == "q6_k" else 64, 256, 4) if weight_format in K_QUANTS \
-            else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
+        block_n, block_k, num_warps = (32 if weight_format in ("q6_k", "q6_k_split") else 64, 256, 4) \
+            if weight_format in K_QUANTS + ("q6_k_split",) else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
@@ -154,6 +157,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.zeros((BLOCK_N, BLOCK_K // 32, 32), dtype=tl.float32)
     elif BLOCK_M == 1 and FORMAT == 8:
         acc = tl.zeros((BLOCK_K // 32, BLOCK_N), dtype=tl.float32)
+    elif BLOCK_M == 1 and FORMAT == 9:
+        acc = tl.zeros((BLOCK_K // 16, BLOCK_N), dtype=tl.float32)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
     elif WEIGHTS_FIRST:     # W x^T: the outputs are the rows of the MMA, transposed once after the loop
@@ -195,6 +200,13 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         elif BLOCK_M == 1 and FORMAT == 8:        # q8_0_split: the int8 GEMV's tile, a scale per 32
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
             acc += split_group_sums(w_ptr, xk, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+        elif BLOCK_M == 1 and FORMAT == 9:        # q6_k_split: a group's two halves against their inputs
+            first, second, scale = q6_split_halves(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+            at_first, at_second = q6_split_inputs(k_start + k0, BLOCK_K // 16)
+            x_row = x_ptr + pid_m * stride_xm
+            x_first = tl.load(x_row + at_first, mask=at_first < K, other=0.0).to(tl.float32)
+            x_second = tl.load(x_row + at_second, mask=at_second < K, other=0.0).to(tl.float32)
+            acc += tl.sum(first * x_first[:, :, None] + second * x_second[:, :, None], axis=1) * scale
         elif BLOCK_M == 1:
             if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
                 w = int8_float(stored_values(w_ptr, n[None, :], k[:, None], N, K))
@@ -210,8 +222,12 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                                                        BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
             elif FORMAT == 8:
                 w = split_tile(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
-            else:
+            elif FORMAT != 9:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
+            if FORMAT == 9:     # q6_k_split: each group's two halves joined back into input order
+                first, second, scale = q6_split_halves(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+                halves = tl.join(first * scale[:, None, :], second * scale[:, None, :])      # [G, 8, BLOCK_N, 2]
+                w = tl.reshape(tl.permute(halves, (0, 3, 1, 2)), (BLOCK_K, BLOCK_N))
             if WEIGHTS_FIRST:
                 xt = tl.load(x_ptr + m[None, :] * stride_xm + k[:, None], mask=(m[None, :] < M) & (k[:, None] < K), other=0.0)
                 acc = acc + dot(tl.trans(w).to(x_ptr.dtype.element_ty), xt, PRECISION, UPCAST)
@@ -222,7 +238,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
         acc = tl.trans(acc)
     if BLOCK_M == 1 and (FORMAT == 6 or INT_CHUNKS):
         acc = tl.sum(acc, axis=1)
-    elif BLOCK_M == 1 and FORMAT == 8:
+    elif BLOCK_M == 1 and (FORMAT == 8 or FORMAT == 9):
         acc = tl.sum(acc, axis=0)
     elif BLOCK_M == 1 and FORMAT >= 3:
         acc = tl.sum(tl.sum(acc, axis=2), axis=1)
@@ -295,8 +311,9 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
                                    f"{INT_CHUNK_FORMATS} and K and block_k multiples of 256, got {p} for K {K}")
     if p.weights_first and p.block_m == 1:
         raise InvalidArgumentError(f"{weight_format}: weights_first is a tl.dot tile's (block_m > 1), got {p}")
-    if weight_format in SPLIT_FORMATS and p.block_k % 32:
-        raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be a multiple of 32 (whole groups), got {p}")
+    if weight_format in SPLIT_FORMATS and p.block_k % SPLIT_STEP[weight_format]:
+        raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be a multiple of "
+                                   f"{SPLIT_STEP[weight_format]} (whole groups), got {p}")
     if weight_format in K_QUANTS and p.block_k != 256 and not p.int_dot:
         raise InvalidArgumentError(f"{weight_format}: a plan's block_k must be 256 (one super-block a tile), got {p}")
     grid = (triton.cdiv(N, p.block_n), p.split, M if p.block_m == 1 else triton.cdiv(M, p.block_m))

@@ -321,7 +321,7 @@ class RankWeights:
         with stream.torch_stream():
             for first in range(0, data.shape[0], rows):
                 part = data[first:first + rows]
-                part.copy_(split_rows(part, weight.in_features))
+                part.copy_(split_rows(part, weight.weight_format, weight.in_features))
 
     @staticmethod
     def _read(read_rows, first: int, count: int, out: np.ndarray, readers, threads: int) -> None:
@@ -363,7 +363,7 @@ def _scales_of(tensor):
     if tensor.scales is not None:
         return tensor.scales
     if tensor.weight_format in SPLIT_FORMATS:
-        return split_planes(tensor.data, tensor.in_features)[1]
+        return split_planes(tensor.data, tensor.weight_format, tensor.in_features)[-1]     # its float16 d
     return block_scales(tensor.data, tensor.weight_format)
 
 

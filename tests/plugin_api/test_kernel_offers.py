@@ -109,7 +109,7 @@ def test_a_split_row_format_is_taken_only_by_an_offer_that_names_it():
         return K.quantized_linear(x, weight, scales, weight_format)
 
     blocks, _ = _weight("q8_0")
-    split = W.split_rows(blocks, 256)
+    split = W.split_rows(blocks, "q8_0_split", 256)
     x = torch.randn(2, 256, generator=torch.Generator().manual_seed(2))
     for offered in (quantized_linear, KernelOffer(quantized_linear)):
         kernels = K.KernelSet("vendor", {"quantized_linear": offered})

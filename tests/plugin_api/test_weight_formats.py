@@ -42,10 +42,10 @@ def test_q8_0_split_rows_hold_the_blocks_codes_then_their_scales_and_the_same_va
     the weight) dequantize exactly as the q8_0 blocks they came from."""
     rows = np.random.default_rng(4).standard_normal((6, 768)).astype(np.float32)
     stored = torch.from_numpy(gguf_bytes("q8_0", rows))
-    split = split_rows(stored, 768)
+    split = split_rows(stored, "q8_0_split", 768)
     assert split.shape == stored.shape == (6, row_bytes("q8_0_split", 768)) and split.dtype == torch.uint8
     blocks = stored.view(6, 24, 34)
-    codes, scales = split_planes(split, 768)
+    codes, scales = split_planes(split, "q8_0_split", 768)
     assert torch.equal(codes, blocks[:, :, 2:].reshape(6, 768).view(torch.int8))
     assert torch.equal(scales, blocks[:, :, :2].reshape(6, 48).view(torch.float16))
     assert torch.equal(dequantize(split, None, "q8_0_split", 768), dequantize(stored, None, "q8_0", 768))
@@ -83,3 +83,23 @@ def test_malformed_weights_are_refused_saying_what_is_expected():
         row_bytes("q6_k", 300)
     with pytest.raises(InvalidArgumentError, match="scales are inside the blocks"):
         check_weight(torch.zeros(2, 34, dtype=torch.uint8), torch.ones(2), "q8_0", 32)
+
+
+def test_q6_k_split_rows_hold_the_blocks_values_in_their_planes():
+    """The planes' codes are the blocks' 6-bit codes in value order (low nibbles of values i and i + 8
+    of each 16 in one byte, top bits four values a byte), then the group scales and d; the values
+    (and any rows) dequantize exactly as the q6_k blocks they came from."""
+    rows = np.random.default_rng(5).standard_normal((5, 512)).astype(np.float32)
+    stored = torch.from_numpy(gguf_bytes("q6_k", rows))
+    split = split_rows(stored, "q6_k_split", 512)
+    assert split.shape == stored.shape and not torch.equal(split, stored)
+    blocks = stored.view(5, 2, 210)
+    codes, scales, d = split_planes(split, "q6_k_split", 512)
+    want = dequantize(stored, None, "q6_k", 512)
+    assert torch.equal((codes.float() - 32).view(5, 32, 16) * (scales.float() * d.float().repeat_interleave(16, 1))[:, :, None],
+                       want.view(5, 32, 16))
+    assert torch.equal(scales, blocks[:, :, 192:208].reshape(5, 32).view(torch.int8))
+    assert torch.equal(d, blocks[:, :, 208:].reshape(5, 4).view(torch.float16))
+    assert torch.equal(split[:, :8], ((codes[:, :8] & 15) | ((codes[:, 8:16] & 15) << 4)).to(torch.uint8))
+    assert torch.equal(dequantize(split, None, "q6_k_split", 512), want)
+    assert torch.equal(dequantize(split[1:4], None, "q6_k_split", 512), want[1:4])

@@ -66,6 +66,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_split"])
+@pytest.mark.parametrize("weight_format", ["dense", "int8", "fp8_e4m3", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "q8_0_split",
+                                           "q6_k_split"])
 def test_the_linear_kernel_compiles_for_sm90(weight_format):
     run_sm90_compile(CHILD, weight_format)

@@ -145,11 +145,11 @@ def test_gguf_blocks_kept_quantized_are_sharded_by_rows_columns_and_layers(gguf_
 
 
 
-SPLIT_Q8_0 = {"q8_0": "q8_0_split"}
+SPLIT_ROWS = {"q8_0": "q8_0_split", "q6_k": "q6_k_split"}
 
 
 @pytest.mark.parametrize("quantization,tp,layouts", [(None, 1, None), ("dequantize", 1, None), ("int8", 1, None),
-                                                     (None, 2, None), (None, 1, SPLIT_Q8_0), (None, 2, SPLIT_Q8_0)])
+                                                     (None, 2, None), (None, 1, SPLIT_ROWS), (None, 2, SPLIT_ROWS)])
 def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file, quantization, tp, layouts, monkeypatch):
     """Every tensor a GGUF file stores in blocks is copied to the device as stored: kept (the
     projections and the token embedding), dequantized there (every tensor under "dequantize"; the
@@ -159,7 +159,7 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
     weight, and each kept weight's blocks, equal the package's decoding of the file (q/k rows
     un-permuted: the kept ones on the device, whole heads a block), in blocks of rows small enough to
     split every tensor, read by two threads (rank 1's part at tp=2). With a split-row layout for
-    q8_0 (``layouts``), Q8_0's kept projections hold split rows of the same values."""
+    q8_0 and q6_k (``layouts``), their kept projections hold split rows of the same values."""
     from anydev.core.config import expected_tensor_names
     from anydev.core.loading import gguf_loader
     from anydev.core.loading.checkpoint import open_checkpoint
@@ -177,9 +177,10 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
         shard = rank_shard(checkpoint.config, tp, tp - 1)
         formats = projection_formats(checkpoint, expected_tensor_names(checkpoint.config), shard, quantization, layouts)
         weights = RankWeights(device, checkpoint.config, shard, torch.float32, formats=formats)
-        if layouts and gguf_file[0] == "Q8_0":
-            assert formats["model.layers.0.mlp.down_proj.weight"] == "q8_0_split"
-            assert formats["model.embed_tokens.weight"] == "q8_0"
+        if layouts and gguf_file[0] in ("Q8_0", "Q6_K"):
+            fmt = gguf_file[0].lower()
+            assert formats["model.layers.0.mlp.down_proj.weight"] == f"{fmt}_split"
+            assert formats["model.embed_tokens.weight"] == fmt
         stream = device.create_stream()
         try:
             weights.load(checkpoint, stream, lambda: None, lambda n: None, staging_bytes=1 << 16, read_threads=2)
@@ -205,21 +206,23 @@ def test_gguf_blocks_are_read_as_stored_and_never_decoded_on_the_host(gguf_file,
             weights.close()
             stream.close()
 
-def test_q8_0_projections_load_in_split_rows_where_the_kernels_take_them(tmp_path, monkeypatch):
-    """Where the kernel set's quantized_linear names q8_0_split, Q8_0 projections are copied as stored
-    and split on the device (the embedding stays in its blocks): the same bytes, and the blocks'
-    greedy tokens at TP=1 and TP=2 (rows and columns sharded). A split skipped, or one row's split
-    misplaced, gives other tokens."""
+@pytest.mark.parametrize("tensor_type", ["Q8_0", "Q6_K"])
+def test_gguf_projections_load_in_split_rows_where_the_kernels_take_them(tmp_path, monkeypatch, tensor_type):
+    """Where the kernel set's quantized_linear names a split-row format, the projections in its block
+    format are copied as stored and split on the device (the embedding stays in its blocks): the same
+    bytes, and the blocks' greedy tokens at TP=1 and TP=2 (rows sharded; o_proj's columns too where
+    whole blocks allow). A split skipped, or one row's split misplaced, gives other tokens."""
     from anydev.core.rank import rank_worker
 
-    path = write_gguf_checkpoint(tmp_path / "Q8_0.gguf", "Q8_0").path
+    fmt = tensor_type.lower()
+    path = write_gguf_checkpoint(tmp_path / f"{tensor_type}.gguf", tensor_type).path
     blocks = Run(path)
-    monkeypatch.setattr(rank_worker, "split_layouts", lambda kernels, dtype: SPLIT_Q8_0)
+    monkeypatch.setattr(rank_worker, "split_layouts", lambda kernels, dtype: SPLIT_ROWS)
     for layout in (dict(), dict(tp=2)):
         split = Run(path, **layout)
         assert split.tokens == blocks.tokens and all(split.tokens)
-        assert set(split.formats.values()) == {"q8_0_split"} and split.embedding_format == "q8_0"
-        assert all("q8_0_split " in line for line in split.described), split.described
+        assert set(split.formats.values()) - {None} == {f"{fmt}_split"} and split.embedding_format == fmt
+        assert all(f"{fmt}_split " in line for line in split.described), split.described
     assert Run(path).projection_bytes == blocks.projection_bytes
 
 
@@ -231,7 +234,7 @@ def test_split_layouts_are_those_the_kernel_sets_quantized_linear_names():
     pytest.importorskip("triton")
     from anydev.backends.triton_kernels import kernels
 
-    assert split_layouts(KernelSet("triton", kernels()), torch.bfloat16) == SPLIT_Q8_0
+    assert split_layouts(KernelSet("triton", kernels()), torch.bfloat16) == SPLIT_ROWS
 
 
 def round_trip_checkpoint(weight_format: str) -> Checkpoint:
