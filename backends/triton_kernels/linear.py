@@ -40,7 +40,7 @@ BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 #: The formats whose ``tl.dot`` tiles the heuristic makes the dot's first operand (``Plan.weights_first``):
 #: the nibble formats, whose unpacking dominates a tile. On an H100 at batch 32 that cut their 8B GEMMs'
 #: time a token 1.11-1.19x; int8 and q8_0_split were 5-6% slower so (results/README.md lists the run).
-WEIGHTS_FIRST_FORMATS = ("q4_k", "q4_0", "q4_1")
+WEIGHTS_FIRST_FORMATS = ("q4_k", "q4_0", "q4_1", "q6_k_split")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
         block_m, block_n, block_k, num_warps = 1, 16, 1024 if weight_format in SPLIT_FORMATS else 512, 8
     else:
         block_m = 16 if M <= 16 else 32 if M <= 32 else 64
-        block_n, block_k, num_warps = (32 if weight_format in ("q6_k", "q6_k_split") else 64, 256, 4) \
+        block_n, block_k, num_warps = (32 if weight_format == "q6_k" else 64, 256, 4) \
             if weight_format in K_QUANTS + ("q6_k_split",) else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
