@@ -25,7 +25,7 @@ class KernelSpec:
     that added the kernel. ``dtype_arg`` names the argument whose dtype (or which, where it is a
     ``torch.dtype``) is the kernel's activation dtype; ``format_arg`` the argument naming the weight
     format, for a kernel that takes one of ``weight_formats``; ``named_formats``: those of them an
-    offer takes only where it names them (contract 1.11's split rows: a kernel written before them
+    offer takes only where it names them (the split rows of contracts 1.11 and 1.12: a kernel written before them
     does not read them). ``fused``: the kernels a fused kernel stands for, in the order its reference
     calls them (a backend that does not offer it gets their composition)."""
 

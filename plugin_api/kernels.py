@@ -31,7 +31,7 @@ Conventions shared by all kernels:
   by shape (e.g. a GEMV at decode's small ``T``); the result must match the reference at every shape.
   ``quantized_embedding`` (contract 1.9) looks up rows of a table stored the same way (a GGUF token
   embedding kept in its format), dequantized in one launch where the reference takes some 25 torch ops.
-  A split-row format (contract 1.11, ``SPLIT_FORMATS``) reaches an offer only where it names it.
+  A split-row format (contract 1.11 and 1.12, ``SPLIT_FORMATS``) reaches an offer only where it names it.
 * **Offers for some inputs** (contract 1.6): a backend may offer a kernel for some activation dtypes
   and, for ``quantized_linear`` and ``moe_linear``, some weight formats only
   (:class:`~anydev.plugin_api.kernel_offers.KernelOffer`, e.g. Q4_K alone); the :class:`KernelSet`

@@ -52,6 +52,8 @@ overrides one. The versions:
   ``moe_combine`` (each token's expert rows, weighted and summed).
 * 1.11: the weight format ``q8_0_split`` (Q8_0's codes, then its scales, in each row), which a kernel
   offer takes only by naming it.
+* 1.12: the weight format ``q6_k_split`` (Q6_K's low nibbles, top bits, group scales and ``d`` in planes,
+  in each row), likewise taken only by an offer that names it.
 """
 from __future__ import annotations
 

@@ -23,8 +23,9 @@ from .errors import ContractVersionError
 #: KV write in one launch); 1.9 the kernel ``quantized_embedding`` (a quantized table's rows, dequantized
 #: in one launch); 1.10 the kernels ``logprobs`` (the sampler's packed log-probabilities) and
 #: ``moe_combine`` (a MoE block's weighted sum); 1.11 the weight format ``q8_0_split`` (Q8_0's values in
-#: split rows, taken only by offers that name it). The full list: :mod:`anydev.plugin_api.runtime`.
-CONTRACT_VERSION: tuple[int, int] = (1, 11)
+#: split rows, taken only by offers that name it); 1.12 the weight format ``q6_k_split`` (Q6_K's values
+#: in split rows, likewise). The full list: :mod:`anydev.plugin_api.runtime`.
+CONTRACT_VERSION: tuple[int, int] = (1, 12)
 #: The first version whose runtimes leave their name and version to the plugin: what a plugin whose
 #: runtime declares neither states at least (older anydev releases would refuse that runtime).
 DECLARED_ONCE_SINCE: tuple[int, int] = (1, 6)

@@ -23,9 +23,10 @@ A linear layer's weight has ``N`` output rows of ``K`` inputs (``y = x @ W.T``).
     ``ql[64h+l]`` low nibble, ``l+32`` is ``ql[64h+32+l]`` low, ``l+64`` is ``ql[64h+l]`` high, ``l+96``
     is ``ql[64h+32+l]`` high, their high bits ``qh[32h+l]`` bits 0-1, 2-3, 4-5, 6-7; value ``j`` uses
     scale ``j // 16``; ``W = d * scale * (q - 32)``.
-* **Split rows** (contract 1.11), the values of a GGUF format laid out for wide aligned loads, in the
-  same ``[N, row bytes]`` uint8 tensor as the blocks they come from (rows stay independent, so any rows
-  of a weight are a weight; :func:`split_rows` makes one from block rows on their device):
+* **Split rows** (contract 1.11; ``q6_k_split`` 1.12), the values of a GGUF format laid out for wide
+  aligned loads, in the same ``[N, row bytes]`` uint8 tensor as the blocks they come from (rows stay
+  independent, so any rows of a weight are a weight; :func:`split_rows` makes one from block rows on
+  their device):
 
   - ``q8_0_split``: ``q8_0``'s values; each row its ``K`` int8 ``q`` in input order, then its ``K // 32``
     float16 ``d``; ``W[n, k] = d[k // 32] * q[k]``.

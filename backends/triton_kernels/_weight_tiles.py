@@ -120,6 +120,15 @@ def q6_split_halves(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_
 
 
 @triton.jit
+def q6_split_tile(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``W`` ``[BLOCK_K, BLOCK_N]`` float32 of a ``q6_k_split`` weight from input ``k0`` (a multiple of
+    256): :func:`q6_split_halves` scaled, each group's two halves joined back into input order."""
+    first, second, scale = q6_split_halves(w_ptr, n, k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+    halves = tl.join(first * scale[:, None, :], second * scale[:, None, :])      # [G, 8, BLOCK_N, 2]
+    return tl.reshape(tl.permute(halves, (0, 3, 1, 2)), (BLOCK_K, BLOCK_N))
+
+
+@triton.jit
 def q6_split_inputs(k0, G: tl.constexpr):
     """The inputs of :func:`q6_split_halves`' halves: ``[G, 8]`` each (``16g + j`` and ``16g + 8 + j``)."""
     first = k0 + 16 * tl.arange(0, G)[:, None] + tl.arange(0, 8)[None, :]

@@ -25,8 +25,8 @@ from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
-from ._weight_tiles import (CODES, int8_float, q6_split_halves, q6_split_inputs, split_group_sums, split_tile, stored_values,
-                            weight_tile)
+from ._weight_tiles import (CODES, int8_float, q6_split_halves, q6_split_inputs, q6_split_tile, split_group_sums,
+                            split_tile, stored_values, weight_tile)
 from .linear_plans import recorded_plan
 
 #: Rows up to which a float weight runs this kernel; above, torch's matmul (cuBLAS on nvidia).
@@ -38,8 +38,9 @@ SPLIT_STEP = {"q8_0_split": 32, "q6_k_split": 256}
 #: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`).
 BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 #: The formats whose ``tl.dot`` tiles the heuristic makes the dot's first operand (``Plan.weights_first``):
-#: the nibble formats, whose unpacking dominates a tile. On an H100 at batch 32 that cut their 8B GEMMs'
-#: time a token 1.11-1.19x; int8 and q8_0_split were 5-6% slower so (results/README.md lists the run).
+#: the nibble formats, whose unpacking dominates a tile. On an H100 at batch 32 that cut the 8B GEMMs'
+#: time a token 1.11-1.19x (q4_k, q4_0, q4_1); int8 and q8_0_split were 5-6% slower so, and q6_k gained
+#: in some GEMMs and lost in others (results/README.md lists the runs).
 WEIGHTS_FIRST_FORMATS = ("q4_k", "q4_0", "q4_1", "q6_k_split")
 
 
@@ -79,7 +80,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     (the sweep it comes from is listed in results/README.md).
 
     ``M == 1``: dense, int8 and fp8 by a GEMV of 16 outputs per program and 8 warps over tiles of 512
-    inputs (the sweep's best; ``q8_0_split`` 1,024, a scale per 32 of them); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
+    inputs (the sweep's best; the split rows 1,024: ``q8_0_split`` a scale per 32 of them, ``q6_k_split``
+    each 16-value group's halves against their inputs); GGUF blocks by :mod:`._gguf_tiles`, 32 rows a program, 4 warps:
     ``q4_k``/``q6_k`` one super-block a step, ``q8_0``/``q4_0``/``q4_1`` four 32-value blocks; with
     ``dtype`` bfloat16 where :func:`int_dots` allows, by the integer dots of :mod:`._gguf_int_gemv`, 64
     rows a program (``q4_k``/``q6_k`` 128) over 256 inputs (``q6_k`` 512: an aligned pair of super-blocks; the
@@ -87,8 +89,8 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     value without spilling registers, in the sm_90 SASS); ``q8_0``/``q4_0``/``q4_1`` with ``K`` a multiple of
     256 in aligned chunks (:func:`int_chunks`), 128 rows a program over 256 inputs (a row's step a
     thread at 4 warps). ``M > 1``:
-    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q8_0_split`` 128; ``q4_k``/``q6_k``: one
-    super-block, ``q6_k`` 32 outputs, :func:`._gguf_tiles.k_quant_tile`), 4 warps, the weights the dot's
+    ``tl.dot`` tiles of 16-64 rows, 64 outputs, 64 inputs (``q8_0_split`` 128; ``q4_k``/``q6_k``/``q6_k_split``:
+    one super-block, ``q6_k`` 32 outputs, :func:`._gguf_tiles.k_quant_tile`), 4 warps, the weights the dot's
     first operand for :data:`WEIGHTS_FIRST_FORMATS`. Then K is split in two, four, ... while the programs stay
     within ``programs_to_fill(device)`` and each slice keeps 4 tiles (splitting costs a store and a
     reload of the partial sums, more than it gains on short K: measured best unsplit at K = 2048)."""
@@ -222,12 +224,10 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                                                        BLOCK_K // 32), (BLOCK_N, BLOCK_K)))
             elif FORMAT == 8:
                 w = split_tile(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
-            elif FORMAT != 9:
+            elif FORMAT == 9:
+                w = q6_split_tile(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+            else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)
-            if FORMAT == 9:     # q6_k_split: each group's two halves joined back into input order
-                first, second, scale = q6_split_halves(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
-                halves = tl.join(first * scale[:, None, :], second * scale[:, None, :])      # [G, 8, BLOCK_N, 2]
-                w = tl.reshape(tl.permute(halves, (0, 3, 1, 2)), (BLOCK_K, BLOCK_N))
             if WEIGHTS_FIRST:
                 xt = tl.load(x_ptr + m[None, :] * stride_xm + k[:, None], mask=(m[None, :] < M) & (k[:, None] < K), other=0.0)
                 acc = acc + dot(tl.trans(w).to(x_ptr.dtype.element_ty), xt, PRECISION, UPCAST)

@@ -516,3 +516,21 @@ class QuantizedLinearQ80SplitScaleOfNextGroup(_OneOffer):
         return reference.quantized_linear(x, shifted, scales, weight_format)
 
     _kernel = quantized_linear
+
+
+@mutant("quantized-linear-q6-k-split-nibble-halves-swapped", checks=CHECKS)
+class QuantizedLinearQ6KSplitNibbleHalvesSwapped(_OneOffer):
+    """quantized_linear, offered for q6_k_split, takes a low-nibble byte's high nibble for value
+    ``16g + i`` and its low one for ``16g + 8 + i`` (the plane's pairing read the other way round)."""
+
+    _weight_formats = ("q6_k_split",)
+
+    @staticmethod
+    def quantized_linear(x, weight, scales, weight_format):
+        half = x.shape[-1] // 2
+        swapped = weight.clone()
+        low = swapped[:, :half]
+        swapped[:, :half] = (low << 4) | (low >> 4)
+        return reference.quantized_linear(x, swapped, scales, weight_format)
+
+    _kernel = quantized_linear

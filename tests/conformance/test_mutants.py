@@ -35,6 +35,7 @@ REQUIRED = {  # the faults the suite must catch (issue 9); each is one mutant
     "logprobs-negative-target-wraps", "logprobs-target-of-the-next-row",
     "moe-combine-weights-of-the-next-copy", "moe-combine-drops-the-last-copy",
     "quantized-linear-q8-0-split-scale-of-next-group",                                       # contract 1.11
+    "quantized-linear-q6-k-split-nibble-halves-swapped",                                     # contract 1.12
 }
 
 EXTRA = textwrap.dedent('''

@@ -2,14 +2,14 @@
 
 A plugin here is a real pluggy plugin module (put in ``sys.modules``) whose runtime implements the
 required calls of contract 1.0 and nothing newer, declaring its name and version on the runtime too (the
-style up to 1.5). The host is the real contract 1.11, whose minor bumps
+style up to 1.5). The host is the real contract 1.12, whose minor bumps
 added the optional calls ``torch_graph`` (1.1, device graphs), ``kernels`` (1.2, native device
 kernels), point-to-point ``send``/``recv``/``group_start``/``group_end`` (1.3) and ``comm_abort``
 (1.4), the kernels ``linear`` and ``quantized_linear`` (1.5), kernel offers for some inputs (1.6) and
 the mixture-of-experts kernels ``moe_route`` and ``moe_linear`` (1.7) and the fused
 ``qk_norm_rotary_write_kv`` (1.8), the kernel ``quantized_embedding`` (1.9) and the kernels
-``logprobs`` and ``moe_combine`` (1.10) and the weight format ``q8_0_split`` (1.11); a
-later minor is simulated by monkeypatching the host's contract version and adding an
+``logprobs`` and ``moe_combine`` (1.10) and the weight formats ``q8_0_split`` (1.11) and
+``q6_k_split`` (1.12); a later minor is simulated by monkeypatching the host's contract version and adding an
 optional call to ``DeviceRuntime``, as a minor release would.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from anydev.plugin_api import (
 from anydev.plugin_api import discovery
 from anydev.plugin_api import kernels as kernels_module
 
-NEW_CALL = "stream_priority_range"   # a simulated contract 1.12 call
+NEW_CALL = "stream_priority_range"   # a simulated contract 1.13 call
 GRAPH_CALL = "torch_graph"           # the real contract 1.1 call
 KERNELS_CALL = "kernels"             # the real contract 1.2 call
 P2P_CALLS = ("send", "recv", "group_start", "group_end")   # the real contract 1.3 calls
@@ -62,20 +62,20 @@ def _install_plugin(monkeypatch, name: str, declared: tuple[int, int], runtime_v
 
 
 @pytest.fixture
-def host_1_12(monkeypatch):
-    """Make this process look like anydev with contract 1.12, which added the optional call NEW_CALL."""
-    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 12))
+def host_1_13(monkeypatch):
+    """Make this process look like anydev with contract 1.13, which added the optional call NEW_CALL."""
+    monkeypatch.setattr(version, "CONTRACT_VERSION", (1, 13))
 
     def stream_priority_range(self) -> tuple[int, int]:
-        """(least, greatest) stream priority (optional, contract 1.12)."""
-        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.12)")
+        """(least, greatest) stream priority (optional, contract 1.13)."""
+        raise NotSupportedError(f"{self.name} does not provide {NEW_CALL} (added in contract 1.13)")
 
     monkeypatch.setattr(DeviceRuntime, NEW_CALL, stream_priority_range, raising=False)
     monkeypatch.setattr(runtime_module, "OPTIONAL_CALLS", runtime_module.OPTIONAL_CALLS + (NEW_CALL,))
 
 
-def test_this_host_is_contract_1_11_with_torch_graph_kernels_send_recv_and_comm_abort_optional():
-    assert version.CONTRACT_VERSION == (1, 11)
+def test_this_host_is_contract_1_12_with_torch_graph_kernels_send_recv_and_comm_abort_optional():
+    assert version.CONTRACT_VERSION == (1, 12)
     for call in (GRAPH_CALL, KERNELS_CALL, *P2P_CALLS, ABORT_CALL):
         assert call in runtime_module.OPTIONAL_CALLS and call not in runtime_module.REQUIRED_CALLS
 
@@ -121,7 +121,7 @@ def test_1_1_plugin_that_implements_torch_graph_reports_it(monkeypatch):
     assert backend.runtime.torch_graph(7, 0) == ("graph", 7, 0)
 
 
-def test_1_0_plugin_loads_on_a_1_12_host_without_the_newer_optional_call(monkeypatch, host_1_12):
+def test_1_0_plugin_loads_on_a_1_13_host_without_the_newer_optional_call(monkeypatch, host_1_13):
     module_name = _install_plugin(monkeypatch, "old10", (1, 0))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert registry.broken == {}
@@ -133,12 +133,12 @@ def test_1_0_plugin_loads_on_a_1_12_host_without_the_newer_optional_call(monkeyp
     assert backend.runtime.device_count() == "device_count called"
 
 
-def test_1_12_plugin_that_implements_the_newer_call_reports_it(monkeypatch, host_1_12):
-    module_name = _install_plugin(monkeypatch, "new112", (1, 12))
+def test_1_13_plugin_that_implements_the_newer_call_reports_it(monkeypatch, host_1_13):
+    module_name = _install_plugin(monkeypatch, "new113", (1, 13))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
-    runtime_cls = registry.plugins["new112"].load
+    runtime_cls = registry.plugins["new113"].load
     monkeypatch.setattr(runtime_cls, NEW_CALL, lambda self: (-1, 0), raising=False)
-    backend = registry.load("new112")
+    backend = registry.load("new113")
     assert backend.supports(NEW_CALL)
     assert getattr(backend.runtime, NEW_CALL)() == (-1, 0)
 
@@ -189,9 +189,9 @@ def test_kernels_with_unknown_names_are_refused_naming_the_contract(monkeypatch)
 
 
 def test_newer_minor_plugin_loads_on_an_older_minor_host(monkeypatch):
-    module_name = _install_plugin(monkeypatch, "ahead", (1, 12))
+    module_name = _install_plugin(monkeypatch, "ahead", (1, 13))
     backend = Registry(builtin_modules=(module_name,), entry_point_group=None).load("ahead")
-    assert backend.runtime.contract_version == (1, 12)
+    assert backend.runtime.contract_version == (1, 13)
 
 
 def test_plugin_for_another_major_version_is_refused_at_registration(monkeypatch):
@@ -199,8 +199,8 @@ def test_plugin_for_another_major_version_is_refused_at_registration(monkeypatch
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "future" not in registry.plugins
     cause = registry.broken["future"].cause
-    assert "2.0" in cause and "1.11" in cause
-    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.11"):
+    assert "2.0" in cause and "1.12" in cause
+    with pytest.raises(PluginError, match=r"future.*2\.0.*1\.12"):
         registry.load("future")
 
 
@@ -208,7 +208,7 @@ def test_runtime_whose_version_contradicts_its_plugin_is_refused_at_load(monkeyp
     module_name = _install_plugin(monkeypatch, "liar", (1, 0), runtime_version=(2, 3))
     registry = Registry(builtin_modules=(module_name,), entry_point_group=None)
     assert "liar" in registry.plugins
-    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.11"):
+    with pytest.raises(ContractVersionError, match=r"2\.3.*1\.12"):
         registry.load("liar")
 
 
