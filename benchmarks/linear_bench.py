@@ -183,7 +183,7 @@ def candidates(M: int, K: int, fmt: str):
     the ``tl.dot`` tiles (the bucket's rows; 64 or 128 outputs, 128 or 256 inputs; q4_k/q6_k: 32 or 64
     outputs of a super-block), warps, pipeline stages and K split (up to 8: the small projections have
     too few tiles to fill the device unsplit), each tile of 64 or more outputs with the weights as the
-    dot's first operand and as its second: 128 plans (48), a few minutes a format on the 8B shape."""
+    dot's first operand and as its second: 128 plans (48; q6_k_split 64), a few minutes a format on the 8B shape."""
     from anydev.backends.triton_kernels import linear as triton_linear
 
     if M == 1 and triton_linear.int_dots(fmt, torch.bfloat16, K):     # the integer-dot GEMV: wider programs
@@ -207,9 +207,9 @@ def candidates(M: int, K: int, fmt: str):
         return
     rows = max(16, triton_linear.triton.next_power_of_2(M))
     k_quant = fmt in triton_linear.K_QUANTS         # a super-block a tile, the values unpacked in registers
-    for bn, bk, warps, stages, split, first in itertools.product((32, 64) if k_quant else (64, 128),
-                                                                 (256,) if k_quant or fmt == "q6_k_split" else (128, 256), (4, 8), (3, 4),
-                                                                 (1, 2, 4, 8), (False, True)):
+    widths = (256,) if k_quant or fmt == "q6_k_split" else (128, 256)     # q6_k_split: a d per 256 values
+    for bn, bk, warps, stages, split, first in itertools.product((32, 64) if k_quant else (64, 128), widths, (4, 8),
+                                                                 (3, 4), (1, 2, 4, 8), (False, True)):
         if bn >= 64 or not first:      # sm_90's wgmma takes 64 rows: a narrower first operand gains nothing
             yield triton_linear.Plan.sliced(M, K, rows, bn, bk, split, warps, stages, weights_first=first)
 
