@@ -5,7 +5,7 @@
 # between runs); 64 / 2 at 5 and 20 ms. The offline engine in each run is the benchmark's own process
 # (the default interval): the same reference every run, so its spread is the machine's noise. Before
 # them, on cores 0-1: the 8B Q4_K file at batch 1 with the H100's q4_k batch-1 plans (call C's sweep)
-# and without them (.prev/, 162e42e).
+# and without them (.prev/, 326b196).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
 R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-480}; T0=$SECONDS

@@ -4,7 +4,7 @@
 # outputs, wgmma). Session 22's two-dot tile read at 0.12-0.16 TB/s at batch 32. The 8B GEMMs of q6_k
 # and q6_k_split at batch 1 and 32 (linear_bench's table), the q6_k_split batch-32 sweep of gate_up and
 # down (both operand orders), then the 8B Q6_K file end to end, batch 1 and 32, on this tree (the loader
-# splits Q6_K's projections) and on main (.prev/, 3b1ed2d: the blocks), all on cores 0-1.
+# splits Q6_K's projections) and on main (.prev/, bf35477: the blocks), all on cores 0-1.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
 R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-240}; T0=$SECONDS
