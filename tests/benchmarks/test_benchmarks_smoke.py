@@ -149,10 +149,12 @@ def test_read_bench_reads_the_file_by_every_method_at_each_thread_count(tmp_path
 
 
 def test_a_sweeps_table_out_file_reads_back_as_the_plans_it_wrote(tmp_path):
-    """gguf_peer_bench --plans runs a sweep's plans end to end: the file must give back exactly its entries."""
+    """gguf_peer_bench --plans runs a sweep's plans end to end: the file must give back exactly its entries,
+    a plan's seventh field (the weights first) included."""
     bench = load("linear_bench")
     table = {("NVIDIA H200", 1, "q4_k", 4096, 4096): (1, 64, 256, 8, 2, None),
-             ("NVIDIA H200", 32, "q4_k", 28672, 4096): (32, 64, 256, 1, 4, 3)}
+             ("NVIDIA H200", 32, "q4_k", 28672, 4096): (32, 64, 256, 1, 4, 3),
+             ("NVIDIA H200", 32, "q4_0", 4096, 4096): (32, 64, 128, 2, 4, 3, True)}      # the weights first
     path = tmp_path / "plans.txt"
     bench.write_table(str(path), table)
     assert bench.read_table(str(path)) == table
