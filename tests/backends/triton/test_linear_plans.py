@@ -108,7 +108,7 @@ def test_the_nibble_formats_tiles_take_the_weights_first_and_a_recorded_plan_may
     (never in a GEMV); a recorded plan says so by a seventh field, and its six fields mean the weights second."""
     from anydev.backends.triton_kernels import linear, linear_plans
 
-    for fmt in ("q4_k", "q4_0", "q4_1"):
+    for fmt in ("q4_k", "q4_0", "q4_1", "q6_k_split"):
         tile = linear.plan(32, 4096, 4096, fmt, CPU, torch.bfloat16)
         assert tile.weights_first and tile.block_n == 64, (fmt, tile)
         assert not linear.plan(1, 4096, 4096, fmt, CPU, torch.bfloat16).weights_first
