@@ -207,7 +207,7 @@ def candidates(M: int, K: int, fmt: str):
         return
     rows = max(16, triton_linear.triton.next_power_of_2(M))
     k_quant = fmt in triton_linear.K_QUANTS         # a super-block a tile, the values unpacked in registers
-    widths = (256,) if k_quant or fmt == "q6_k_split" else (128, 256)     # q6_k_split: a d per 256 values
+    widths = (256,) if fmt in triton_linear.SUPER_BLOCK_TILES else (128, 256)
     for bn, bk, warps, stages, split, first in itertools.product((32, 64) if k_quant else (64, 128), widths, (4, 8),
                                                                  (3, 4), (1, 2, 4, 8), (False, True)):
         if bn >= 64 or not first:      # sm_90's wgmma takes 64 rows: a narrower first operand gains nothing

@@ -35,6 +35,8 @@ DENSE_MAX_ROWS = 16
 K_QUANTS = ("q4_k", "q6_k")
 #: The inputs a step of each split-row format takes a multiple of (``q6_k_split``: its ``d`` per 256).
 SPLIT_STEP = {"q8_0_split": 32, "q6_k_split": 256}
+#: The formats whose ``tl.dot`` tiles take whole 256-value super-blocks (``q6_k_split``: a ``d`` per 256).
+SUPER_BLOCK_TILES = K_QUANTS + tuple(fmt for fmt, step in SPLIT_STEP.items() if step == 256)
 #: The GGUF formats of 32-value blocks (:func:`._gguf_tiles.block32_gemv`).
 BLOCK32_FORMATS = ("q8_0", "q4_0", "q4_1")
 #: The formats whose ``tl.dot`` tiles the heuristic makes the dot's first operand (``Plan.weights_first``):
@@ -116,7 +118,7 @@ def plan(M: int, N: int, K: int, weight_format: str, device: torch.device, dtype
     else:
         block_m = 16 if M <= 16 else 32 if M <= 32 else 64
         block_n, block_k, num_warps = (32 if weight_format == "q6_k" else 64, 256, 4) \
-            if weight_format in K_QUANTS + ("q6_k_split",) else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
+            if weight_format in SUPER_BLOCK_TILES else (64, 128, 4) if weight_format in SPLIT_FORMATS else (64, 64, 4)
     tiles = triton.cdiv(K, block_k)
     programs = triton.cdiv(N, block_n) * triton.cdiv(M, block_m)
     split = 1
