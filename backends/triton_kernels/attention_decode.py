@@ -73,17 +73,21 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
     out_rows = out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
         # This partition's output and log-sum-exp: scratch [B, H, num_splits, D] and [B, H, num_splits].
+        # Only the first `used` partitions hold keys (a short context in a wide table leaves the rest
+        # empty): the others store nothing and the merge reads only those.
         part = (b * tl.num_programs(1) * GROUP + heads) * num_splits
-        lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-        tl.store(part_out_ptr + (part + split)[:, None] * D + d[None, :], out, mask=in_group[:, None])
-        tl.store(part_lse_ptr + part + split, lse, mask=in_group)
+        used = tl.where(seq_len > first, tl.cdiv(seq_len - first, tl.maximum(tokens_per_split, 1)), 0)
+        if split < used:
+            lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+            tl.store(part_out_ptr + (part + split)[:, None] * D + d[None, :], out, mask=in_group[:, None])
+            tl.store(part_lse_ptr + part + split, lse, mask=in_group)
         # One thread does a scalar atomic: the barrier puts every warp's stores above before it, so
         # its release publishes the whole partition (and its acquire, broadcast, covers every warp).
         counter = counters_ptr + b * tl.num_programs(1) + kv_head
         tl.debug_barrier()
         finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
         if finished_before == num_splits - 1:                          # the last one: merge, reset
-            out = _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group, GROUP_PAD, D)
+            out = _merge_partitions(part_out_ptr, part_lse_ptr, part, used, in_group, GROUP_PAD, D)
             tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
             tl.atomic_xchg(counter, 0, sem="relaxed")
     else:
@@ -91,16 +95,16 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
 
 
 @triton.jit
-def _merge_partitions(part_out_ptr, part_lse_ptr, part, num_splits, in_group,
+def _merge_partitions(part_out_ptr, part_lse_ptr, part, used, in_group,
                       GROUP_PAD: tl.constexpr, D: tl.constexpr):
-    """The ``num_splits`` partitions of the heads at ``part`` combined by their log-sum-exp [GROUP_PAD,
-    D] (a partition without keys has weight 0; so has every one of a padding row, whose output is 0).
+    """The first ``used`` partitions of the heads at ``part`` combined by their log-sum-exp [GROUP_PAD,
+    D] (none for a padding row, whose output is then 0).
     Loads bypass the L1 cache (``.cg``): the other programs' partitions were written elsewhere."""
     d = tl.arange(0, D)
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     total = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
-    for s in range(num_splits):
+    for s in range(used):
         lse = tl.load(part_lse_ptr + part + s, mask=in_group, other=float("-inf"), cache_modifier=".cg")
         out = tl.load(part_out_ptr + (part + s)[:, None] * D + d[None, :], mask=in_group[:, None], other=0.0,
                       cache_modifier=".cg")
