@@ -62,17 +62,20 @@ def programs_to_fill(device: torch.device) -> int:
 #: NVIDIA GPUs of compute capability 9.0 and later, each waiting (``griddepcontrol.wait``) for the
 #: kernel before it to finish before touching memory: ``1`` lets the next kernel be scheduled as soon
 #: as every program of this one has started (``launch_dependents`` after the wait), ``2`` only once
-#: this one ends. Off (``0``) by default.
+#: this one ends, ``3`` as 1 with each program of a linear kernel first asking the L2 cache for the
+#: first tile of its weights (:func:`prefetch_rows`: no kernel before it writes them). Off (``0``) by
+#: default.
 PDL_ENV = "ANYDEV_TRITON_PDL"
-PDL_MODES = {"0": 0, "1": 1, "2": 2}
+PDL_MODES = {"0": 0, "1": 1, "2": 2, "3": 3}
 
 
 @functools.lru_cache(maxsize=None)
 def _pdl_mode(device: torch.device) -> int:
     value = os.environ.get(PDL_ENV, "0")
     if value not in PDL_MODES:
-        raise InvalidArgumentError(f"{PDL_ENV}={value!r}: use 0 (off), 1 (the next kernel scheduled early) or 2 "
-                                   "(the next kernel scheduled at this one's end)")
+        raise InvalidArgumentError(f"{PDL_ENV}={value!r}: use 0 (off), 1 (the next kernel scheduled early), 2 "
+                                   "(the next kernel scheduled at this one's end) or 3 (as 1, the linear kernels "
+                                   "prefetching their first weights before they wait)")
     if device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(device)[0] < 9:
         return 0
     return PDL_MODES[value]
@@ -88,12 +91,28 @@ def pdl(device: torch.device) -> dict:
 
 @triton.jit
 def pdl_wait(USE_PDL: tl.constexpr):
-    """USE_PDL 1 or 2: wait until the kernel before this one has finished and its writes are visible;
-    1 then lets the next kernel be scheduled. 0: nothing."""
+    """USE_PDL 1, 2 or 3: wait until the kernel before this one has finished and its writes are visible;
+    1 and 3 then let the next kernel be scheduled. 0: nothing."""
     if USE_PDL > 0:
         tl.extra.cuda.gdc_wait()
-    if USE_PDL == 1:
+    if USE_PDL == 1 or USE_PDL == 3:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_rows(w_ptr, rows, ROW_ELEMS, K, k_start, K_PER_SPLIT, LINES: tl.constexpr):
+    """Ask the L2 cache for the first ``LINES`` 128-byte lines of weight rows ``rows`` (int64, in
+    range) from input ``k_start`` on, no further than the slice's end (``K_PER_SPLIT`` inputs): a hint
+    (PTX ``prefetch.global.L2``) that loads nothing into registers. ``ROW_ELEMS``: a row's length in
+    ``w_ptr``'s elements, whose bytes are spread evenly over its ``K`` inputs."""
+    row = ROW_ELEMS * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)     # int32: a row's bytes fit
+    start = k_start.to(tl.int32)
+    first = start * row // K
+    last = tl.minimum((start + K_PER_SPLIT) * row // K, row) - 1
+    offsets = tl.minimum(first + tl.arange(0, LINES) * 128, last)
+    lines = w_ptr.to(tl.pointer_type(tl.uint8)) + rows[:, None] * row + offsets[None, :]
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [lines], dtype=tl.int32,
+                              is_pure=False, pack=1)
 
 
 def next_power_of_2(n: int) -> int:
@@ -101,4 +120,4 @@ def next_power_of_2(n: int) -> int:
 
 
 __all__ = ["LOG2E", "tl", "triton", "dot_precision", "check_cache", "check_last_dim_contiguous",
-           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots", "pdl", "pdl_wait", "PDL_ENV"]
+           "programs_to_fill", "next_power_of_2", "dot", "upcast_dots", "pdl", "pdl_wait", "prefetch_rows", "PDL_ENV"]

@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from anydev.plugin_api.errors import InvalidArgumentError
 from anydev.plugin_api.weight_formats import CHANNEL_FORMATS, SPLIT_FORMATS, check_weight, row_bytes
 
-from ._common import check_last_dim_contiguous, dot, dot_precision, pdl, pdl_wait, programs_to_fill, tl, triton, upcast_dots
+from ._common import (check_last_dim_contiguous, dot, dot_precision, next_power_of_2, pdl, pdl_wait, prefetch_rows,
+                      programs_to_fill, tl, triton, upcast_dots)
 from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
@@ -133,12 +134,15 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                    K_PER_SPLIT, FORMAT: tl.constexpr, CHANNEL_SCALES: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLICES: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, INT_DOT: tl.constexpr = False, INT_CHUNKS: tl.constexpr = False,
-                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0, WEIGHTS_FIRST: tl.constexpr = False):
-    pdl_wait(USE_PDL)
+                   ASM: tl.constexpr = False, USE_PDL: tl.constexpr = 0, WEIGHTS_FIRST: tl.constexpr = False,
+                   PREFETCH_LINES: tl.constexpr = 0):
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
     k_start = pid_k.to(tl.int64) * K_PER_SPLIT
+    if USE_PDL == 3:    # the weights are no earlier kernel's output: their first tile is asked for before the wait
+        prefetch_rows(w_ptr, tl.minimum(n, N - 1), ROW_BYTES, K, k_start, K_PER_SPLIT, PREFETCH_LINES)
+    pdl_wait(USE_PDL)
     # At BLOCK_M == 1 each step's products are summed by the thread that holds them, into [BLOCK_N]
     # (q4_k: per sub-block, [BLOCK_N, 4]); q6_k and the 32-value blocks add theirs up elementwise in
     # a tile of the step's shape and sum once after the loop. Each is the faster of the two. With
@@ -322,18 +326,32 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
     split_k = p.split > 1
     partial = torch.empty((p.split, M, N), dtype=torch.float32, device=x.device) if split_k else out
     counters = arrival_counters(x.device, grid[0] * grid[2]) if split_k else out
+    row_elems = row_bytes(weight_format, K) if weight_format != "dense" else K
+    launch = pdl(x.device)
+    if launch["USE_PDL"] == 3:
+        launch["PREFETCH_LINES"] = _prefetch_lines(p, row_elems, weight.element_size(), K)
     _linear_kernel[grid](
         x, weight, scales if scales is not None else weight, out, partial, counters, M, N, K, x.stride(0),
-        row_bytes(weight_format, K) if weight_format != "dense" else K, p.k_per_split,
+        row_elems, p.k_per_split,
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
         INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), WEIGHTS_FIRST=p.weights_first,
         num_warps=p.num_warps,
-        **pdl(x.device),
+        **launch,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
     )
     return out
+
+
+#: The most 128-byte lines of a row that a program asks the L2 for before it waits (``ANYDEV_TRITON_PDL=3``).
+MAX_PREFETCH_LINES = 8
+
+
+def _prefetch_lines(p: Plan, row_elems: int, elem_bytes: int, K: int) -> int:
+    """The lines of each row's first tile (``block_k`` inputs) that a program prefetches."""
+    tile_bytes = p.block_k * row_elems * elem_bytes // K
+    return min(MAX_PREFETCH_LINES, next_power_of_2(triton.cdiv(tile_bytes, 128)))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

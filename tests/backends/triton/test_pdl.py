@@ -27,7 +27,7 @@ def test_pdl_is_on_for_a_capability_9_cuda_device_only_when_asked(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.version, "hip", None)
     for value, want in (("1", {"USE_PDL": 1, "launch_pdl": True}), ("2", {"USE_PDL": 2, "launch_pdl": True}),
-                        ("0", {"USE_PDL": 0})):
+                        ("3", {"USE_PDL": 3, "launch_pdl": True}), ("0", {"USE_PDL": 0})):
         _common._pdl_mode.cache_clear()
         monkeypatch.setenv(_common.PDL_ENV, value)
         assert _common.pdl(torch.device("cuda", 0)) == want, value
@@ -49,3 +49,16 @@ def test_an_unknown_pdl_mode_is_refused_naming_the_variable(monkeypatch):
             _common.pdl(torch.device("cpu"))
     finally:
         _common._pdl_mode.cache_clear()
+
+
+def test_a_linear_program_prefetches_its_first_tile_of_each_row():
+    """``ANYDEV_TRITON_PDL=3``: the lines of each row's first ``block_k`` inputs, at most MAX_PREFETCH_LINES."""
+    from anydev.backends.triton_kernels import linear
+    from anydev.plugin_api.weight_formats import row_bytes
+
+    q4_k = linear.Plan.sliced(1, 4096, 1, 64, 256, 2)          # 256 inputs: one 144-byte super-block
+    assert linear._prefetch_lines(q4_k, row_bytes("q4_k", 4096), 1, 4096) == 2
+    dense = linear.Plan.sliced(1, 4096, 1, 16, 512, 1)         # 512 bf16 inputs: 1,024 bytes
+    assert linear._prefetch_lines(dense, 4096, 2, 4096) == 8
+    wide = linear.Plan.sliced(1, 4096, 1, 16, 2048, 1)
+    assert linear._prefetch_lines(wide, 4096, 2, 4096) == linear.MAX_PREFETCH_LINES

@@ -7,8 +7,9 @@ that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (th
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
 which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
 (:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
-compiled with programmatic dependent launch (``USE_PDL``, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`)
-and must wait on ``griddepcontrol``; every other case without, and must not. A 32-row tile of 64 outputs
+compiled with programmatic dependent launch (``USE_PDL`` 3, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`):
+it must ask the L2 for its first weights, then wait on ``griddepcontrol``; every other case is compiled
+without, and must do neither. A 32-row tile of 64 outputs
 with the weights as the dot's first operand (``Plan.weights_first``) must run sm_90's ``wgmma``: that
 is what the operand order is for."""
 from __future__ import annotations
@@ -45,7 +46,8 @@ CHILD = textwrap.dedent("""
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
                          INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot, WEIGHTS_FIRST=weights_first,
-                         USE_PDL=1 if (block_m, int_dot) == (1, False) else 0)   # programmatic dependent launch
+                         USE_PDL=3 if (block_m, int_dot) == (1, False) else 0,   # programmatic dependent launch
+                         PREFETCH_LINES=4)
         if block_m == 1:
             constants["M"] = 1          # as Triton specializes a batch-1 call
         signature.update({name: "constexpr" for name in constants})
@@ -60,8 +62,13 @@ CHILD = textwrap.dedent("""
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
         assert not weights_first or "wgmma.mma_async" in compiled.asm["ptx"], (fmt, "the weights-first tile without wgmma")
-        waits = "griddepcontrol.wait" in compiled.asm["ptx"]
+        ptx = compiled.asm["ptx"]
+        waits = "griddepcontrol.wait" in ptx
         assert waits == bool(constants["USE_PDL"]), (fmt, block_m, "griddepcontrol.wait where USE_PDL asks for it only")
+        prefetches = "prefetch.global.L2" in ptx
+        assert prefetches == (constants["USE_PDL"] == 3), (fmt, block_m, "an L2 prefetch in mode 3 only")
+        assert not prefetches or ptx.index("prefetch.global.L2") < ptx.index("griddepcontrol.wait"), (
+            fmt, "the weights' prefetch after the wait")
     print("ok")
 """)
 
