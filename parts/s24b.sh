@@ -10,7 +10,7 @@
 #      target), PDL off and 3; the Q4_K, int8 and 1B batch-1 steps profiled.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
-R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-555}; T0=$SECONDS
+R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-360}; T0=$SECONDS
 trap 'tar czf $OUT/c24b.tgz -C $OUT r; exit 143' TERM
 touch $LOG
 source parts/step.sh
@@ -43,12 +43,12 @@ for t in Q4_K Q8_0; do
 done
 DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
-for m in 0 3; do
-  ANYDEV_TRITON_PDL=$m step decode-8b-quant-pdl$m 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 \
-    --out $R/decode-8b-quant-pdl$m.json
-  ANYDEV_TRITON_PDL=$m step decode-1b-pdl$m 40 "${DB[@]}" --shape 1b --out $R/decode-1b-pdl$m.json
-done
+step decode-8b-quant-pdl0 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b-quant-pdl0.json
+step decode-1b-pdl0 40 "${DB[@]}" --shape 1b --out $R/decode-1b-pdl0.json
 step prof-1b-b1 40 "${SP[@]}" --shape 1b
+ANYDEV_TRITON_PDL=3 step decode-1b-pdl3 40 "${DB[@]}" --shape 1b --out $R/decode-1b-pdl3.json
+ANYDEV_TRITON_PDL=3 step decode-8b-quant-pdl3 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 \
+  --out $R/decode-8b-quant-pdl3.json
 step prof-int8-b1 50 "${SP[@]}" --shape 8b --quantization int8
 ANYDEV_TRITON_PDL=3 step conf-linear-pdl3 120 taskset -c 0-3 python3 -m anydev.conformance --device nvidia -n 4 \
   --report $R/conf-linear-pdl3.json -- -k "kernels and linear" -rA
