@@ -20,9 +20,9 @@ step conf-decode 50 taskset -c 0-3 python3 -m anydev.conformance --device nvidia
   -k "kernels and decode_attention" -rA
 PEER=(benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp --batch-sizes 1)
 for _ in $(seq 60); do grep -q " make-Q4_K " $LOG && break; sleep 2; done
+step after-Q4_K-b1 45 taskset -c 0-1 python3 "${PEER[@]}" $G/llama-8b-Q4_K.gguf --out $R/after-Q4_K-b1.json
 (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE step before-Q4_K-b1 45 taskset -c 0-1 python3 $OLDPWD/.prev/"${PEER[0]}" \
   "${PEER[@]:1}" $G/llama-8b-Q4_K.gguf --out $R/before-Q4_K-b1.json)
-step after-Q4_K-b1 45 taskset -c 0-1 python3 "${PEER[@]}" $G/llama-8b-Q4_K.gguf --out $R/after-Q4_K-b1.json
 ANYDEV_TRITON_PDL=3 step pdl3-Q4_K-b1 45 taskset -c 0-1 python3 "${PEER[@]}" $G/llama-8b-Q4_K.gguf --out $R/pdl3-Q4_K-b1.json
 LD_LIBRARY_PATH=$B/bin step llamacpp-Q4_K 20 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q4_K.gguf \
   --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-Q4_K.json
