@@ -17,7 +17,7 @@ source parts/step.sh
 call_start
 install_prev
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
-( tar -C $B -xJf .peer/llamacpp-bin.tar.xz; echo "$? unpack $SECONDS" >> $LOG
+( peer_unpack; echo "$? unpack $SECONDS" >> $LOG
   LD_LIBRARY_PATH=$B/bin ldd $B/bin/llama-bench > $R/llamacpp-ldd.txt 2>&1 ) &
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
 ( for t in Q4_K Q8_0; do taskset -c 14-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \

@@ -13,7 +13,7 @@ source parts/step.sh
 call_start
 install_prev
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
-( tar -C $B -xJf .peer/llamacpp-bin.tar.xz; echo "$? unpack $SECONDS" >> $LOG ) &
+( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
 ( taskset -c 4-15 python3 benchmarks/make_random_model.py $G/llama-8b-Q4_K.gguf --hidden 4096 --layers 32 --heads 32 \
     --kv-heads 8 --intermediate 14336 --vocab 128256 --gguf Q4_K > $R/make-Q4_K.txt 2>&1; echo "$? make-Q4_K $SECONDS" >> $LOG ) &
 step conf-decode 50 taskset -c 0-3 python3 -m anydev.conformance --device nvidia -n 4 --report $R/conf-decode.json -- \

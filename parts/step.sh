@@ -27,3 +27,15 @@ call_start() {
     python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } > $R/env.txt 2>&1
   source scripts/device_setup.sh >> $R/env.txt 2>&1 || echo "1 setup" | tee -a $LOG
 }
+# `peer_pack`: after `llamacpp-peer.sh build` into /tmp/llamacpp-build, its bin/ (the two benches and
+# the libraries they load by their build path) as $OUT/llamacpp-bin.tar.xz.NN, 15 MB parts (about 43 MB
+# in all for sm_90): `cat` them into .peer/llamacpp-bin.tar.xz here and carry that file in a later call
+# instead of building for 8 minutes. `peer_unpack` puts it back where the binaries look for their
+# libraries.
+peer_pack() {
+  tar -C /tmp/llamacpp-build -cf - bin | xz -T8 -6 > /tmp/llamacpp-bin.tar.xz \
+    && split -b 15m -d /tmp/llamacpp-bin.tar.xz $OUT/llamacpp-bin.tar.xz.
+}
+peer_unpack() {
+  mkdir -p /tmp/llamacpp-build && tar -C /tmp/llamacpp-build -xJf .peer/llamacpp-bin.tar.xz
+}
