@@ -14,8 +14,10 @@ Two runs of the same engine (``--device``, default cpu) and the same requests (r
 
 For each: the median wall time between steps while all N streams decode, and the main thread's CPU
 time per such step (``time.thread_time``: the host work of the thread that steps; the ranks' threads,
-which run the forward, are not counted). served - offline is what the core's loop adds per step. The
-front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
+which run the forward, are not counted). served - offline is what the core's loop adds per step. Then
+where the wall time of such a step goes, by wall clocks around ``engine.step`` and the served loop's
+own methods (receive, collect, expire, flush; no profiler's overhead), the rest being the loop's other
+work (offline: generate_ids'). The front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
 Every run is bounded: N requests, ``--deadline`` seconds.
 """
 from __future__ import annotations
@@ -65,16 +67,43 @@ def _front_end(address: str, info, lifeline, prompts, output_len: int, deadline:
 
 
 class StepClock:
-    """Wraps ``engine.step``: each step's start (wall) and the main thread's CPU time then, and how many were running."""
+    """Wraps ``engine.step``: each step's start (wall) and the main thread's CPU time then, and how many
+    were running; with :meth:`time`, the wall time spent in other methods between two steps, by name."""
 
     def __init__(self, engine: InferEngine):
         self.engine, self._step = engine, engine.step
         self.marks: list[tuple[float, float, int]] = []
+        self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, "step" included
         engine.step = self
 
     def __call__(self):
         self.marks.append((time.perf_counter(), time.thread_time(), len(self.engine.scheduler.running)))
-        return self._step()
+        self.phases.append({})
+        return self.time("engine.step", self._step)()
+
+    def time(self, name: str, method):
+        """``method`` wrapped so that its wall time adds to the current step's ``name``."""
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.phases:
+                    phases = self.phases[-1]
+                    phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+        return timed
+
+    def phase_means(self, streams: int) -> dict[str, float]:
+        """Mean µs a step in each timed method over the steps :meth:`per_step` counts, and the rest of
+        the time between steps (``other``)."""
+        steps = [(b[0] - a[0], phases) for a, b, phases in zip(self.marks, self.marks[1:], self.phases)
+                 if a[2] == b[2] == streams]
+        if not steps:
+            return {}
+        names = sorted({name for _, phases in steps for name in phases})
+        means = {name: statistics.fmean(phases.get(name, 0.0) for _, phases in steps) * 1e6 for name in names}
+        means["other"] = statistics.fmean(wall for wall, _ in steps) * 1e6 - sum(means.values())
+        return means
 
     def per_step(self, streams: int) -> tuple[float, float, int]:
         """Median wall and mean main-thread CPU (µs) between consecutive steps that both ran every stream."""
@@ -90,7 +119,7 @@ def offline(engine: InferEngine, prompts, sampling, streams: int):
         engine.generate_ids(prompts, sampling)
     finally:
         engine.step = clock._step
-    return clock.per_step(streams)
+    return clock.per_step(streams), clock.phase_means(streams)
 
 
 def served(engine: InferEngine, prompts, args):
@@ -106,6 +135,8 @@ def served(engine: InferEngine, prompts, args):
     lifeline_read.close()
     clock = StepClock(engine)
     core = EngineCore(engine, address, {client_identity(0)})
+    for name in ("_receive", "_collect", "_expire", "_flush"):     # the loop's own work between steps
+        setattr(core, name, clock.time(name, getattr(core, name)))
     profile = cProfile.Profile() if args.profile else None
     try:
         if profile:
@@ -120,7 +151,7 @@ def served(engine: InferEngine, prompts, args):
         client.join(10)
         remove_address(address)
     tokens, cpu = done_read.recv() if done_read.poll(1) else (0, float("nan"))
-    return clock.per_step(args.streams), tokens, cpu
+    return clock.per_step(args.streams), clock.phase_means(args.streams), tokens, cpu
 
 
 def main(argv=None) -> int:
@@ -151,10 +182,11 @@ def main(argv=None) -> int:
     sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     with InferEngine(checkpoint, engine_config_from_args(args)) as engine:
         engine.generate_ids(prompts[:4], SamplingParams(max_new_tokens=4, ignore_eos=True))    # warm-up
-        rows = []
+        rows, phases = [], {}
         if not args.skip_offline:
-            rows.append(("offline", *offline(engine, prompts, sampling, args.streams)))
-        (wall, cpu, count), tokens, fe_cpu = served(engine, prompts, args)
+            measured, phases["offline"] = offline(engine, prompts, sampling, args.streams)
+            rows.append(("offline", *measured))
+        (wall, cpu, count), phases["served"], tokens, fe_cpu = served(engine, prompts, args)
         rows.append(("served", wall, cpu, count))
     print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}, "
           f"switch interval {sys.getswitchinterval() * 1e3:g} ms")
@@ -164,6 +196,9 @@ def main(argv=None) -> int:
     if len(rows) == 2:
         print(f"served - offline: {rows[1][1] - rows[0][1]:+.0f} µs wall, {rows[1][2] - rows[0][2]:+.0f} µs core CPU per step")
     print(f"front end: {tokens} tokens, {fe_cpu / max(tokens, 1) * 1e6:.1f} µs CPU per token")
+    print("where a step's wall time goes (mean µs a step; other: the rest of the loop between steps):")
+    for name, means in phases.items():
+        print(f"{name:<8} " + ", ".join(f"{phase} {us:.0f}" for phase, us in means.items()))
     return 0
 
 
