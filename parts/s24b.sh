@@ -7,7 +7,9 @@
 #   2. the 8B Q4_K file at batch 1: before, after, after with PDL 1 and 3 (one process each);
 #   3. the 8B Q4_K and Q8_0 files (batch 1 and 32) and llama.cpp on them, in this call;
 #   4. 8B bf16 / int8 / fp8 at batch 1 (the 1.7x target) and the 1B bf16 at batch 1 (the 1,400 tok/s
-#      target), PDL off and 3; the Q4_K, int8 and 1B batch-1 steps profiled.
+#      target), PDL off and 3; the Q4_K, int8 and 1B batch-1 steps profiled;
+#   5. issue 33: core_step_cost's phases of a served and an offline step at 256 streams (1B shape).
+# BUDGET: 555 s with a fresh session's device time (360 by default, what session 24 had left).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
 R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-360}; T0=$SECONDS
@@ -20,7 +22,8 @@ B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG
   LD_LIBRARY_PATH=$B/bin ldd $B/bin/llama-bench > $R/llamacpp-ldd.txt 2>&1 ) &
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
-( for t in Q4_K Q8_0; do taskset -c 14-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \
+( taskset -c 14-15 python3 benchmarks/make_random_model.py /tmp/llama-1b > $R/make-1b.txt 2>&1; echo "$? make-1b $SECONDS" >> $LOG
+  for t in Q4_K Q8_0; do taskset -c 14-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \
     --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
 step conf-decode 60 taskset -c 0-3 python3 -m anydev.conformance --device nvidia -n 4 --report $R/conf-decode.json -- \
   -k "kernels and decode_attention" -rA
@@ -50,9 +53,11 @@ ANYDEV_TRITON_PDL=3 step decode-1b-pdl3 40 "${DB[@]}" --shape 1b --out $R/decode
 ANYDEV_TRITON_PDL=3 step decode-8b-quant-pdl3 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 \
   --out $R/decode-8b-quant-pdl3.json
 step prof-int8-b1 50 "${SP[@]}" --shape 8b --quantization int8
+step core-phases 60 taskset -c 0-3 python3 benchmarks/core_step_cost.py --device nvidia --model /tmp/llama-1b --streams 256 \
+  --max-num-seqs 256 --output-len 256 --deadline 60
 ANYDEV_TRITON_PDL=3 step conf-linear-pdl3 120 taskset -c 0-3 python3 -m anydev.conformance --device nvidia -n 4 \
   --report $R/conf-linear-pdl3.json -- -k "kernels and linear" -rA
-grep -h "passed\|failed\|anydev llama\|llama.cpp:\|device busy\|graphs " $R/conf-*.txt $R/before-*.txt $R/after-*.txt \
+grep -h "passed\|failed\|anydev llama\|llama.cpp:\|device busy\|graphs \|engine.step" $R/conf-*.txt $R/core-*.txt $R/before-*.txt $R/after-*.txt \
   $R/pdl*.txt $R/prof-*.txt $R/llamacpp-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
 tar czf $OUT/c24b.tgz -C $OUT r && rm -rf $R
 echo "call 24b done in $((SECONDS - T0)) s" | tee -a $LOG
