@@ -75,7 +75,7 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
             logits[i] = apply_to_row(logits[i], params[i], histories[i] if histories else None)
         if masks is not None:
             apply_token_bitmask(logits, *masks)
-    best, tokens = row_max(logits)
+    best, tokens = logits.max(dim=-1)
     failed = (best - best).isnan()     # inf - inf and NaN - NaN are NaN: the fewest host ops found
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
     if not sampled:
@@ -92,30 +92,6 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
         rows = torch.tensor(shared, device=logits.device)
         tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
     return tokens.masked_fill_(failed, NON_FINITE_LOGITS)
-
-
-#: Rows up to which :func:`row_max` takes a long row's maximum in chunks.
-CHUNKED_MAX_ROWS = 4
-#: The values a chunk of :func:`row_max` holds.
-MAX_CHUNK = 4096
-
-
-def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``logits.max(dim=-1)``: each row's largest value and the first index holding it (NaN where the
-    row holds one). torch reduces a row with one block of threads, so a step of a few rows over a
-    vocabulary of 128k leaves the device nearly idle (42 us a row on an H100): up to
-    :data:`CHUNKED_MAX_ROWS` rows, each row's chunks are reduced side by side, then their maxima."""
-    rows, width = logits.shape
-    whole = width // MAX_CHUNK * MAX_CHUNK
-    if rows > CHUNKED_MAX_ROWS or whole < 2 * MAX_CHUNK:
-        return logits.max(dim=-1)
-    values, index = logits[:, :whole].view(rows, -1, MAX_CHUNK).max(dim=-1)       # [rows, chunks]
-    index += torch.arange(0, whole, MAX_CHUNK, device=logits.device)
-    if whole < width:                     # the short last chunk
-        tail_value, tail_index = logits[:, whole:].max(dim=-1, keepdim=True)
-        values, index = torch.cat((values, tail_value), dim=1), torch.cat((index, tail_index + whole), dim=1)
-    best, chunk = values.max(dim=-1)      # the first chunk among equal maxima: the first index overall
-    return best, index.gather(1, chunk[:, None]).squeeze(1)
 
 
 #: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
