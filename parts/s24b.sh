@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 24, call B (issue 31), this tree (the decode attention merging only the partitions that hold
 # keys; ANYDEV_TRITON_PDL=3, the linear kernels prefetching their first weights before they wait),
-# .prev/ = cac3bf6 (main before the attention change), llama.cpp's binaries from call A carried
+# .prev/ = b1d07a3 (session 23's main: before the attention change), llama.cpp's binaries from call A carried
 # (.peer/llamacpp-bin.tar.xz: no build):
 #   1. conformance on nvidia: decode attention, and the linear kernels with ANYDEV_TRITON_PDL=3;
 #   2. the 8B Q4_K file at batch 1: before, after, after with PDL 1 and 3 (one process each);

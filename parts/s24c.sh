@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 24, call C (issue 31): call B cut to what the device time left allows. This tree (the decode
-# attention merging only the partitions that hold keys) against .prev/ = cac3bf6 (before it):
+# attention merging only the partitions that hold keys) against .prev/ = b1d07a3 (session 23's main, before it):
 #   1. conformance on nvidia for decode attention;
 #   2. the 8B Q4_K file at batch 1: before, after, and after with ANYDEV_TRITON_PDL=3; llama.cpp on it
 #      (call A's binaries, carried) when time is left.
