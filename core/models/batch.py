@@ -39,6 +39,7 @@ _LAYOUT = (
     ("block_tables", np.int32, lambda T, B, M: (B, M)),
 )
 _TORCH = {np.int64: torch.int64, np.int32: torch.int32}
+_FIELD_NAMES = frozenset(name for name, _, _ in _LAYOUT)
 
 
 @functools.lru_cache(maxsize=256)
@@ -97,12 +98,21 @@ class StepBatch:
                    num_decodes=num_decodes)
 
     def __post_init__(self):
-        fields, size = _fields(self.T, self.B, self.M)
+        size = _fields(self.T, self.B, self.M)[1]
         if size != self.packed.numel():
             raise ValueError(f"packed step holds {self.packed.numel()} bytes, its shapes need {size}")
-        packed = self.packed
-        for name, dtype, offset, nbytes, shape in fields:
-            setattr(self, name, packed[offset:offset + nbytes].view(dtype).view(shape))
+
+    def __getattr__(self, name: str):
+        """A field's view of ``packed``, made when first read and kept: a step is packed, copied and
+        placed several times, and most of those copies are never read field by field (two torch
+        views a field cost about 5 us on the host)."""
+        if name not in _FIELD_NAMES:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        for field, dtype, offset, nbytes, shape in _fields(self.T, self.B, self.M)[0]:
+            if field == name:
+                view = self.packed[offset:offset + nbytes].view(dtype).view(shape)
+                setattr(self, name, view)      # found in the instance from now on: no second call
+                return view
 
     def to(self, device) -> "StepBatch":
         """This step on ``device``: one copy of ``packed``."""

@@ -10,8 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from anydev.plugin_api.kernels import KERNEL_NAMES
 
 #: Ops that make views or read metadata: no kernel, no copy (they cost host time, not launches).
-VIEW_OPS = frozenset({"aten.slice.Tensor", "aten.view.default", "aten._unsafe_view.default", "aten.select.int",
-                      "aten.split.Tensor", "aten.split_with_sizes.default", "aten.reshape.default",
+VIEW_OPS = frozenset({"aten.slice.Tensor", "aten.view.default", "aten.view.dtype", "aten._unsafe_view.default",
+                      "aten.select.int", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.reshape.default",
                       "aten.alias.default", "aten.as_strided.default", "aten.detach.default",
                       "aten.t.default", "aten.transpose.int", "aten.unsqueeze.default", "aten.expand.default",
                       "aten.permute.default", "aten.squeeze.dim", "aten.sym_size.int", "aten.sym_stride.int"})
