@@ -17,7 +17,8 @@ time per such step (``time.thread_time``: the host work of the thread that steps
 which run the forward, are not counted). served - offline is what the core's loop adds per step. Then
 where the wall time of such a step goes, by wall clocks around ``engine.step`` and the served loop's
 own methods (receive, collect, expire, flush; no profiler's overhead), the rest being the loop's other
-work (offline: generate_ids'). The front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
+work (offline: generate_ids'). The front end's CPU time per token is printed too. ``--profile FILE``
+runs the core's loop under cProfile.
 Every run is bounded: N requests, ``--deadline`` seconds.
 """
 from __future__ import annotations
@@ -73,7 +74,7 @@ class StepClock:
     def __init__(self, engine: InferEngine):
         self.engine, self._step = engine, engine.step
         self.marks: list[tuple[float, float, int]] = []
-        self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, "step" included
+        self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, engine.step's too
         engine.step = self
 
     def __call__(self):
