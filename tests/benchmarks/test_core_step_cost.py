@@ -26,7 +26,8 @@ def test_core_step_cost_breaks_each_runs_step_into_its_phases(tmp_path):
         found = [line for line in done.stdout.splitlines() if line.startswith(f"{run} ") and "engine.step" in line]
         assert len(found) == 1, done.stdout
         assert re.search(rf"^{run} +\d+ +\d+ +\d+$", done.stdout, re.M), done.stdout     # its row: wall, CPU, steps
-        phases[run] = {name: float(us) for name, us in re.findall(r"([\w.]+) (-?[\d.]+)", found[0].split(maxsplit=1)[1])}
+        pairs = re.findall(r"([\w.]+) (-?[\d.]+)", found[0].split(maxsplit=1)[1])     # "name µs, name µs, ..."
+        phases[run] = {name: float(us) for name, us in pairs}
     assert set(phases["offline"]) == {"engine.step", "other"}
     assert {"engine.step", "_collect", "_flush", "other"} <= set(phases["served"])
     for run, means in phases.items():
