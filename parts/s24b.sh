@@ -11,11 +11,8 @@
 #   5. issue 33: core_step_cost's phases of a served and an offline step at 256 streams (1B shape).
 # BUDGET: 555 s with a fresh session's device time (360 by default, what session 24 had left).
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
-R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-360}; T0=$SECONDS
-trap 'tar czf $OUT/c24b.tgz -C $OUT r; exit 143' TERM
-touch $LOG
 source parts/step.sh
+call_init c24b 360
 call_start
 install_prev
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
@@ -59,5 +56,4 @@ ANYDEV_TRITON_PDL=3 step conf-linear-pdl3 120 taskset -c 0-3 python3 -m anydev.c
   --report $R/conf-linear-pdl3.json -- -k "kernels and linear" -rA
 grep -h "passed\|failed\|anydev llama\|llama.cpp:\|device busy\|graphs \|engine.step" $R/conf-*.txt $R/core-*.txt $R/before-*.txt $R/after-*.txt \
   $R/pdl*.txt $R/prof-*.txt $R/llamacpp-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
-tar czf $OUT/c24b.tgz -C $OUT r && rm -rf $R
-echo "call 24b done in $((SECONDS - T0)) s" | tee -a $LOG
+call_end

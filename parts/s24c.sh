@@ -5,11 +5,8 @@
 #   2. the 8B Q4_K file at batch 1: before, after, and after with ANYDEV_TRITON_PDL=3; llama.cpp on it
 #      (call A's binaries, carried) when time is left.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
-R=$OUT/r; mkdir -p $R; LOG=$OUT/steps.log; BUDGET=${BUDGET:-170}; T0=$SECONDS
-trap 'tar czf $OUT/c24c.tgz -C $OUT r; exit 143' TERM
-touch $LOG
 source parts/step.sh
+call_init c24c 170
 call_start
 install_prev
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
@@ -28,5 +25,4 @@ LD_LIBRARY_PATH=$B/bin step llamacpp-Q4_K 20 python3 benchmarks/gguf_peer_bench.
   --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-Q4_K.json
 grep -h "passed\|failed\|anydev llama\|llama.cpp:" $R/conf-*.txt $R/before-*.txt $R/after-*.txt $R/pdl*.txt \
   $R/llamacpp-*.txt >> $LOG 2>/dev/null
-tar czf $OUT/c24c.tgz -C $OUT r && rm -rf $R
-echo "call 24c done in $((SECONDS - T0)) s" | tee -a $LOG
+call_end

@@ -39,3 +39,16 @@ peer_pack() {
 peer_unpack() {
   mkdir -p /tmp/llamacpp-build && tar -C /tmp/llamacpp-build -xJf .peer/llamacpp-bin.tar.xz
 }
+# `call_init NAME BUDGET`: a call script's set-up: Python unbuffered, its outputs in R=$OUT/r, its
+# step log LOG, BUDGET seconds from now (unless BUDGET is set already), and on TERM (the call's limit)
+# whatever $R holds packed into $OUT/NAME.tgz. `call_end` packs it when the script ends.
+call_init() {
+  export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 TRITON_DEFAULT_FP_FUSION=1
+  CALL=$1; R=$OUT/r; LOG=$OUT/steps.log; BUDGET=${BUDGET:-$2}; T0=$SECONDS
+  mkdir -p $R; touch $LOG
+  trap 'tar czf $OUT/$CALL.tgz -C $OUT r; exit 143' TERM
+}
+call_end() {
+  tar czf $OUT/$CALL.tgz -C $OUT r && rm -rf $R
+  echo "call $CALL done in $((SECONDS - T0)) s" | tee -a $LOG
+}
