@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.errors import InvalidArgumentError, NotSupportedError
 
 LOG2E = 1.4426950408889634
 
@@ -63,22 +63,33 @@ def programs_to_fill(device: torch.device) -> int:
 #: kernel before it to finish before touching memory: ``1`` lets the next kernel be scheduled as soon
 #: as every program of this one has started (``launch_dependents`` after the wait), ``2`` only once
 #: this one ends, ``3`` as 1 with each program of a linear kernel first asking the L2 cache for the
-#: first tile of its weights (:func:`prefetch_rows`: no kernel before it writes them). Off (``0``) by
-#: default.
+#: first tile of its weights (:func:`prefetch_rows`: no kernel before it writes them). Unset: mode
+#: :data:`PDL_DEFAULT`; ``0`` turns it off.
 PDL_ENV = "ANYDEV_TRITON_PDL"
 PDL_MODES = {"0": 0, "1": 1, "2": 2, "3": 3}
+#: The mode where ``ANYDEV_TRITON_PDL`` is unset (docs/backends.md says why this one).
+PDL_DEFAULT = "3"
 
 
 @functools.lru_cache(maxsize=None)
 def _pdl_mode(device: torch.device) -> int:
-    value = os.environ.get(PDL_ENV, "0")
-    if value not in PDL_MODES:
+    value = os.environ.get(PDL_ENV)
+    if value is not None and value not in PDL_MODES:
         raise InvalidArgumentError(f"{PDL_ENV}={value!r}: use 0 (off), 1 (the next kernel scheduled early), 2 "
                                    "(the next kernel scheduled at this one's end) or 3 (as 1, the linear kernels "
                                    "prefetching their first weights before they wait)")
     if device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(device)[0] < 9:
         return 0
-    return PDL_MODES[value]
+    if not _triton_has_pdl():
+        if value not in (None, "0"):
+            raise NotSupportedError(f"{PDL_ENV}={value}: Triton {triton.__version__} has no programmatic dependent "
+                                    "launch (tl.extra.cuda.gdc_wait); install a newer Triton or set it to 0")
+        return 0        # unset: the default mode needs what this Triton lacks
+    return PDL_MODES[PDL_DEFAULT if value is None else value]
+
+
+def _triton_has_pdl() -> bool:
+    return hasattr(getattr(tl.extra, "cuda", None), "gdc_wait")
 
 
 def pdl(device: torch.device) -> dict:
