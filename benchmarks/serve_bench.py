@@ -29,6 +29,9 @@ A client near 100% CPU or with a lag near the ITL is what bounds that row: one a
 the same arrival times.
 The offline row is timed per token too (when each step's tokens are back in generate_ids), so the
 saturation ratios compare the same measures; its decode step time is the issue's ITL target.
+Both saturate rows also count the engine's own steps of the case (the server's /metrics counters before
+and after it; the offline run's stats): prefill steps (any with prompt tokens) and their seconds, decode
+steps and their mean, so that a gap between them shows as slower steps or as a longer prefill.
 """
 from __future__ import annotations
 
@@ -324,6 +327,25 @@ HEADER = (f"{'workload':>9}  {'config':<22} {'ok/req':>9} {'secs':>7}  {'req/s':
           f"{'cli CPU':>7}  {'lag p99':>7}")
 
 
+#: A case's engine steps (:func:`step_figures`): each field's counter in the server's /metrics (the
+#: offline run's ``GenerationStats`` has the fields themselves).
+STEP_COUNTERS = {"prefill_steps": "anydev_prefill_steps_total", "prefill_tokens": "anydev_prefill_step_tokens_total",
+                 "prefill_seconds": "anydev_prefill_step_seconds_total", "decode_steps": "anydev_decode_steps_total",
+                 "decode_tokens": "anydev_decode_step_tokens_total", "decode_seconds": "anydev_decode_step_seconds_total"}
+
+
+def step_figures(steps: dict) -> dict:
+    """The engine's steps of a case: prefill (any step with prompt tokens) and decode, their tokens and
+    seconds, and the mean decode step (ms): where a served case's time goes beside the offline one's."""
+    mean = 1000 * steps["decode_seconds"] / steps["decode_steps"] if steps["decode_steps"] else float("nan")
+    return dict(steps, decode_step_mean_ms=mean)
+
+
+def steps_line(r: dict) -> str:
+    return (f"{'':>9}  steps: prefill {r['prefill_steps']:.0f} ({r['prefill_tokens']:,.0f} tokens, "
+            f"{r['prefill_seconds']:.2f} s), decode {r['decode_steps']:.0f} ({r['decode_step_mean_ms']:.2f} ms a step)")
+
+
 def run_case(args, server: Server, workload: str, config: str, jobs, rate: float) -> dict:
     before = server.metrics()
     loads, seconds = run_load(args, jobs, rate)
@@ -331,7 +353,11 @@ def run_case(args, server: Server, workload: str, config: str, jobs, rate: float
     hits = tuple(after.get(k, 0) - before.get(k, 0) for k in ("anydev_prefix_cache_queried_tokens_total",
                                                                 "anydev_prefix_cache_hit_tokens_total"))
     summary = summarise(workload, config, [r for load in loads for r in load.results], seconds, hits, loads)
+    steps = {field: after.get(name, 0) - before.get(name, 0) for field, name in STEP_COUNTERS.items()}
+    summary.update(step_figures(steps))
     print(row(summary), flush=True)
+    if workload == "saturate":
+        print(steps_line(summary), flush=True)
     return summary
 
 
@@ -366,7 +392,8 @@ def offline_saturation(args, prompts, warm_prompts) -> dict:
     results = [Result(ok=True, ttft=times[0] - start, itl=list(np.diff(times)), output_tokens=len(times))
                for times in arrivals.values()]
     summary = summarise("saturate", "offline generate_ids", results, seconds, (0, 0))
-    return dict(summary, decode_tokens_per_s=stats.decode_tokens_per_s, decode_step_ms=stats.decode_step_ms)
+    return dict(summary, decode_tokens_per_s=stats.decode_tokens_per_s, decode_step_ms=stats.decode_step_ms,
+                **step_figures({field: getattr(stats, field) for field in STEP_COUNTERS}))
 
 
 def main(argv=None) -> int:
@@ -415,6 +442,7 @@ def main(argv=None) -> int:
     if "saturate" in workloads:
         rows.append(offline_saturation(args, saturate_prompts, warm_prompts))
         print(row(rows[-1]), flush=True)
+        print(steps_line(rows[-1]), flush=True)
     ratios = _ratios(rows)
     print()
     for name, value in ratios.items():
@@ -452,6 +480,10 @@ def _ratios(rows: list[dict]) -> dict[str, float]:
             served["itl_p50_ms"] / offline["decode_step_ms"])
         ratios["saturation ITL p50, server / offline, both per token"] = served["itl_p50_ms"] / offline["itl_p50_ms"]
         ratios["saturation TTFT p50, server / offline, both per token"] = served["ttft_p50_ms"] / offline["ttft_p50_ms"]
+        ratios["saturation mean decode step, server / offline (the engine's own clock)"] = (
+            served["decode_step_mean_ms"] / offline["decode_step_mean_ms"])
+        ratios["saturation prefill seconds, server / offline (the engine's own clock)"] = (
+            served["prefill_seconds"] / offline["prefill_seconds"])
     return ratios
 
 

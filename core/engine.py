@@ -184,14 +184,18 @@ class InferEngine(EngineStartup, StepLoop):
         return self.scheduler.has_work
 
     def stats(self) -> EngineCounters:
-        """The scheduler's counters now: requests running and waiting, KV blocks, prefix cache, preemptions."""
+        """The scheduler's counters now: requests running and waiting, KV blocks, prefix cache, preemptions;
+        and the steps since start-up."""
         with self._lock:
-            scheduler, blocks = self.scheduler, self.block_manager
+            scheduler, blocks, steps = self.scheduler, self.block_manager, self._stats
             return EngineCounters(running=len(scheduler.running), waiting=len(scheduler.waiting),
                                   kv_blocks_used=blocks.num_used, kv_blocks_total=blocks.num_blocks,
                                   prefix_cache_blocks=blocks.num_cached_blocks, prefix_cache_hit_rate=blocks.hit_rate,
                                   prefix_cache_queried_tokens=blocks.queried_tokens,
-                                  prefix_cache_hit_tokens=blocks.hit_tokens, preemptions=scheduler.num_preemptions)
+                                  prefix_cache_hit_tokens=blocks.hit_tokens, preemptions=scheduler.num_preemptions,
+                                  prefill_steps=steps.prefill_steps, prefill_tokens=steps.prefill_tokens,
+                                  prefill_seconds=steps.prefill_seconds, decode_steps=steps.decode_steps,
+                                  decode_tokens=steps.decode_tokens, decode_seconds=steps.decode_seconds)
 
     def output_text(self, seq: Sequence) -> str:
         """The text of what ``seq`` generated so far, cut before the first stop string in it."""

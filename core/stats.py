@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 @dataclass
 class GenerationStats:
-    """Token counts and wall time of the last generate call (prefill steps vs decode steps).
+    """Token counts, steps and wall time of the last generate call (prefill steps, any with prompt
+    tokens, vs decode steps).
 
     A step's seconds run from building its batch on the host (or from the previous step's tokens
     being back, if later: overlapped steps count once) to having its token ids back;
@@ -15,6 +16,7 @@ class GenerationStats:
 
     prefill_tokens: int = 0
     prefill_seconds: float = 0.0
+    prefill_steps: int = 0
     decode_tokens: int = 0
     decode_seconds: float = 0.0
     decode_steps: int = 0
@@ -40,8 +42,9 @@ class GenerationStats:
 @dataclass(frozen=True)
 class EngineCounters:
     """What :meth:`InferEngine.stats <anydev.core.engine.InferEngine.stats>` reports: the requests
-    running and waiting, the KV blocks in use and in all, the prefix cache's blocks and hits, and the
-    preemptions so far."""
+    running and waiting, the KV blocks in use and in all, the prefix cache's blocks and hits, the
+    preemptions so far, and the steps since start-up as :class:`GenerationStats` counts them (prefill:
+    any step with prompt tokens; their tokens and wall seconds, overlapped steps counted once)."""
 
     running: int
     waiting: int
@@ -52,6 +55,12 @@ class EngineCounters:
     prefix_cache_queried_tokens: int
     prefix_cache_hit_tokens: int
     preemptions: int
+    prefill_steps: int = 0
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
 
 
 def count_step(stats: GenerationStats, launched, last_done: float) -> float:
@@ -69,6 +78,7 @@ def count_step(stats: GenerationStats, launched, last_done: float) -> float:
     else:
         s.prefill_tokens += launched.num_tokens
         s.prefill_seconds += seconds
+        s.prefill_steps += 1
     return now
 
 

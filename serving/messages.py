@@ -80,6 +80,12 @@ class EngineStats(msgspec.Struct):
     prefix_cache_queried_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
     preemptions: int = 0
+    prefill_steps: int = 0
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
 
 
 class EngineOutputs(msgspec.Struct, tag=True):

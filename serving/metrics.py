@@ -38,6 +38,14 @@ class _EngineCollector:
         yield CounterMetricFamily("anydev_prefix_cache_hit_tokens", "Prompt tokens found in the prefix cache",
                                   value=stats.prefix_cache_hit_tokens)
         yield CounterMetricFamily("anydev_preemptions", "Requests preempted for KV blocks", value=stats.preemptions)
+        for kind, what in (("prefill", "with prompt tokens (prefill and mixed)"), ("decode", "of decodes only")):
+            yield CounterMetricFamily(f"anydev_{kind}_steps", f"Engine steps {what}",
+                                      value=getattr(stats, f"{kind}_steps"))
+            yield CounterMetricFamily(f"anydev_{kind}_step_tokens", f"Tokens of the engine steps {what}",
+                                      value=getattr(stats, f"{kind}_tokens"))
+            yield CounterMetricFamily(f"anydev_{kind}_step_seconds", f"Wall seconds of the engine steps {what}, from "
+                                      "building each to its tokens back (overlapped steps counted once)",
+                                      value=getattr(stats, f"{kind}_seconds"))
 
 
 class ServerMetrics:

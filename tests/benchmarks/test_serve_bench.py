@@ -1,7 +1,7 @@
 """benchmarks/serve_bench.py runs end to end on cpu (tiny sizes): every case's requests are answered in
 full, the ablation rows and ratios are there, the prefix cache hits only where it is on, the streams
-spread over the client processes asked for (each one's load measured), and the offline run is timed
-per token like the server."""
+spread over the client processes asked for (each one's load measured), the offline run is timed
+per token like the server, and both saturate rows count the engine's steps of that case alone."""
 from __future__ import annotations
 
 import json
@@ -30,7 +30,7 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
         assert row["ok"] == row["requests"], row
     assert cases[("shared", "prefix on, chunked on")]["prefix_hit_rate"] > 0.3
     assert cases[("shared", "prefix OFF, chunked on")]["prefix_hit_rate"] == 0
-    assert len(report["ratios"]) == 7 and report["command"] and report["date"] and report["device"] == "cpu"
+    assert len(report["ratios"]) == 9 and report["command"] and report["date"] and report["device"] == "cpu"
     assert report["ratios"]["saturation ITL p50, server / offline decode step (target <= 1.3)"] > 0
     # the streams of every case but the conversations went through two client processes, each measured
     for (workload, config), row in cases.items():
@@ -41,3 +41,12 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
     offline = cases[("saturate", "offline generate_ids")]
     assert 0 < offline["ttft_p50_ms"] and 0 <= offline["itl_p50_ms"] and offline["decode_step_ms"] > 0, offline
     assert report["ratios"]["saturation TTFT p50, server / offline, both per token"] > 0
+    # the steps of the case alone (the server's counters before and after it): every prompt token and
+    # every output token but each request's last is fed to the model once, in a prefill or a decode step
+    settings = report["settings"]
+    fed = settings["batch"] * (settings["prompt_len"] + settings["output_len"] - 1)
+    for config in ("prefix on, chunked on", "offline generate_ids"):
+        row = cases[("saturate", config)]
+        assert row["prefix_hit_rate"] == 0 and row["prefill_steps"] >= 1 and row["decode_steps"] >= 1, row
+        assert row["prefill_tokens"] + row["decode_tokens"] == fed, row
+        assert row["decode_step_mean_ms"] > 0 and row["prefill_seconds"] > 0, row
