@@ -31,7 +31,10 @@ The offline row is timed per token too (when each step's tokens are back in gene
 saturation ratios compare the same measures; its decode step time is the issue's ITL target.
 Both saturate rows also count the engine's own steps of the case (the server's /metrics counters before
 and after it; the offline run's stats): prefill steps (any with prompt tokens) and their seconds, decode
-steps and their mean, so that a gap between them shows as slower steps or as a longer prefill.
+steps and their mean, so that a gap between them shows as slower steps or as a longer prefill. Every
+served case also records the CPU its server used (Linux): the engine core process's and the busiest
+front end's, each as a share of one core over the case's wall time (a front end near 100% is what
+bounds its streams).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ import multiprocessing
 import os
 import platform
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -112,6 +116,7 @@ class Server:
             command += ["--model", args.model]
         if args.api_server_count > 1:
             command += ["--api-server-count", str(args.api_server_count)]
+        self.api_server_count = args.api_server_count
         self.log = open(f"/tmp/anydev-serve-bench-{self.port}.log", "w")
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 900
@@ -137,6 +142,22 @@ class Server:
                 name, _, value = line.partition(" ")
                 values[name] = float(value)
         return values
+
+    def processes(self) -> tuple[int | None, list[int]]:
+        """(the engine core's pid, the front ends' pids): the core's from the line the server prints,
+        the front ends are the server's process (one) or its other children (several). Linux only
+        (``/proc`` with its children lists); (None, []) elsewhere."""
+        with open(self.log.name) as log:
+            found = re.search(r"engine core pid (\d+)", log.read())
+        core = int(found.group(1)) if found else None
+        if core is None or not os.path.exists(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children"):
+            return None, []
+        children = set()
+        for task in os.listdir(f"/proc/{self.proc.pid}/task"):
+            with open(f"/proc/{self.proc.pid}/task/{task}/children") as f:
+                children.update(int(pid) for pid in f.read().split())
+        front_ends = sorted(children - {core}) if self.api_server_count > 1 else [self.proc.pid]
+        return core, front_ends
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -346,18 +367,44 @@ def steps_line(r: dict) -> str:
             f"{r['prefill_seconds']:.2f} s), decode {r['decode_steps']:.0f} ({r['decode_step_mean_ms']:.2f} ms a step)")
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU seconds so far: the sum over its threads of their time on a CPU, to the
+    nanosecond (``/proc/PID/task/TID/schedstat``; a thread that ended is not counted), or, where the
+    kernel keeps no schedstat, the process's user and system time in clock ticks (``/proc/PID/stat``)."""
+    if not os.path.exists(f"/proc/{pid}/schedstat"):
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()     # after the command name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):       # the thread ended meanwhile
+            pass
+    return total / 1e9
+
+
 def run_case(args, server: Server, workload: str, config: str, jobs, rate: float) -> dict:
     before = server.metrics()
+    core, front_ends = server.processes()
+    cpu_before = {pid: cpu_seconds(pid) for pid in (core, *front_ends)} if core else {}
     loads, seconds = run_load(args, jobs, rate)
+    cpu_used = {pid: cpu_seconds(pid) - was for pid, was in cpu_before.items()}
     after = server.metrics()
     hits = tuple(after.get(k, 0) - before.get(k, 0) for k in ("anydev_prefix_cache_queried_tokens_total",
                                                                 "anydev_prefix_cache_hit_tokens_total"))
     summary = summarise(workload, config, [r for load in loads for r in load.results], seconds, hits, loads)
     steps = {field: after.get(name, 0) - before.get(name, 0) for field, name in STEP_COUNTERS.items()}
     summary.update(step_figures(steps))
+    if cpu_used:     # shares of one core over the case
+        summary.update(core_cpu=cpu_used[core] / seconds, front_end_cpu=max(cpu_used[p] for p in front_ends) / seconds)
     print(row(summary), flush=True)
     if workload == "saturate":
         print(steps_line(summary), flush=True)
+        if cpu_used:
+            print(f"{'':>9}  server CPU (shares of one core): engine core {100 * summary['core_cpu']:.0f}%, busiest "
+                  f"front end {100 * summary['front_end_cpu']:.0f}%", flush=True)
     return summary
 
 

@@ -1,7 +1,8 @@
 """benchmarks/serve_bench.py runs end to end on cpu (tiny sizes): every case's requests are answered in
 full, the ablation rows and ratios are there, the prefix cache hits only where it is on, the streams
 spread over the client processes asked for (each one's load measured), the offline run is timed
-per token like the server, and both saturate rows count the engine's steps of that case alone."""
+per token like the server, both saturate rows count the engine's steps of that case alone, and every
+served case records its server's CPU (the engine core's and its front end's)."""
 from __future__ import annotations
 
 import json
@@ -37,6 +38,7 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
         if config != "offline generate_ids":
             assert row["client_processes"] == (1 if workload == "shared" else 2), row
             assert 0 < row["client_cpu"] and row["client_lag_p99_ms"] >= 0, row
+            assert row["core_cpu"] > 0 and row["front_end_cpu"] > 0, row     # the server's processes, measured
     # the offline run is timed per token, as the server is
     offline = cases[("saturate", "offline generate_ids")]
     assert 0 < offline["ttft_p50_ms"] and 0 <= offline["itl_p50_ms"] and offline["decode_step_ms"] > 0, offline
