@@ -28,7 +28,11 @@ from ._common import (LOG2E, pdl, pdl_wait, check_cache, check_last_dim_contiguo
 
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
 MIN_SPLIT_TOKENS = BLOCK_N  # partitions: at most one per tile of the table
-MAX_SPLITS = 16            # the last partition merges them one by one: more costs it more than they save
+MAX_SPLITS = 16            # the last program to finish reads them all: more cost it more than they save
+#: Warps of a split launch's programs. Splitting means the batch leaves the device idle, so a program's
+#: latency matters and the programs a multiprocessor holds do not: at 8 warps the sm_90 code keeps its
+#: tiles in registers, where at 4 (BLOCK_N 64, 16 query rows) it spills to the stack in the key loop.
+SPLIT_WARPS = 8
 
 
 # The partition count and block-table width change from step to step: not specialized (Triton would
@@ -41,7 +45,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
                    stride_page, stride_slot, stride_kvh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   USE_PDL: tl.constexpr = 0):
+                   GROUP_P2: tl.constexpr = 1, SPLITS_PAD: tl.constexpr = 1, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -87,35 +91,44 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
         tl.debug_barrier()
         finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
         if finished_before == num_splits - 1:                          # the last one: merge, reset
-            out = _merge_partitions(part_out_ptr, part_lse_ptr, part, used, in_group, GROUP_PAD, D)
-            tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
+            _merge_partitions(part_out_ptr, part_lse_ptr, out_ptr + b * stride_ob, stride_oh,
+                              (b * tl.num_programs(1) * GROUP + kv_head * GROUP) * num_splits, num_splits, used,
+                              kv_head * GROUP, GROUP, GROUP_P2, D, SPLITS_PAD)
             tl.atomic_xchg(counter, 0, sem="relaxed")
     else:
         tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
 
 
 @triton.jit
-def _merge_partitions(part_out_ptr, part_lse_ptr, part, used, in_group,
-                      GROUP_PAD: tl.constexpr, D: tl.constexpr):
-    """The first ``used`` partitions of the heads at ``part`` combined by their log-sum-exp [GROUP_PAD,
-    D] (none for a padding row, whose output is then 0).
-    Loads bypass the L1 cache (``.cg``): the other programs' partitions were written elsewhere."""
+def _merge_partitions(part_out_ptr, part_lse_ptr, out_ptr, stride_oh, first_part, num_splits, used, first_head,
+                      GROUP: tl.constexpr, GROUP_P2: tl.constexpr, D: tl.constexpr, SPLITS_PAD: tl.constexpr):
+    """Write the ``GROUP`` heads from ``first_head`` of one sequence's output (at ``out_ptr``): their
+    first ``used`` partitions (of ``num_splits`` per head, the group's first at ``first_part``) combined
+    by their log-sum-exp (0 for a padding row, which has none). Every partition's loads are issued at
+    once, not one partition after another: each is a trip to the L2 (``.cg``, not a stale L1: other
+    programs wrote them), which a long context makes 16 of. The outputs are read in groups of four
+    partitions to bound the registers a group takes."""
+    g = tl.arange(0, GROUP_P2)
     d = tl.arange(0, D)
-    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-    total = tl.zeros([GROUP_PAD], tl.float32)
-    acc = tl.zeros([GROUP_PAD, D], tl.float32)
-    for s in range(used):
-        lse = tl.load(part_lse_ptr + part + s, mask=in_group, other=float("-inf"), cache_modifier=".cg")
-        out = tl.load(part_out_ptr + (part + s)[:, None] * D + d[None, :], mask=in_group[:, None], other=0.0,
-                      cache_modifier=".cg")
-        m_new = tl.maximum(m, lse)
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp2(m - m_safe)
-        weight = tl.exp2(lse - m_safe)
-        total = total * alpha + weight
-        acc = acc * alpha[:, None] + out * weight[:, None]
-        m = m_new
-    return acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    part = first_part + g * num_splits                                   # [G]: each head's first partition
+    s = tl.arange(0, SPLITS_PAD)
+    held = (s[:, None] < used) & (g[None, :] < GROUP)                    # [S, G]
+    lse = tl.load(part_lse_ptr + part[None, :] + s[:, None], mask=held, other=float("-inf"), cache_modifier=".cg")
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.sum(tl.exp2(lse - m[None, :]), axis=0)                    # [G]
+    acc = tl.zeros([GROUP_P2, D], tl.float32)
+    for base in tl.static_range(0, SPLITS_PAD, 4):
+        four = base + tl.arange(0, 4)
+        in_use = (four[:, None] < used) & (g[None, :] < GROUP)            # [4, G]
+        weight = tl.exp2(tl.load(part_lse_ptr + part[None, :] + four[:, None], mask=in_use, other=float("-inf"),
+                                 cache_modifier=".cg") - m[None, :])
+        out = tl.load(part_out_ptr + (part[None, :, None] + four[:, None, None]) * D + d[None, None, :],
+                      mask=in_use[:, :, None], other=0.0, cache_modifier=".cg")
+        acc += tl.sum(out * weight[:, :, None], axis=0)
+    merged = acc / tl.where(total > 0.0, total, 1.0)[:, None]
+    tl.store(out_ptr + (first_head + g)[:, None] * stride_oh + d[None, :], merged.to(out_ptr.dtype.element_ty),
+             mask=(g < GROUP)[:, None])
 
 
 def num_splits(batch: int, kv_heads: int, max_tokens: int, device: torch.device) -> int:
@@ -186,6 +199,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
-        num_warps=4, num_stages=2, **pdl(q.device),
+        GROUP_P2=next_power_of_2(group), SPLITS_PAD=next_power_of_2(splits),
+        num_warps=SPLIT_WARPS if splits > 1 else 4, num_stages=2, **pdl(q.device),
     )
     return out
