@@ -29,10 +29,11 @@ from ._common import (LOG2E, pdl, pdl_wait, check_cache, check_last_dim_contiguo
 BLOCK_N = 64               # keys per tile (any block_size: each key row is found through the table)
 MIN_SPLIT_TOKENS = BLOCK_N  # partitions: at most one per tile of the table
 MAX_SPLITS = 16            # the last program to finish reads them all: more cost it more than they save
-#: Warps of a split launch's programs. Splitting means the batch leaves the device idle, so a program's
-#: latency matters and the programs a multiprocessor holds do not: at 8 warps the sm_90 code keeps its
-#: tiles in registers, where at 4 (BLOCK_N 64, 16 query rows) it spills to the stack in the key loop.
-SPLIT_WARPS = 8
+#: Warps of a split launch whose programs are no more than the multiprocessors (batch 1: each program
+#: has one to itself, so its latency is the launch's): at 8 warps the sm_90 code keeps its tiles in
+#: registers, where at 4 (BLOCK_N 64, 16 query rows) it spills to the stack in the key loop. A larger
+#: launch keeps 4 warps, which lets a multiprocessor hold two programs (255 registers a thread).
+ONE_WAVE_WARPS = 8
 
 
 # The partition count and block-table width change from step to step: not specialized (Triton would
@@ -139,6 +140,12 @@ def num_splits(batch: int, kv_heads: int, max_tokens: int, device: torch.device)
     return max(1, min(wanted, MAX_SPLITS, triton.cdiv(max_tokens, MIN_SPLIT_TOKENS)))
 
 
+def decode_warps(programs: int, splits: int, device: torch.device) -> int:
+    """:data:`ONE_WAVE_WARPS` for a split launch of no more ``programs`` than the device has
+    multiprocessors (``programs_to_fill`` counts four programs each), else 4."""
+    return ONE_WAVE_WARPS if splits > 1 and 4 * programs <= programs_to_fill(device) else 4
+
+
 class _Counters:
     """The merge counters: int32 zeros, one buffer per (device, stream), grown on demand and never
     freed (a captured graph keeps using the buffer it was captured with). Every launch leaves the
@@ -200,6 +207,6 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
         GROUP_P2=next_power_of_2(group), SPLITS_PAD=next_power_of_2(splits),
-        num_warps=SPLIT_WARPS if splits > 1 else 4, num_stages=2, **pdl(q.device),
+        num_warps=decode_warps(B * KV * splits, splits, q.device), num_stages=2, **pdl(q.device),
     )
     return out
