@@ -206,7 +206,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
-        GROUP_P2=next_power_of_2(group), SPLITS_PAD=next_power_of_2(splits),
+        GROUP_P2=next_power_of_2(group), SPLITS_PAD=MAX_SPLITS,   # one compiled merge for every split count
         num_warps=decode_warps(B * KV * splits, splits, q.device), num_stages=2, **pdl(q.device),
     )
     return out
