@@ -46,7 +46,7 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
                    stride_page, stride_slot, stride_kvh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   GROUP_P2: tl.constexpr = 1, SPLITS_PAD: tl.constexpr = 1, USE_PDL: tl.constexpr = 0):
+                   GROUP_P2: tl.constexpr, SPLITS_PAD: tl.constexpr, USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -120,7 +120,7 @@ def _merge_partitions(part_out_ptr, part_lse_ptr, out_ptr, stride_oh, first_part
     total = tl.sum(tl.exp2(lse - m[None, :]), axis=0)                    # [G]
     acc = tl.zeros([GROUP_P2, D], tl.float32)
     for base in tl.static_range(0, SPLITS_PAD, 4):
-        four = base + tl.arange(0, 4)
+        four = base + tl.arange(0, 4)       # (their weights from lse again: a tensor cannot be sliced)
         in_use = (four[:, None] < used) & (g[None, :] < GROUP)            # [4, G]
         weight = tl.exp2(tl.load(part_lse_ptr + part[None, :] + four[:, None], mask=in_use, other=float("-inf"),
                                  cache_modifier=".cg") - m[None, :])
