@@ -4,8 +4,9 @@
     python benchmarks/core_step_cost.py --model /tmp/tiny --profile core.prof      # cProfile the core
     python benchmarks/core_step_cost.py --model /tmp/tiny --switch-interval 0.0005  # the GIL handed over sooner
 
-Two runs of the same engine (``--device``, default cpu) and the same requests (random prompts of
-``--prompt-len`` tokens, ``--output-len`` tokens each, EOS ignored, greedy, all at once):
+Two runs of the same engine (``--device``, default cpu) and requests of the same shape (random prompts
+of ``--prompt-len`` tokens, each run its own, ``--output-len`` tokens each, EOS ignored, greedy, all at
+once):
 
 * ``offline``: ``InferEngine.generate_ids``, this process;
 * ``served``: an :class:`~anydev.serving.engine_core.EngineCore` on this process's main thread and one
@@ -17,8 +18,10 @@ time per such step (``time.thread_time``: the host work of the thread that steps
 which run the forward, are not counted). served - offline is what the core's loop adds per step. Then
 where the wall time of such a step goes, by wall clocks around ``engine.step`` and the served loop's
 own methods (receive, collect, expire, flush; no profiler's overhead), the rest being the loop's other
-work (offline: generate_ids'). The front end's CPU time per token is printed too. ``--profile FILE``
-runs the core's loop under cProfile.
+work (offline: generate_ids'). The prompts' steps (those that bring back a step with prompt tokens) get
+the same breakdown, beside the engine's own count of them and their seconds (its ``prefill_*`` counters):
+a served run whose prompts take longer than offline shows here which part of the loop adds it. The
+front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
 Every run is bounded: N requests, ``--deadline`` seconds.
 """
 from __future__ import annotations
@@ -75,12 +78,22 @@ class StepClock:
         self.engine, self._step = engine, engine.step
         self.marks: list[tuple[float, float, int]] = []
         self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, engine.step's too
+        self.prefill: list[bool] = []                   # per step: it brought back a step with prompt tokens
+        self.first = engine.stats()                     # the engine's counters before the run
         engine.step = self
 
     def __call__(self):
         self.marks.append((time.perf_counter(), time.thread_time(), len(self.engine.scheduler.running)))
         self.phases.append({})
-        return self.time("engine.step", self._step)()
+        before = self.engine.stats().prefill_steps
+        got = self.time("engine.step", self._step)()
+        self.prefill.append(self.engine.stats().prefill_steps > before)
+        return got
+
+    def prefill_counters(self) -> tuple[int, float]:
+        """The engine's prompt steps since the clock started, and their seconds (its own clock)."""
+        now = self.engine.stats()
+        return now.prefill_steps - self.first.prefill_steps, now.prefill_seconds - self.first.prefill_seconds
 
     def time(self, name: str, method):
         """``method`` wrapped so that its wall time adds to the current step's ``name``."""
@@ -94,11 +107,12 @@ class StepClock:
                     phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
         return timed
 
-    def phase_means(self, streams: int) -> dict[str, float]:
-        """Mean µs a step in each timed method over the steps :meth:`per_step` counts, and the rest of
-        the time between steps (``other``)."""
-        steps = [(b[0] - a[0], phases) for a, b, phases in zip(self.marks, self.marks[1:], self.phases)
-                 if a[2] == b[2] == streams]
+    def phase_means(self, streams: int | None) -> dict[str, float]:
+        """Mean µs a step in each timed method over the steps :meth:`per_step` counts (``streams`` None:
+        over the prompts' steps), and the rest of the time between steps (``other``)."""
+        steps = [(b[0] - a[0], phases) for a, b, phases, prefill in zip(self.marks, self.marks[1:], self.phases,
+                                                                        self.prefill)
+                 if (prefill if streams is None else a[2] == b[2] == streams)]
         if not steps:
             return {}
         names = sorted({name for _, phases in steps for name in phases})
@@ -120,7 +134,7 @@ def offline(engine: InferEngine, prompts, sampling, streams: int):
         engine.generate_ids(prompts, sampling)
     finally:
         engine.step = clock._step
-    return clock.per_step(streams), clock.phase_means(streams)
+    return clock.per_step(streams), clock.phase_means(streams), clock
 
 
 def served(engine: InferEngine, prompts, args):
@@ -152,7 +166,7 @@ def served(engine: InferEngine, prompts, args):
         client.join(10)
         remove_address(address)
     tokens, cpu = done_read.recv() if done_read.poll(1) else (0, float("nan"))
-    return clock.per_step(args.streams), clock.phase_means(args.streams), tokens, cpu
+    return clock.per_step(args.streams), clock.phase_means(args.streams), tokens, cpu, clock
 
 
 def main(argv=None) -> int:
@@ -179,15 +193,17 @@ def main(argv=None) -> int:
     rng = random.Random(0)
     checkpoint = open_checkpoint(args.model)
     vocab = checkpoint.config.vocab_size
-    prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.streams)]
+    # each run its own prompts: the served run would otherwise find the offline run's in the prefix cache
+    prompts, served_prompts = ([[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.streams)]
+                               for _ in range(2))
     sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     with InferEngine(checkpoint, engine_config_from_args(args)) as engine:
         engine.generate_ids(prompts[:4], SamplingParams(max_new_tokens=4, ignore_eos=True))    # warm-up
-        rows, phases = [], {}
+        rows, phases, clocks = [], {}, {}
         if not args.skip_offline:
-            measured, phases["offline"] = offline(engine, prompts, sampling, args.streams)
+            measured, phases["offline"], clocks["offline"] = offline(engine, prompts, sampling, args.streams)
             rows.append(("offline", *measured))
-        (wall, cpu, count), phases["served"], tokens, fe_cpu = served(engine, prompts, args)
+        (wall, cpu, count), phases["served"], tokens, fe_cpu, clocks["served"] = served(engine, served_prompts, args)
         rows.append(("served", wall, cpu, count))
     print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}, "
           f"switch interval {sys.getswitchinterval() * 1e3:g} ms")
@@ -200,6 +216,14 @@ def main(argv=None) -> int:
     print("where a step's wall time goes (mean µs a step; other: the rest of the loop between steps):")
     for name, means in phases.items():
         print(f"{name:<8} " + ", ".join(f"{phase} {us:.0f}" for phase, us in means.items()))
+    print("the prompts' steps (the engine's prefill counters; mean µs a step as above):")
+    counted = {name: clock.prefill_counters() for name, clock in clocks.items()}
+    for name, clock in clocks.items():
+        steps, seconds = counted[name]
+        means = clock.phase_means(None)
+        print(f"{name:<8} prefill {steps} steps {seconds:.3f} s: " + ", ".join(f"{p} {us:.0f}" for p, us in means.items()))
+    if len(counted) == 2 and counted["offline"][1] > 0:
+        print(f"prefill seconds, served / offline: {counted['served'][1] / counted['offline'][1]:.2f}x")
     return 0
 
 

@@ -1,6 +1,7 @@
 """benchmarks/core_step_cost.py on cpu (a tiny random model): both runs get their row, and the served
 loop's step is broken down into engine.step and the core's own methods, each a share of the time
-between steps (a record: no timing thresholds)."""
+between steps, for the decode steps and for the prompts' steps, which the engine's counters count (a
+record: no timing thresholds)."""
 from __future__ import annotations
 
 import os
@@ -23,7 +24,8 @@ def test_core_step_cost_breaks_each_runs_step_into_its_phases(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     phases = {}
     for run in ("offline", "served"):
-        found = [line for line in done.stdout.splitlines() if line.startswith(f"{run} ") and "engine.step" in line]
+        found = [line for line in done.stdout.splitlines() if line.startswith(f"{run} ") and "engine.step" in line
+                 and " prefill " not in line]
         assert len(found) == 1, done.stdout
         assert re.search(rf"^{run} +\d+ +\d+ +\d+$", done.stdout, re.M), done.stdout     # its row: wall, CPU, steps
         pairs = re.findall(r"([\w.]+) (-?[\d.]+)", found[0].split(maxsplit=1)[1])     # "name µs, name µs, ..."
@@ -33,3 +35,8 @@ def test_core_step_cost_breaks_each_runs_step_into_its_phases(tmp_path):
     for run, means in phases.items():
         assert all(us >= -1 for us in means.values()), (run, means)    # each within the time between steps
         assert means["engine.step"] > 0, (run, means)
+    for run in ("offline", "served"):      # 4 prompts of 8 tokens: at least one step with prompt tokens
+        steps, seconds, phases = re.search(rf"^{run} +prefill (\d+) steps ([\d.]+) s: (.*)$", done.stdout, re.M).groups()
+        assert int(steps) >= 1 and float(seconds) > 0, done.stdout
+        assert "engine.step" in phases, done.stdout
+    assert re.search(r"^prefill seconds, served / offline: [\d.]+x$", done.stdout, re.M), done.stdout
