@@ -26,7 +26,7 @@ the case's wall time, the busiest client process) and how late its event loop ra
 A client near 100% CPU or with a lag near the ITL is what bounds that row: one asyncio process spends
 ~10-40 us of CPU on each token event, so at 256 streams it needs more than a decode step per step.
 --client-processes spreads the streams (all but the shared conversations) over several processes with
-the same arrival times.
+the same arrival times; --client-cpus pins those processes apart from the server.
 The offline row is timed per token too (when each step's tokens are back in generate_ids), so the
 saturation ratios compare the same measures; its decode step time is the issue's ITL target.
 Both saturate rows also count the engine's own steps of the case (the server's /metrics counters before
@@ -87,6 +87,9 @@ def parse_args(argv=None):
     p.add_argument("--client-processes", type=int, default=max(1, (os.cpu_count() or 1) // 4),
                    help="client processes the streams are spread over (default: a quarter of the host's cores, "
                         "at least 1; the shared conversations stay in one)")
+    p.add_argument("--client-cpus", type=cpu_list, default=None,
+                   help="pin the client processes to these CPUs (\"8-13\"; run the bench under taskset for the "
+                        "server's and the offline run's): keeps their CPU away from the server's")
     p.add_argument("--out", help="write the figures as JSON here (e.g. results/serve_bench.json)")
     args = p.parse_args(argv)
     full = dict(max_num_seqs=64, max_model_len=4096, rate=8.0, requests=200, prompt_len=512, output_len=128,
@@ -258,7 +261,7 @@ def run_load(args, jobs, rate: float) -> tuple[list[Load], float]:
     shares = [[(at, *job) for at, job in list(zip(times, jobs))[i::processes]] for i in range(processes)]
     context = multiprocessing.get_context("spawn")
     started = context.Barrier(processes + 1)
-    with context.Pool(processes, initializer=_started, initargs=(started,)) as pool:
+    with context.Pool(processes, initializer=_started, initargs=(started, args.client_cpus)) as pool:
         started.wait(timeout=300)                      # every worker is up (and idle) before the clock starts
         start = time.time() + 0.2
         loads = pool.starmap(_client_process, [(args.port, share, start, args.case_deadline) for share in shares],
@@ -266,9 +269,20 @@ def run_load(args, jobs, rate: float) -> tuple[list[Load], float]:
     return loads, time.time() - start
 
 
-def _started(barrier) -> None:
-    """A client process's first act: say it is up."""
+def _started(barrier, cpus: set[int] | None = None) -> None:
+    """A client process's first act: move to ``cpus`` (when given), then say it is up."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     barrier.wait(timeout=300)
+
+
+def cpu_list(text: str) -> set[int]:
+    """``taskset``'s list syntax: "8-13" or "0,2,4-7"."""
+    cpus = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 # ---- workloads: requests (prompt, max_tokens), or conversations -----------------------------------
