@@ -20,8 +20,8 @@ where the wall time of such a step goes, by wall clocks around ``engine.step`` a
 own methods (receive, collect, expire, flush; no profiler's overhead), the rest being the loop's other
 work (offline: generate_ids'). The prompts' steps (those that bring back a step with prompt tokens) get
 the same breakdown, beside the engine's own count of them and their seconds (its ``prefill_*`` counters):
-a served run whose prompts take longer than offline shows here which part of the loop adds it. The
-front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
+a served run whose prompts take longer than offline shows here which part of the loop adds it; so do
+the garbage collector's pauses in each run. The front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
 Every run is bounded: N requests, ``--deadline`` seconds.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import multiprocessing
 import os
 import random
@@ -80,6 +81,7 @@ class StepClock:
         self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, engine.step's too
         self.prefill: list[bool] = []                   # per step: it brought back a step with prompt tokens
         self.first = engine.stats()                     # the engine's counters before the run
+        self.gc = ""                                    # the collector's pauses in the run (GcClock.stop)
         engine.step = self
 
     def __call__(self):
@@ -128,12 +130,33 @@ class StepClock:
         return (statistics.median(p[0] for p in pairs) * 1e6, statistics.fmean(p[1] for p in pairs) * 1e6, len(pairs))
 
 
+class GcClock:
+    """The garbage collector's pauses on this process while it is on (``gc.callbacks``): count and
+    seconds per generation."""
+
+    def __init__(self):
+        self.count, self.seconds, self._start = [0, 0, 0], [0.0, 0.0, 0.0], 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.count[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._start
+
+    def stop(self) -> str:
+        gc.callbacks.remove(self._callback)
+        return ", ".join(f"gen{g} {n} ({1e3 * t:.1f} ms)" for g, (n, t) in enumerate(zip(self.count, self.seconds)))
+
+
 def offline(engine: InferEngine, prompts, sampling, streams: int):
-    clock = StepClock(engine)
+    clock, collector = StepClock(engine), GcClock()
     try:
         engine.generate_ids(prompts, sampling)
     finally:
         engine.step = clock._step
+        clock.gc = collector.stop()
     return clock.per_step(streams), clock.phase_means(streams), clock
 
 
@@ -148,7 +171,7 @@ def served(engine: InferEngine, prompts, args):
                                                       args.output_len, args.deadline, done_write))
     client.start()
     lifeline_read.close()
-    clock = StepClock(engine)
+    clock, collector = StepClock(engine), GcClock()
     core = EngineCore(engine, address, {client_identity(0)})
     for name in ("_receive", "_collect", "_expire", "_flush"):     # the loop's own work between steps
         setattr(core, name, clock.time(name, getattr(core, name)))
@@ -162,6 +185,7 @@ def served(engine: InferEngine, prompts, args):
             profile.disable()
             profile.dump_stats(args.profile)
         engine.step = clock._step
+        clock.gc = collector.stop()
         lifeline_write.close()
         client.join(10)
         remove_address(address)
@@ -194,11 +218,12 @@ def main(argv=None) -> int:
     checkpoint = open_checkpoint(args.model)
     vocab = checkpoint.config.vocab_size
     # each run its own prompts: the served run would otherwise find the offline run's in the prefix cache
-    prompts, served_prompts = ([[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.streams)]
-                               for _ in range(2))
+    warm_prompts, prompts, served_prompts = ([[rng.randrange(vocab) for _ in range(args.prompt_len)]
+                                              for _ in range(args.streams)] for _ in range(3))
     sampling = SamplingParams(max_new_tokens=args.output_len, ignore_eos=True)
     with InferEngine(checkpoint, engine_config_from_args(args)) as engine:
-        engine.generate_ids(prompts[:4], SamplingParams(max_new_tokens=4, ignore_eos=True))    # warm-up
+        # warm-up: every step shape both runs meet (prompt chunks beside decodes) compiled and captured
+        engine.generate_ids(warm_prompts, SamplingParams(max_new_tokens=8, ignore_eos=True))
         rows, phases, clocks = [], {}, {}
         if not args.skip_offline:
             measured, phases["offline"], clocks["offline"] = offline(engine, prompts, sampling, args.streams)
@@ -222,6 +247,9 @@ def main(argv=None) -> int:
         steps, seconds = counted[name]
         means = clock.phase_means(None)
         print(f"{name:<8} prefill {steps} steps {seconds:.3f} s: " + ", ".join(f"{p} {us:.0f}" for p, us in means.items()))
+    print("the garbage collector's pauses (this process, each run):")
+    for name, clock in clocks.items():
+        print(f"{name:<8} gc: {clock.gc}")
     if len(counted) == 2 and counted["offline"][1] > 0:
         print(f"prefill seconds, served / offline: {counted['served'][1] / counted['offline'][1]:.2f}x")
     return 0

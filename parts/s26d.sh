@@ -4,12 +4,14 @@
 # work is ~0.2 ms a prefill step. Is a 512-token step host-bound, and slowed by the other processes
 # (front ends, clients) that keep the host's cores busy?
 #   1. parts/offline_load.py: the offline run alone (cores 0-3), then with busy loops on cores 4-13;
-#   2. serve_bench 256 streams / 4 front ends with the clients pinned apart (cores 12-15, the server and
+#   2. core_step_cost at 256 streams of 512-token prompts in 512-token steps, both runs warm now, with
+#      the garbage collector's pauses;
+#   3. serve_bench 256 streams / 4 front ends with the clients pinned apart (cores 12-15, the server and
 #      offline on 0-11), and at the engine's default 2048-token steps;
-#   3. decode attention at batch 1 with 4 warps in the split launch (f6b162a's merge kept): the 1B step
+#   4. decode attention at batch 1 with 4 warps in the split launch (f6b162a's merge kept): the 1B step
 #      profiled with PDL off at contexts 256 and 2048 (call C: 8 warps 6.35 / 10.66 us, 5cde3e9 5.67 /
 #      10.97 us);
-#   4. on an H200: the 8B Q4_K and Q8_0 files beside llama.cpp, 8B bf16 / int8 / fp8 and 1B bf16.
+#   5. on an H200: the 8B Q4_K and Q8_0 files beside llama.cpp, 8B bf16 / int8 / fp8 and 1B bf16.
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -24,6 +26,8 @@ SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --
     "${SHAPE[@]}" --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done; fi ) &
 for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 step offline-load 100 taskset -c 0-3 python3 parts/offline_load.py /tmp/llama-1b 4-14 2
+step core-256 90 taskset -c 0-11 python3 benchmarks/core_step_cost.py --device nvidia --model /tmp/llama-1b --streams 256 \
+  --prompt-len 512 --output-len 128 --max-num-seqs 256 --max-num-batched-tokens 512 --deadline 60
 SV=(taskset -c 0-11 python3 benchmarks/serve_bench.py --device nvidia --model /tmp/llama-1b --case-deadline 30
     --workloads saturate --output-len 512 --batch 256 --max-num-seqs 256 --api-server-count 4)
 step serve-256-apart 70 "${SV[@]}" --client-cpus 12-15 --out $R/serve-256-apart.json
@@ -48,6 +52,6 @@ if (( H200 )); then
   step decode-8b-quant 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b-quant.json
   step decode-1b 40 "${DB[@]}" --shape 1b --out $R/decode-1b.json
 fi
-grep -h "^run \|steps: \|server CPU\|server / offline\|mean decode step\|prefill seconds\|saturate \|anydev llama\|llama.cpp:\|device busy\|x (decode\|_decode_kernel  \|anydev graphs   decode" \
-  $R/offline-load.txt $R/serve-*.txt $R/anydev-*.txt $R/llamacpp-*.txt $R/decode-*.txt $R/*prof0-*.txt >> $LOG 2>/dev/null
+grep -h "^run \|gc: \|^offline \|^served \|steps: \|server CPU\|server / offline\|mean decode step\|prefill seconds\|saturate \|anydev llama\|llama.cpp:\|device busy\|x (decode\|_decode_kernel  \|anydev graphs   decode" \
+  $R/offline-load.txt $R/core-256.txt $R/serve-*.txt $R/anydev-*.txt $R/llamacpp-*.txt $R/decode-*.txt $R/*prof0-*.txt >> $LOG 2>/dev/null
 call_end

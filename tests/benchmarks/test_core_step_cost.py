@@ -39,4 +39,6 @@ def test_core_step_cost_breaks_each_runs_step_into_its_phases(tmp_path):
         steps, seconds, phases = re.search(rf"^{run} +prefill (\d+) steps ([\d.]+) s: (.*)$", done.stdout, re.M).groups()
         assert int(steps) >= 1 and float(seconds) > 0, done.stdout
         assert "engine.step" in phases, done.stdout
+        assert re.search(rf"^{run} +gc: gen0 \d+ \([\d.]+ ms\), gen1 \d+ \([\d.]+ ms\), gen2 \d+ \([\d.]+ ms\)$",
+                         done.stdout, re.M), done.stdout
     assert re.search(r"^prefill seconds, served / offline: [\d.]+x$", done.stdout, re.M), done.stdout
