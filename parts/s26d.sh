@@ -15,7 +15,7 @@
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
-call_init c26d 540
+call_init c26d 480
 call_start
 H200=0; nvidia-smi -L | grep -q H200 && H200=1
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
@@ -28,17 +28,6 @@ for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 step offline-load 100 taskset -c 0-3 python3 parts/offline_load.py /tmp/llama-1b 4-14 2
 step core-256 90 taskset -c 0-11 python3 benchmarks/core_step_cost.py --device nvidia --model /tmp/llama-1b --streams 256 \
   --prompt-len 512 --output-len 128 --max-num-seqs 256 --max-num-batched-tokens 512 --deadline 60
-SV=(taskset -c 0-11 python3 benchmarks/serve_bench.py --device nvidia --model /tmp/llama-1b --case-deadline 30
-    --workloads saturate --output-len 512 --batch 256 --max-num-seqs 256 --api-server-count 4)
-step serve-256-apart 70 "${SV[@]}" --client-cpus 12-15 --out $R/serve-256-apart.json
-step serve-256-2048 70 "${SV[@]}" --client-cpus 12-15 --max-num-batched-tokens 2048 --out $R/serve-256-2048.json
-W4="import runpy, sys; sys.path.insert(0, 'benchmarks'); import anydev.backends.triton_kernels.attention_decode as a; a.ONE_WAVE_WARPS = 4; \
-sys.argv = ['step_profile.py'] + sys.argv[1:]; runpy.run_path('benchmarks/step_profile.py', run_name='__main__')"
-for ctx in 256 2048; do
-  SPC=(--device nvidia --graphs --context $ctx --steps 8 --rows 12 --batch-sizes 1 --shape 1b)
-  ANYDEV_TRITON_PDL=0 step w4-prof0-1b-c$ctx 40 taskset -c 0-1 python3 -c "$W4" "${SPC[@]}"
-  ANYDEV_TRITON_PDL=0 step w8-prof0-1b-c$ctx 40 taskset -c 0-1 python3 benchmarks/step_profile.py "${SPC[@]}"
-done
 if (( H200 )); then
   wait
   PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
@@ -49,9 +38,20 @@ if (( H200 )); then
   done
   DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
       --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
-  step decode-8b-quant 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b-quant.json
-  step decode-1b 40 "${DB[@]}" --shape 1b --out $R/decode-1b.json
+  step decode-8b-quant 60 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b-quant.json
+  step decode-1b 25 "${DB[@]}" --shape 1b --out $R/decode-1b.json
 fi
+SV=(taskset -c 0-11 python3 benchmarks/serve_bench.py --device nvidia --model /tmp/llama-1b --case-deadline 30
+    --workloads saturate --output-len 512 --batch 256 --max-num-seqs 256 --api-server-count 4)
+step serve-256-apart 70 "${SV[@]}" --client-cpus 12-15 --out $R/serve-256-apart.json
+W4="import runpy, sys; sys.path.insert(0, 'benchmarks'); import anydev.backends.triton_kernels.attention_decode as a; a.ONE_WAVE_WARPS = 4; \
+sys.argv = ['step_profile.py'] + sys.argv[1:]; runpy.run_path('benchmarks/step_profile.py', run_name='__main__')"
+for ctx in 256 2048; do
+  SPC=(--device nvidia --graphs --context $ctx --steps 8 --rows 12 --batch-sizes 1 --shape 1b)
+  ANYDEV_TRITON_PDL=0 step w4-prof0-1b-c$ctx 40 taskset -c 0-1 python3 -c "$W4" "${SPC[@]}"
+  ANYDEV_TRITON_PDL=0 step w8-prof0-1b-c$ctx 40 taskset -c 0-1 python3 benchmarks/step_profile.py "${SPC[@]}"
+done
+step serve-256-2048 70 "${SV[@]}" --client-cpus 12-15 --max-num-batched-tokens 2048 --out $R/serve-256-2048.json
 grep -h "^run \|gc: \|^offline \|^served \|steps: \|server CPU\|server / offline\|mean decode step\|prefill seconds\|saturate \|anydev llama\|llama.cpp:\|device busy\|x (decode\|_decode_kernel  \|anydev graphs   decode" \
   $R/offline-load.txt $R/core-256.txt $R/serve-*.txt $R/anydev-*.txt $R/llamacpp-*.txt $R/decode-*.txt $R/*prof0-*.txt >> $LOG 2>/dev/null
 call_end
