@@ -25,7 +25,7 @@ SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --
   if (( H200 )); then for t in Q4_K Q8_0; do taskset -c 14-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf \
     "${SHAPE[@]}" --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done; fi ) &
 for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
-step offline-load 100 taskset -c 0-3 python3 parts/offline_load.py /tmp/llama-1b 4-14 2
+step offline-load 70 taskset -c 0-3 python3 parts/offline_load.py /tmp/llama-1b 4-14 1
 step core-256 90 taskset -c 0-11 python3 benchmarks/core_step_cost.py --device nvidia --model /tmp/llama-1b --streams 256 \
   --prompt-len 512 --output-len 128 --max-num-seqs 256 --max-num-batched-tokens 512 --deadline 60
 if (( H200 )); then
