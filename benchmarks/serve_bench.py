@@ -269,20 +269,20 @@ def run_load(args, jobs, rate: float) -> tuple[list[Load], float]:
     return loads, time.time() - start
 
 
-def _started(barrier, cpus: set[int] | None = None) -> None:
+def _started(barrier, cpus: list[int] | None = None) -> None:
     """A client process's first act: move to ``cpus`` (when given), then say it is up."""
     if cpus:
         os.sched_setaffinity(0, cpus)
     barrier.wait(timeout=300)
 
 
-def cpu_list(text: str) -> set[int]:
-    """``taskset``'s list syntax: "8-13" or "0,2,4-7"."""
+def cpu_list(text: str) -> list[int]:
+    """``taskset``'s list syntax ("8-13" or "0,2,4-7"), sorted (the report's JSON takes a list)."""
     cpus = set()
     for part in text.split(","):
         first, _, last = part.partition("-")
         cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
+    return sorted(cpus)
 
 
 # ---- workloads: requests (prompt, max_tokens), or conversations -----------------------------------

@@ -19,6 +19,8 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
     command = [sys.executable, str(BENCH), "--tiny", "--requests", "6", "--conversations", "2", "--turns", "2",
                "--batch", "3", "--rate", "20", "--long-every", "3", "--system-len", "64", "--case-deadline", "120",
                "--client-processes", "2", "--out", str(out)]
+    if hasattr(os, "sched_getaffinity"):     # pinned where they are: the option's path, through to the report
+        command += ["--client-cpus", ",".join(map(str, sorted(os.sched_getaffinity(0))))]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(out.read_text())
@@ -32,6 +34,8 @@ def test_serve_bench_runs_every_case_and_its_ablations(tmp_path):
     assert cases[("shared", "prefix on, chunked on")]["prefix_hit_rate"] > 0.3
     assert cases[("shared", "prefix OFF, chunked on")]["prefix_hit_rate"] == 0
     assert len(report["ratios"]) == 9 and report["command"] and report["date"] and report["device"] == "cpu"
+    if hasattr(os, "sched_getaffinity"):
+        assert report["settings"]["client_cpus"] == sorted(os.sched_getaffinity(0))
     assert report["ratios"]["saturation ITL p50, server / offline decode step (target <= 1.3)"] > 0
     # the streams of every case but the conversations went through two client processes, each measured
     for (workload, config), row in cases.items():

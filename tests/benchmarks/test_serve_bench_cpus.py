@@ -23,9 +23,9 @@ def _bench():
 
 def test_cpu_list_reads_ranges_and_singles():
     bench = _bench()
-    assert bench.cpu_list("3") == {3}
-    assert bench.cpu_list("0,2,4-6") == {0, 2, 4, 5, 6}
-    assert bench.parse_args(["--client-cpus", "1-2"]).client_cpus == {1, 2}
+    assert bench.cpu_list("3") == [3]
+    assert bench.cpu_list("4-6,0,2") == [0, 2, 4, 5, 6]
+    assert bench.parse_args(["--client-cpus", "1-2"]).client_cpus == [1, 2]
     assert bench.parse_args([]).client_cpus is None
 
 
