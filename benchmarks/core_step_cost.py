@@ -80,7 +80,7 @@ class StepClock:
         self.marks: list[tuple[float, float, int]] = []
         self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, engine.step's too
         self.prefill: list[bool] = []                   # per step: it brought back a step with prompt tokens
-        self.first = engine.stats()                     # the engine's counters before the run
+        self.first = self.last = engine.stats()         # the engine's counters before and after the run
         self.gc = ""                                    # the collector's pauses in the run (GcClock.stop)
         engine.step = self
 
@@ -92,10 +92,16 @@ class StepClock:
         self.prefill.append(self.engine.stats().prefill_steps > before)
         return got
 
+    def finish(self, collector: "GcClock") -> None:
+        """The run is over: the engine's step goes back, its counters and ``collector``'s pauses are kept."""
+        self.engine.step = self._step
+        self.last = self.engine.stats()
+        self.gc = collector.stop()
+
     def prefill_counters(self) -> tuple[int, float]:
-        """The engine's prompt steps since the clock started, and their seconds (its own clock)."""
-        now = self.engine.stats()
-        return now.prefill_steps - self.first.prefill_steps, now.prefill_seconds - self.first.prefill_seconds
+        """The engine's prompt steps in the run, and their seconds (its own clock)."""
+        return (self.last.prefill_steps - self.first.prefill_steps,
+                self.last.prefill_seconds - self.first.prefill_seconds)
 
     def time(self, name: str, method):
         """``method`` wrapped so that its wall time adds to the current step's ``name``."""
@@ -155,8 +161,7 @@ def offline(engine: InferEngine, prompts, sampling, streams: int):
     try:
         engine.generate_ids(prompts, sampling)
     finally:
-        engine.step = clock._step
-        clock.gc = collector.stop()
+        clock.finish(collector)
     return clock.per_step(streams), clock.phase_means(streams), clock
 
 
@@ -184,8 +189,7 @@ def served(engine: InferEngine, prompts, args):
         if profile:
             profile.disable()
             profile.dump_stats(args.profile)
-        engine.step = clock._step
-        clock.gc = collector.stop()
+        clock.finish(collector)
         lifeline_write.close()
         client.join(10)
         remove_address(address)
