@@ -26,7 +26,10 @@ the case's wall time, the busiest client process) and how late its event loop ra
 A client near 100% CPU or with a lag near the ITL is what bounds that row: one asyncio process spends
 ~10-40 us of CPU on each token event, so at 256 streams it needs more than a decode step per step.
 --client-processes spreads the streams (all but the shared conversations) over several processes with
-the same arrival times; --client-cpus pins those processes apart from the server.
+the same arrival times; --client-cpus pins those processes apart from the server. Do that for the
+saturate ratios on one machine (the bench under ``taskset -c 0-11``, ``--client-cpus 12-15``): a step with
+prompt tokens is host-bound, and clients on the server's cores slow it (at 256 streams on an H100, 0.82x
+with them beside the server against 1.00x apart).
 The offline row is timed per token too (when each step's tokens are back in generate_ids), so the
 saturation ratios compare the same measures; its decode step time is the issue's ITL target.
 Both saturate rows also count the engine's own steps of the case (the server's /metrics counters before
