@@ -185,9 +185,8 @@ class AsyncEngine:
     @classmethod
     def unstarted_over(cls, engine, observer=None) -> "AsyncEngine":
         """As :meth:`over`, connected later by :meth:`connect` (an app's lifespan does it)."""
-        core = EngineCoreThread(engine)
-        client = cls(CoreLink(core.address, _thread_info(engine), None), observer=observer, owner=core)
-        return client
+        core = EngineCoreThread(engine)      # its address and lifeline come with connect()
+        return cls(CoreLink("", _thread_info(engine), None), observer=observer, owner=core)
 
     async def connect(self) -> None:
         """Start the core if this client owns an unstarted thread core, then connect to it."""

@@ -320,16 +320,20 @@ def remove_address(address: str) -> None:
 
 # ---- on a thread ---------------------------------------------------------------------------------
 class EngineCoreThread:
-    """The core on a thread of this process, over ``engine`` (which the caller closes). One client."""
+    """The core on a thread of this process, over ``engine`` (which the caller closes). One client.
+    Its address and lifeline are made by :meth:`start`: one never started (an app whose lifespan
+    never ran) holds nothing to release."""
 
     def __init__(self, engine: InferEngine):
         self.engine = engine
-        self.address = new_address()
-        self._read_end, self._write_end = os.pipe()
+        self.address: str | None = None
         self.failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="anydev-engine-core", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> CoreLink:
+        self.address = new_address()
+        self._read_end, self._write_end = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="anydev-engine-core", daemon=True)
         self._thread.start()
         return CoreLink(self.address, engine_info(self.engine), self._read_end, self._describe)
 
@@ -345,6 +349,8 @@ class EngineCoreThread:
         return f"the engine core thread ended: {self.failure}" if self.failure else "the engine core thread ended"
 
     def join(self, timeout: float) -> None:
+        if self._thread is None:
+            return
         self._thread.join(timeout)
         if not self._thread.is_alive():
             os.close(self._read_end)
