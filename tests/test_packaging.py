@@ -15,7 +15,7 @@ import anydev
 
 ROOT = Path(anydev.__file__).resolve().parent
 #: Top-level folders that stay outside the installed package (pyproject.toml's package-dir comment).
-OUTSIDE = {"tests", "examples", "benchmarks", "scripts", "docs", "results", "build", "dist"}
+OUTSIDE = {"tests", "examples", "benchmarks", "parts", "scripts", "docs", "results", "build", "dist"}
 
 
 def package_files(pattern: str) -> set[str]:
