@@ -21,7 +21,8 @@ own methods (receive, collect, expire, flush; no profiler's overhead), the rest 
 work (offline: generate_ids'). The prompts' steps (those that bring back a step with prompt tokens) get
 the same breakdown, beside the engine's own count of them and their seconds (its ``prefill_*`` counters):
 a served run whose prompts take longer than offline shows here which part of the loop adds it; so do
-the garbage collector's pauses in each run. The front end's CPU time per token is printed too. ``--profile FILE`` runs the core's loop under cProfile.
+the garbage collector's pauses in each run. The front end's CPU time per token is printed too.
+``--profile FILE`` runs the core's loop under cProfile.
 Every run is bounded: N requests, ``--deadline`` seconds.
 """
 from __future__ import annotations
