@@ -152,8 +152,7 @@ class EngineCore:
 
     def _add(self, client: bytes, message: AddRequest) -> None:
         out = self._pending.setdefault(client, [])
-        waiting = self.engine.stats().waiting
-        if message.max_waiting is not None and waiting >= message.max_waiting:
+        if message.max_waiting is not None and self.engine.stats().waiting >= message.max_waiting:
             out.append(RequestOutput(message.request_id, [], error=f"the waiting queue is full ({message.max_waiting} "
                                      "requests, --max-waiting)", error_kind="queue_full"))
             return
