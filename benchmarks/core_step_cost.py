@@ -82,15 +82,18 @@ class StepClock:
         self.phases: list[dict[str, float]] = []      # per step: seconds in each timed method, engine.step's too
         self.prefill: list[bool] = []                   # per step: it brought back a step with prompt tokens
         self.first = self.last = engine.stats()         # the engine's counters before and after the run
+        self._prefill_steps = self.first.prefill_steps  # the engine's count after the last step
         self.gc = ""                                    # the collector's pauses in the run (GcClock.stop)
         engine.step = self
 
     def __call__(self):
         self.marks.append((time.perf_counter(), time.thread_time(), len(self.engine.scheduler.running)))
         self.phases.append({})
-        before = self.engine.stats().prefill_steps
         got = self.time("engine.step", self._step)()
-        self.prefill.append(self.engine.stats().prefill_steps > before)
+        # the engine's own count, read without stats(): its lock and copy would land in the timed loop
+        count = self.engine._stats.prefill_steps
+        self.prefill.append(count > self._prefill_steps)
+        self._prefill_steps = count
         return got
 
     def finish(self, collector: "GcClock") -> None:
