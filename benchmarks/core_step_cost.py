@@ -160,13 +160,13 @@ class GcClock:
         return ", ".join(f"gen{g} {n} ({1e3 * t:.1f} ms)" for g, (n, t) in enumerate(zip(self.count, self.seconds)))
 
 
-def offline(engine: InferEngine, prompts, sampling, streams: int):
+def offline(engine: InferEngine, prompts, sampling) -> StepClock:
     clock, collector = StepClock(engine), GcClock()
     try:
         engine.generate_ids(prompts, sampling)
     finally:
         clock.finish(collector)
-    return clock.per_step(streams), clock.phase_means(streams), clock
+    return clock
 
 
 def served(engine: InferEngine, prompts, args):
@@ -198,7 +198,7 @@ def served(engine: InferEngine, prompts, args):
         client.join(10)
         remove_address(address)
     tokens, cpu = done_read.recv() if done_read.poll(1) else (0, float("nan"))
-    return clock.per_step(args.streams), clock.phase_means(args.streams), tokens, cpu, clock
+    return clock, tokens, cpu
 
 
 def main(argv=None) -> int:
@@ -232,12 +232,11 @@ def main(argv=None) -> int:
     with InferEngine(checkpoint, engine_config_from_args(args)) as engine:
         # warm-up: every step shape both runs meet (prompt chunks beside decodes) compiled and captured
         engine.generate_ids(warm_prompts, SamplingParams(max_new_tokens=8, ignore_eos=True))
-        rows, phases, clocks = [], {}, {}
+        clocks = {}
         if not args.skip_offline:
-            measured, phases["offline"], clocks["offline"] = offline(engine, prompts, sampling, args.streams)
-            rows.append(("offline", *measured))
-        (wall, cpu, count), phases["served"], tokens, fe_cpu, clocks["served"] = served(engine, served_prompts, args)
-        rows.append(("served", wall, cpu, count))
+            clocks["offline"] = offline(engine, prompts, sampling)
+        clocks["served"], tokens, fe_cpu = served(engine, served_prompts, args)
+    rows = [(name, *clock.per_step(args.streams)) for name, clock in clocks.items()]
     print(f"{args.streams} streams, {args.output_len} tokens each, device {args.device}, "
           f"switch interval {sys.getswitchinterval() * 1e3:g} ms")
     print(f"{'run':<8} {'step wall µs':>12} {'core CPU µs/step':>16} {'steps':>6}")
@@ -247,8 +246,8 @@ def main(argv=None) -> int:
         print(f"served - offline: {rows[1][1] - rows[0][1]:+.0f} µs wall, {rows[1][2] - rows[0][2]:+.0f} µs core CPU per step")
     print(f"front end: {tokens} tokens, {fe_cpu / max(tokens, 1) * 1e6:.1f} µs CPU per token")
     print("where a step's wall time goes (mean µs a step; other: the rest of the loop between steps):")
-    for name, means in phases.items():
-        print(f"{name:<8} " + ", ".join(f"{phase} {us:.0f}" for phase, us in means.items()))
+    for name, clock in clocks.items():
+        print(f"{name:<8} " + ", ".join(f"{phase} {us:.0f}" for phase, us in clock.phase_means(args.streams).items()))
     print("the prompts' steps (the engine's prefill counters; mean µs a step as above):")
     counted = {name: clock.prefill_counters() for name, clock in clocks.items()}
     for name, clock in clocks.items():

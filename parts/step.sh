@@ -62,17 +62,3 @@ make_models() {
       --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
   for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 }
-# `gguf_peers FORMAT...`: anydev and llama.cpp ($B, unpacked by peer_unpack) on each 8B file of
-# make_models at batch 1 and 32, then the 8B bf16 / int8 / fp8 and the 1B bf16 decoded at batch 1.
-gguf_peers() {
-  local peer=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
-  local db=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256
-            --prefill-len 0 --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
-  for t in "$@"; do
-    step anydev-$t 60 "${peer[@]}" --batch-sizes 1,32 $G/llama-8b-$t.gguf --out $R/anydev-$t.json
-    LD_LIBRARY_PATH=$B/bin step llamacpp-$t 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$t.gguf \
-      --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-$t.json
-  done
-  step decode-8b-quant 70 "${db[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b-quant.json
-  step decode-1b 30 "${db[@]}" --shape 1b --out $R/decode-1b.json
-}
