@@ -5,7 +5,8 @@
 #   2. the q4_k batch-32 plan sweep of the 8B GEMMs (weights first and second, linear_bench --sweep),
 #      its winners pasted into this machine's copy of linear_plans.RECORDED (the editable install
 #      reads it), then the Q4_K file at batch 1 and 32 again ("after") beside llama.cpp on the same file;
-#   3. the 8B bf16 / int8 / fp8 decoded at batch 1 (session 27's H200 run of them was cut by its limit).
+#   3. decode attention alone against its partition count and warps (parts/attn_sweep.py: 11 us a layer
+#      at the 8B shape on an H100, session 27), and the Q4_K file's batch-1 step profiled with PDL off.
 # Carry .whl and .peer/llamacpp-bin.tar.xz. Paste plans-q4_k-b32.txt into RECORDED when they help.
 set -uo pipefail
 source parts/step.sh
@@ -33,9 +34,9 @@ step after-Q4_K 50 "${PEER[@]}" --batch-sizes 1,32 --out $R/after-Q4_K.json
 wait
 LD_LIBRARY_PATH=$B/bin step llamacpp-Q4_K 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q4_K.gguf \
   --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-Q4_K.json
-step decode-8b-quant 100 taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
-  --prefill-len 0 --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count --shape 8b \
-  --quantizations none,int8,fp8 --out $R/decode-8b-quant.json
-grep -h "anydev llama\|llama.cpp:\|heuristic\|x (decode" $R/*-Q4_K*.txt $R/llamacpp-*.txt $R/sweep-*.txt $R/decode-*.txt \
+step attn-sweep 90 taskset -c 0-1 python3 parts/attn_sweep.py --out $R/attn-sweep.json
+step prof-Q4_K-b1 40 env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs \
+  --context 256 --steps 8 --rows 30 --batch-sizes 1 --model $G/llama-8b-Q4_K.gguf
+grep -h "anydev llama\|llama.cpp:\|heuristic\|device kernels" $R/*-Q4_K*.txt $R/llamacpp-*.txt $R/sweep-*.txt $R/prof-*.txt \
   >> $LOG 2>/dev/null
 call_end
