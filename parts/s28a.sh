@@ -6,7 +6,8 @@
 #      its winners pasted into this machine's copy of linear_plans.RECORDED (the editable install
 #      reads it), then the Q4_K file at batch 1 and 32 again ("after") beside llama.cpp on the same file;
 #   3. decode attention alone against its partition count and warps (parts/attn_sweep.py: 11 us a layer
-#      at the 8B shape on an H100, session 27), and the Q4_K file's batch-1 step profiled with PDL off.
+#      at the 8B shape on an H100, session 27), the greedy argmax's two passes against torch's max
+#      (parts/row_max_bench.py), and the Q4_K file's batch-1 step profiled with PDL off.
 # Carry .whl and .peer/llamacpp-bin.tar.xz. Paste plans-q4_k-b32.txt into RECORDED when they help.
 set -uo pipefail
 source parts/step.sh
@@ -35,6 +36,7 @@ wait
 LD_LIBRARY_PATH=$B/bin step llamacpp-Q4_K 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q4_K.gguf \
   --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-Q4_K.json
 step attn-sweep 90 taskset -c 0-1 python3 parts/attn_sweep.py --out $R/attn-sweep.json
+step row-max 30 taskset -c 0-1 python3 parts/row_max_bench.py --out $R/row-max.json
 step prof-Q4_K-b1 40 env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs \
   --context 256 --steps 8 --rows 30 --batch-sizes 1 --model $G/llama-8b-Q4_K.gguf
 grep -h "anydev llama\|llama.cpp:\|heuristic\|device kernels" $R/*-Q4_K*.txt $R/llamacpp-*.txt $R/sweep-*.txt $R/prof-*.txt \

@@ -7,6 +7,8 @@ and the other rows of the step are drawn as if it were not there. Only errors ra
 a collective's) stop the step."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .logits_processors import changes_logits, apply_to_row, min_p_filter
@@ -75,7 +77,7 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
             logits[i] = apply_to_row(logits[i], params[i], histories[i] if histories else None)
         if masks is not None:
             apply_token_bitmask(logits, *masks)
-    best, tokens = logits.max(dim=-1)
+    best, tokens = row_max(logits)
     failed = (best - best).isnan()     # inf - inf and NaN - NaN are NaN: the fewest host ops found
     sampled = [i for i, p in enumerate(params) if p is not None and not p.is_greedy]
     if not sampled:
@@ -92,6 +94,39 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
         rows = torch.tensor(shared, device=logits.device)
         tokens[rows] = _sample_together(logits[rows].float(), [params[i] for i in shared])
     return tokens.masked_fill_(failed, NON_FINITE_LOGITS)
+
+
+#: Rows up to which :func:`row_max` splits each row (more rows fill the device by themselves).
+SPLIT_ROWS_UP_TO = 16
+#: :func:`row_max` splits a row into this many parts when its length allows (a divisor of it).
+ROW_PARTS = 256
+
+
+def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``logits.max(dim=-1)`` of a [B, V] tensor, the same values and indices (the first largest;
+    NaN wins, as in torch), in two passes for a few long rows: torch reduces each row in one thread
+    block, which on a GPU takes tens of microseconds for a 128K vocabulary at batch 1. The row is
+    viewed as parts (the largest divisor of V up to :data:`ROW_PARTS`, at least 64 wide), each part
+    reduced, then the parts' maxima."""
+    rows, width = logits.shape
+    parts = _parts(width)
+    if rows > SPLIT_ROWS_UP_TO or parts == 1 or not logits.is_contiguous():
+        return logits.max(dim=-1)
+    size = width // parts
+    part_best, part_index = logits.view(rows, parts, size).max(dim=-1)            # [B, parts]
+    best, part = part_best.max(dim=-1)                                             # the first best part
+    index = torch.add(part_index.gather(1, part[:, None]).squeeze(1), part, alpha=size)
+    return best, index
+
+
+@functools.lru_cache(maxsize=None)
+def _parts(width: int) -> int:
+    """The largest divisor of ``width`` up to :data:`ROW_PARTS` that leaves parts at least 64 wide
+    (1: none)."""
+    for parts in range(min(ROW_PARTS, width // 64), 1, -1):
+        if width % parts == 0:
+            return parts
+    return 1
 
 
 #: The generator of a row whose seed seeds none (see :class:`SeededGenerators`).
