@@ -207,7 +207,7 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
                                 BLOCK_K // 32)
         elif BLOCK_M == 1 and FORMAT == 8:        # q8_0_split: the int8 GEMV's tile, a scale per 32
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)
-            acc += split_group_sums(w_ptr, xk, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
+            acc += split_group_sums(w_ptr, xk, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N, ASM)
         elif BLOCK_M == 1 and FORMAT == 9:        # q6_k_split: a group's two halves against their inputs
             first, second, scale = q6_split_halves(w_ptr, n, k_start + k0, N, K, ROW_BYTES, BLOCK_K, BLOCK_N)
             at_first, at_second = q6_split_inputs(k_start + k0, BLOCK_K // 16)
@@ -289,8 +289,9 @@ def int_chunks(weight_format: str, K: int, block_k: int) -> bool:
 
 
 def ptx_dp4a(device: torch.device) -> bool:
-    """True where the kernel is compiled for an NVIDIA GPU, whose PTX has ``dp4a`` (torch's ROCm build
-    also names its devices "cuda": not there)."""
+    """True where the kernel is compiled for an NVIDIA GPU, whose PTX has ``dp4a`` (and the ``prmt`` and
+    float16 pairs of :func:`._weight_tiles.codes_float`; torch's ROCm build also names its devices
+    "cuda": not there)."""
     return device.type == "cuda" and torch.version.hip is None
 
 

@@ -1,17 +1,18 @@
 """The linear kernel family compiles for an H100/H200 (sm_90) on this CPU: Triton's own compiler and the
-ptxas its wheel ships, no GPU. The interpreter, CI's only run of these kernels, executes their Python
-and never compiles them, so it misses what only compilation sees: Triton makes an integer argument
-equal to 1 a constant (a batch-1 call's ``M``), and a kernel that calls a tensor method on it fails to
-compile on every GPU while passing every interpreted test. Each format is compiled at batch 1 with ``M``
-that constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
+ptxas its wheel ships, no GPU. The interpreter, CI's only run of these kernels, executes their Python and
+never compiles them, so it misses what only compilation sees: Triton makes an integer argument equal to 1
+a constant (a batch-1 call's ``M``), and a kernel that calls a tensor method on it fails to compile on
+every GPU while passing every interpreted test. Each format is compiled at batch 1 with ``M`` that
+constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
-which only compilation runs, and the 32-value blocks' integer steps in aligned chunks
-(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
-compiled with programmatic dependent launch (``USE_PDL`` 3, :data:`~anydev.backends.triton_kernels._common.PDL_ENV`):
-it must ask the L2 for its first weights, then wait on ``griddepcontrol``; every other case is compiled
-without, and must do neither. A 32-row tile of 64 outputs
-with the weights as the dot's first operand (``Plan.weights_first``) must run sm_90's ``wgmma``: that
-is what the operand order is for."""
+which only compilation runs (as it runs ``q8_0_split``'s float GEMV's codes four a word by ``prmt``), and
+the 32-value blocks' integer steps in aligned chunks (:mod:`anydev.backends.triton_kernels._gguf_int_chunks`)
+as 128-bit loads. The float batch-1 GEMV is
+compiled with programmatic dependent launch (``USE_PDL`` 3,
+:data:`~anydev.backends.triton_kernels._common.PDL_ENV`): it must ask the L2 for its first weights, then
+wait on ``griddepcontrol``; every other case is compiled without, and must do neither. A 32-row tile of 64
+outputs with the weights as the dot's first operand (``Plan.weights_first``) must run sm_90's ``wgmma``:
+that is what the operand order is for."""
 from __future__ import annotations
 
 import textwrap
@@ -45,7 +46,7 @@ CHILD = textwrap.dedent("""
                      "stride_xm": "i32", "ROW_BYTES": "i32", "K_PER_SPLIT": "i32"}
         constants = dict(FORMAT=CODES[fmt], CHANNEL_SCALES=fmt in ("int8", "fp8_e4m3"), BLOCK_M=block_m,
                          BLOCK_N=block_n, BLOCK_K=block_k, SLICES=4, PRECISION=None, UPCAST=False,
-                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=int_dot, WEIGHTS_FIRST=weights_first,
+                         INT_DOT=int_dot, INT_CHUNKS=chunks, ASM=True, WEIGHTS_FIRST=weights_first,   # as on nvidia
                          USE_PDL=3 if (block_m, int_dot) == (1, False) else 0,   # programmatic dependent launch
                          PREFETCH_LINES=4)
         if block_m == 1:
@@ -62,6 +63,8 @@ CHILD = textwrap.dedent("""
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
         assert not weights_first or "wgmma.mma_async" in compiled.asm["ptx"], (fmt, "the weights-first tile without wgmma")
+        int8_codes = block_m == 1 and not int_dot and fmt == "q8_0_split"
+        assert not int8_codes or "prmt.b32" in compiled.asm["ptx"], (fmt, "codes not four a word")
         ptx = compiled.asm["ptx"]
         waits = "griddepcontrol.wait" in ptx
         assert waits == bool(constants["USE_PDL"]), (fmt, block_m, "griddepcontrol.wait where USE_PDL asks for it only")
