@@ -98,16 +98,16 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams | None],
 
 #: Rows up to which :func:`row_max` splits each row (more rows fill the device by themselves).
 SPLIT_ROWS_UP_TO = 16
-#: :func:`row_max` splits a row into this many parts when its length allows (a divisor of it).
+#: :func:`row_max` splits a row into at most this many parts (a divisor of its width).
 ROW_PARTS = 256
 
 
 def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``logits.max(dim=-1)`` of a [B, V] tensor, the same values and indices (the first largest;
-    NaN wins, as in torch), in two passes for a few long rows: torch reduces each row in one thread
-    block, which on a GPU takes tens of microseconds for a 128K vocabulary at batch 1. The row is
-    viewed as parts (the largest divisor of V up to :data:`ROW_PARTS`, at least 64 wide), each part
-    reduced, then the parts' maxima."""
+    NaN wins, as in torch), in two passes for a few long rows: at some widths torch reduces such a row
+    in one thread block, tens of microseconds on a GPU for a 128K vocabulary. Each row is viewed as
+    many short parts (:func:`_parts`), each part reduced, then the parts' maxima. A width without such
+    parts keeps torch's max: with fewer, longer parts the two passes are the slower."""
     rows, width = logits.shape
     parts = _parts(width)
     if rows > SPLIT_ROWS_UP_TO or parts == 1 or not logits.is_contiguous():
@@ -121,10 +121,10 @@ def row_max(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 @functools.lru_cache(maxsize=None)
 def _parts(width: int) -> int:
-    """The largest divisor of ``width`` up to :data:`ROW_PARTS` that leaves parts at least 64 wide
+    """The largest divisor of ``width`` up to :data:`ROW_PARTS` that makes parts 64 to 512 wide
     (1: none)."""
     for parts in range(min(ROW_PARTS, width // 64), 1, -1):
-        if width % parts == 0:
+        if width % parts == 0 and width // parts <= 512:
             return parts
     return 1
 

@@ -27,8 +27,9 @@ def test_random_rows_match_torch(rows, width):
 
 def test_long_rows_are_split_into_parts():
     # the split path, not torch's own max, must be what the tests above compare
-    assert sampling._parts(128256) == 256 and sampling._parts(151936) == 128 and sampling._parts(32000) == 256
-    assert sampling._parts(65537) == 1 and sampling._parts(100) == 1
+    assert sampling._parts(128256) == 256 and sampling._parts(32000) == 256 and sampling._parts(64 * 7) == 7
+    # no divisor, parts under 64 wide, or only parts over 512 wide (151,936 = 128 x 1187): torch's max
+    assert sampling._parts(65537) == 1 and sampling._parts(100) == 1 and sampling._parts(151936) == 1
 
 
 def test_ties_give_the_first_index_even_across_parts():
