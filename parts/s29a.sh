@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# Session 28, call A (issue 31, on an H200), this tree:
+# Session 29, call A (issue 31, on an H200; written in session 28, whose one call ran parts/s28c.sh), this tree:
 #   1. the 8B Q4_K file at batch 32 with main's plans ("before": the H200 has no recorded q4_k batch-32
 #      plans; session 27 read 1.19x llama.cpp's S_TG, the target is 1.2x);
 #   2. the q4_k batch-32 plan sweep of the 8B GEMMs (weights first and second, linear_bench --sweep),
 #      its winners pasted into this machine's copy of linear_plans.RECORDED (the editable install
 #      reads it), then the Q4_K file at batch 1 and 32 again ("after") beside llama.cpp on the same file;
-#   3. decode attention alone against its partition count and warps (parts/attn_sweep.py: 11 us a layer
-#      at the 8B shape on an H100, session 27), the greedy argmax's two passes against torch's max
-#      (parts/row_max_bench.py), and the Q4_K file's batch-1 step profiled with PDL off.
+#   3. the Q4_K file's batch-1 step profiled with PDL off (what bounds it on the H200).
 # Carry .whl and .peer/llamacpp-bin.tar.xz. Paste plans-q4_k-b32.txt into RECORDED when they help.
 set -uo pipefail
 source parts/step.sh
-call_init c28a 540
+call_init c29a 540
 call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
@@ -35,8 +33,6 @@ step after-Q4_K 50 "${PEER[@]}" --batch-sizes 1,32 --out $R/after-Q4_K.json
 wait
 LD_LIBRARY_PATH=$B/bin step llamacpp-Q4_K 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q4_K.gguf \
   --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-Q4_K.json
-step attn-sweep 90 taskset -c 0-1 python3 parts/attn_sweep.py --out $R/attn-sweep.json
-step row-max 30 taskset -c 0-1 python3 parts/row_max_bench.py --out $R/row-max.json
 step prof-Q4_K-b1 40 env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs \
   --context 256 --steps 8 --rows 30 --batch-sizes 1 --model $G/llama-8b-Q4_K.gguf
 grep -h "anydev llama\|llama.cpp:\|heuristic\|device kernels" $R/*-Q4_K*.txt $R/llamacpp-*.txt $R/sweep-*.txt $R/prof-*.txt \
