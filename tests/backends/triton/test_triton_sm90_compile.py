@@ -6,8 +6,8 @@ every GPU while passing every interpreted test. Each format is compiled at batch
 constant, and at 32 rows on the ``tl.dot`` path, each with K split in 4 (the split-K epilogue); the GGUF
 formats also as the integer-dot GEMV with PTX's ``dp4a`` (:mod:`anydev.backends.triton_kernels._int_dot`),
 which only compilation runs (as it runs ``q8_0_split``'s float GEMV's codes four a word by ``prmt``), and
-the 32-value blocks' integer steps in aligned chunks (:mod:`anydev.backends.triton_kernels._gguf_int_chunks`)
-as 128-bit loads. The float batch-1 GEMV is
+the 32-value blocks' integer steps in aligned chunks
+(:mod:`anydev.backends.triton_kernels._gguf_int_chunks`) as 128-bit loads. The float batch-1 GEMV is
 compiled with programmatic dependent launch (``USE_PDL`` 3,
 :data:`~anydev.backends.triton_kernels._common.PDL_ENV`): it must ask the L2 for its first weights, then
 wait on ``griddepcontrol``; every other case is compiled without, and must do neither. A 32-row tile of 64
