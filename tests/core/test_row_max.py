@@ -34,8 +34,8 @@ def test_long_rows_are_split_into_parts():
 
 def test_ties_give_the_first_index_even_across_parts():
     logits = torch.zeros(2, 32000)
-    logits[0, [31999, 7000, 126]] = 5.0          # 126 is the last position of part 1, 7000 of a later part
-    logits[1, [9000, 8999]] = 3.0
+    logits[0, [31999, 7000, 126]] = 5.0          # parts of 125: the first tie is in part 1, not part 0
+    logits[1, [9000, 8999]] = 3.0                 # 8999 ends part 71, 9000 begins part 72
     _same_as_torch(logits)
     assert row_max(logits)[1].tolist() == [126, 8999]
 
