@@ -288,10 +288,10 @@ def int_chunks(weight_format: str, K: int, block_k: int) -> bool:
     return weight_format in INT_CHUNK_FORMATS and K % 256 == 0 and block_k % 256 == 0
 
 
-def ptx_dp4a(device: torch.device) -> bool:
-    """True where the kernel is compiled for an NVIDIA GPU, whose PTX has ``dp4a`` (and the ``prmt`` and
-    float16 pairs of :func:`._weight_tiles.codes_float`; torch's ROCm build also names its devices
-    "cuda": not there)."""
+def ptx_asm(device: torch.device) -> bool:
+    """The kernel's ``ASM``: True where it is compiled for an NVIDIA GPU, whose PTX runs its inline
+    assembly (``dp4a``; the ``prmt`` and float16 pairs of :func:`._weight_tiles.codes_float`). torch's
+    ROCm build also names its devices "cuda": not there."""
     return device.type == "cuda" and torch.version.hip is None
 
 
@@ -337,7 +337,7 @@ def run(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, weig
         FORMAT=CODES[weight_format], CHANNEL_SCALES=weight_format in CHANNEL_FORMATS,
         BLOCK_M=p.block_m, BLOCK_N=p.block_n, BLOCK_K=p.block_k, SLICES=p.split,
         PRECISION=dot_precision(x.dtype), UPCAST=upcast_dots(x.dtype, x.device),
-        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_dp4a(x.device), WEIGHTS_FIRST=p.weights_first,
+        INT_DOT=p.int_dot, INT_CHUNKS=p.int_chunks, ASM=ptx_asm(x.device), WEIGHTS_FIRST=p.weights_first,
         num_warps=p.num_warps,
         **launch,
         **({} if p.num_stages is None else {"num_stages": p.num_stages}),
