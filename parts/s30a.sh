@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Session 30, call A (issue 31, one H200). "After" is this tree: decode attention reads a sequence of at
 # most 3 keys per head element whole in one program of a split launch (session 28's sweep: 7.3 us
-# against 10.0 at 128-wide heads and 256 keys); "before" is .prev/ (main, installed apart).
+# against 10.0 at 128-wide heads and 256 keys), and int8's batch-1 GEMV converts its codes four to a
+# word (codes_float: sm_90 SASS 6.23 -> 5.50 instructions a value); "before" is .prev/ (main, apart).
 #   1. the whole conformance kernels group on the nvidia backend, this tree; the decode attention
 #      check of the before tree too (so whichever tree lands, its GPU kernels have passed);
-#   2. every format's 8B decode GEMMs at batch 1 (linear_bench: us and TB/s a GEMM, ms a token);
+#   2. every format's 8B decode GEMMs at batch 1 (linear_bench: us and TB/s a GEMM, ms a token), and
+#      the before tree's bf16 / int8 / fp8;
 #   3. each open target's figure and what bounds it, profiled with programmatic dependent launch off
 #      (each kernel's device time its own, not time spent waiting on the one before): the 8B Q4_K file
 #      at batch 1 (before and after) and 32, Q8_0 at batch 1, the 1B bf16 at batch 1 (before and
@@ -28,6 +30,8 @@ before conf-attn-before 40 taskset -c 0-11 python3 -m anydev.conformance --devic
 grep -h "passed\|failed" $R/conf-attn-before.txt | tail -2 >> $LOG
 step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
   --out $R/lin-8b-b1.json
+before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
+  --batches 1 --formats dense,int8,fp8_e4m3 --out $R/lin-8b-b1-before.json
 PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs --context 256
       --steps 8 --rows 30)
 PEER=(benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
