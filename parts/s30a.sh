@@ -11,14 +11,23 @@
 #      (each kernel's device time its own, not time spent waiting on the one before): the 8B Q4_K file
 #      at batch 1 (before and after) and 32, Q8_0 at batch 1, the 1B bf16 at batch 1 (before and
 #      after), the 8B fp8 at batch 1; then 8B bf16 / int8 / fp8 decoded.
-# llama.cpp is not in this call (call B runs it beside anydev on the same files). Carry .whl and .prev.
+# llama.cpp runs on the same Q4_K and Q8_0 files in this call (gguf_peer_bench --skip-anydev, apart from
+# anydev's runs, so that a peer that fails to load costs no anydev figure): llama-cpp-python 0.3.36's
+# sources, built for sm_90 with CUDA 13.0 on the CPU machine (cuBLAS from NVIDIA's wheel; the GPU
+# machine's own CUDA libraries load at run time). Carry .whl, .prev and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
-call_init c30a 575
+call_init c30a 585
 call_start
 install_prev
-G=/tmp/g; mkdir -p $G
+B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
+( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
 make_models Q4_K Q8_0
+# llama.cpp's CUDA libraries: the GPU machine's toolkit, else torch's wheels
+NVLIB=$(python3 -c "import os, nvidia; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
+LLAMA_LIBS=$B/bin:/usr/local/cuda/lib64:${NVLIB:-/nonexistent}
+llamacpp() { LD_LIBRARY_PATH=$LLAMA_LIBS step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
+  --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-$1.json; }
 wait_model() { for _ in $(seq 90); do grep -q " make-$1 " $LOG && return; sleep 2; done; }
 before() { (cd /tmp && PYTHONPATH=/tmp/prev-site:$SITE step "$@"); }
 step conf-kernels 200 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/conf-kernels.json \
@@ -30,8 +39,6 @@ before conf-attn-before 40 taskset -c 0-11 python3 -m anydev.conformance --devic
 grep -h "passed\|failed" $R/conf-attn-before.txt | tail -2 >> $LOG
 step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
   --out $R/lin-8b-b1.json
-before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
-  --batches 1 --formats dense,int8,fp8_e4m3 --out $R/lin-8b-b1-before.json
 PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs --context 256
       --steps 8 --rows 30)
 PEER=(benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
@@ -44,13 +51,17 @@ wait_model Q4_K
 step anydev-Q4_K 45 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-Q4_K.gguf --out $R/anydev-Q4_K.json
 before anydev-Q4_K-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/"${PEER[0]}" "${PEER[@]:1}" --batch-sizes 1 \
   $G/llama-8b-Q4_K.gguf --out $R/anydev-Q4_K-b1-before.json
+llamacpp Q4_K
 step prof-Q4_K 45 "${PROF[@]}" --batch-sizes 1,32 --model $G/llama-8b-Q4_K.gguf
 wait_model Q8_0
-step anydev-Q8_0-b1 25 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0-b1.json
+step anydev-Q8_0 35 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0.json
+llamacpp Q8_0
 step prof-Q8_0-b1 30 "${PROF[@]}" --batch-sizes 1 --model $G/llama-8b-Q8_0.gguf
 step prof-1b-b1 25 "${PROF[@]}" --batch-sizes 1
 step prof-fp8-b1 45 "${PROF[@]}" --batch-sizes 1 --shape 8b --quantization fp8
 step decode-8b 90 taskset -c 0-1 python3 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
-grep -h "GEMMs per token\|anydev llama\|anydev graphs.*decode\|device busy" $R/lin-*.txt $R/anydev-*.txt $R/decode-*.txt \
+before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
+  --batches 1 --formats dense,int8,fp8_e4m3 --out $R/lin-8b-b1-before.json
+grep -h "llama.cpp:\|GEMMs per token\|anydev llama\|anydev graphs.*decode\|device busy" $R/lin-*.txt $R/anydev-*.txt $R/llamacpp-*.txt $R/decode-*.txt \
   $R/prof-*.txt >> $LOG 2>/dev/null
 call_end
