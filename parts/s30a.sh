@@ -34,9 +34,6 @@ step conf-kernels 200 taskset -c 0-11 python3 -m anydev.conformance --device nvi
   -- -k kernels
 grep -h "passed\|failed" $R/conf-kernels.txt | tail -2 >> $LOG
 pkill -f "anydev.conformance"; sleep 1
-before conf-attn-before 40 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 4 \
-  --report $R/conf-attn-before.json -- -k "kernels and paged_decode_attention"
-grep -h "passed\|failed" $R/conf-attn-before.txt | tail -2 >> $LOG
 step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
   --out $R/lin-8b-b1.json
 PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs --context 256
@@ -62,6 +59,9 @@ step prof-fp8-b1 45 "${PROF[@]}" --batch-sizes 1 --shape 8b --quantization fp8
 step decode-8b 90 taskset -c 0-1 python3 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
 before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
   --batches 1 --formats dense,int8,fp8_e4m3 --out $R/lin-8b-b1-before.json
+before conf-attn-before 40 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 4 \
+  --report $R/conf-attn-before.json -- -k "kernels and paged_decode_attention"
+grep -h "passed\|failed" $R/conf-attn-before.txt | tail -2 >> $LOG
 grep -h "llama.cpp:\|GEMMs per token\|anydev llama\|anydev graphs.*decode\|device busy" $R/lin-*.txt $R/anydev-*.txt $R/llamacpp-*.txt $R/decode-*.txt \
   $R/prof-*.txt >> $LOG 2>/dev/null
 call_end
