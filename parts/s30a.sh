@@ -34,8 +34,6 @@ step conf-kernels 200 taskset -c 0-11 python3 -m anydev.conformance --device nvi
   -- -k kernels
 grep -h "passed\|failed" $R/conf-kernels.txt | tail -2 >> $LOG
 pkill -f "anydev.conformance"; sleep 1
-step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
-  --out $R/lin-8b-b1.json
 PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs --context 256
       --steps 8 --rows 30)
 PEER=(benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
@@ -55,6 +53,8 @@ step anydev-Q8_0 35 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1,32 $G/ll
 llamacpp Q8_0
 step prof-Q8_0-b1 30 "${PROF[@]}" --batch-sizes 1 --model $G/llama-8b-Q8_0.gguf
 step prof-1b-b1 25 "${PROF[@]}" --batch-sizes 1
+step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
+  --out $R/lin-8b-b1.json
 step prof-fp8-b1 45 "${PROF[@]}" --batch-sizes 1 --shape 8b --quantization fp8
 step decode-8b 90 taskset -c 0-1 python3 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
 before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
