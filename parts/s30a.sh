@@ -1,13 +1,11 @@
 #!/usr/bin/env bash
 # Session 30, call A (issue 31, one H200). "After" is this tree: decode attention reads a sequence of at
 # most 3 keys per head element whole in one program of a split launch (session 28's sweep: 7.3 us
-# against 10.0 at 128-wide heads and 256 keys), and int8's batch-1 GEMV converts its codes four to a
-# word (codes_float: sm_90 SASS 6.23 -> 5.50 instructions a value); "before" is .prev/ (main, apart).
+# against 10.0 at 128-wide heads and 256 keys); "before" is .prev/ (main, installed apart).
 #   1. the whole conformance kernels group on the nvidia backend, this tree; the decode attention
 #      check of the before tree too (so whichever tree lands, its GPU kernels have passed);
-#   2. every format's 8B decode GEMMs at batch 1 (linear_bench: us and TB/s a GEMM, ms a token), and
-#      the before tree's bf16 / int8 / fp8;
-#   3. each open target's figure and what bounds it, profiled with programmatic dependent launch off
+#   2. every format's 8B decode GEMMs at batch 1 (linear_bench: us and TB/s a GEMM, ms a token);
+#   3. (in the order below; a step is skipped once BUDGET is spent) each open target's figure and what bounds it, profiled with programmatic dependent launch off
 #      (each kernel's device time its own, not time spent waiting on the one before): the 8B Q4_K file
 #      at batch 1 (before and after) and 32, Q8_0 at batch 1, the 1B bf16 at batch 1 (before and
 #      after), the 8B fp8 at batch 1; then 8B bf16 / int8 / fp8 decoded.
@@ -39,9 +37,6 @@ PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py 
 PEER=(benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
 DB=(benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0 --new-tokens 64
     --modes graphs --hf none --repeats 1 --no-kernel-count)
-step decode-1b 20 taskset -c 0-1 python3 "${DB[@]}" --shape 1b --out $R/decode-1b.json
-before decode-1b-before 20 taskset -c 0-1 python3 $OLDPWD/.prev/"${DB[0]}" "${DB[@]:1}" --shape 1b \
-  --out $R/decode-1b-before.json
 wait_model Q4_K
 step anydev-Q4_K 45 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-Q4_K.gguf --out $R/anydev-Q4_K.json
 before anydev-Q4_K-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/"${PEER[0]}" "${PEER[@]:1}" --batch-sizes 1 \
@@ -52,13 +47,14 @@ wait_model Q8_0
 step anydev-Q8_0 35 taskset -c 0-1 python3 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0.json
 llamacpp Q8_0
 step prof-Q8_0-b1 30 "${PROF[@]}" --batch-sizes 1 --model $G/llama-8b-Q8_0.gguf
+step decode-1b 20 taskset -c 0-1 python3 "${DB[@]}" --shape 1b --out $R/decode-1b.json
+before decode-1b-before 20 taskset -c 0-1 python3 $OLDPWD/.prev/"${DB[0]}" "${DB[@]:1}" --shape 1b \
+  --out $R/decode-1b-before.json
 step prof-1b-b1 25 "${PROF[@]}" --batch-sizes 1
 step lin-8b-b1 40 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 \
   --out $R/lin-8b-b1.json
 step prof-fp8-b1 45 "${PROF[@]}" --batch-sizes 1 --shape 8b --quantization fp8
 step decode-8b 90 taskset -c 0-1 python3 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
-before lin-8b-b1-before 30 taskset -c 0-1 python3 $OLDPWD/.prev/benchmarks/linear_bench.py --device nvidia --models 8B \
-  --batches 1 --formats dense,int8,fp8_e4m3 --out $R/lin-8b-b1-before.json
 before conf-attn-before 40 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 4 \
   --report $R/conf-attn-before.json -- -k "kernels and paged_decode_attention"
 grep -h "passed\|failed" $R/conf-attn-before.txt | tail -2 >> $LOG
