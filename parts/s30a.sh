@@ -5,10 +5,11 @@
 #   1. the whole conformance kernels group on the nvidia backend, this tree; the decode attention
 #      check of the before tree too (so whichever tree lands, its GPU kernels have passed);
 #   2. every format's 8B decode GEMMs at batch 1 (linear_bench: us and TB/s a GEMM, ms a token);
-#   3. (in the order below; a step is skipped once BUDGET is spent) each open target's figure and what bounds it, profiled with programmatic dependent launch off
-#      (each kernel's device time its own, not time spent waiting on the one before): the 8B Q4_K file
-#      at batch 1 (before and after) and 32, Q8_0 at batch 1, the 1B bf16 at batch 1 (before and
-#      after), the 8B fp8 at batch 1; then 8B bf16 / int8 / fp8 decoded.
+#   3. each open target's figure and what bounds it, in the order below (a step is skipped once BUDGET
+#      is spent), profiled with programmatic dependent launch off (each kernel's device time its own,
+#      not time spent waiting on the one before): the 8B Q4_K file at batch 1 (before and after) and
+#      32, Q8_0 at batch 1, the 1B bf16 at batch 1 (before and after), the 8B fp8 at batch 1; then
+#      8B bf16 / int8 / fp8 decoded.
 # llama.cpp runs on the same Q4_K and Q8_0 files in this call (gguf_peer_bench --skip-anydev, apart from
 # anydev's runs, so that a peer that fails to load costs no anydev figure): llama-cpp-python 0.3.36's
 # sources, built for sm_90 with CUDA 13.0 on the CPU machine (cuBLAS from NVIDIA's wheel; the GPU
