@@ -62,3 +62,19 @@ make_models() {
       --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
   for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 }
+# `install_after PATCH...`: this tree with each patch of parts/pending/ applied (`patch -p1`), installed
+# apart in /tmp/after-site, for "after" runs beside this tree's (the "before") in one call:
+# `after NAME LIMIT CMD...` runs `step` from /tmp/after (its benchmarks/ and parts/ under $AFTER) with
+# that site first on PYTHONPATH. A patch that does not apply is logged and the after steps fail.
+install_after() {
+  SITE=${SITE:-$PYTHONPATH}; AFTER=/tmp/after
+  rm -rf $AFTER && mkdir -p $AFTER && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t $AFTER 2>/dev/null \
+    || tar --exclude=./.whl --exclude=./.prev --exclude=./.peer --exclude=./.git -cf - . | tar -xf - -C $AFTER
+  local p; for p in "$@"; do
+    (cd $AFTER && patch -p1 --forward < $OLDPWD/$p) >> $R/env.txt 2>&1 || echo "1 patch $p" | tee -a $LOG
+  done
+  python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/after-site $AFTER >> $R/env.txt 2>&1 \
+    || echo "1 after install" | tee -a $LOG
+  echo "after tree: this one with $*" >> $R/env.txt
+}
+after() { (cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE step "$@"); }
