@@ -5,7 +5,8 @@ batch size (default 1 and 32) with a 128-token prompt and 128 new tokens, and th
         --llamacpp /tmp/llamacpp-build --out peer.json
     python benchmarks/gguf_peer_bench.py /tmp/tiny.gguf --device cpu --skip-llamacpp --new-tokens 8   # smoke
 
-llama.cpp (built by ``../shared/tools/llamacpp-peer.sh build``; ``--llamacpp`` is its build folder): its
+llama.cpp (built by ``../shared/tools/llamacpp-peer.sh build`` on the GPU machine, or ``parts/peer_build.sh`` on a
+CPU machine with CUDA's nvcc; ``--llamacpp`` is its build folder): its
 ``llama-batched-bench`` with ``-npp PROMPT -ntg NEW -npl 1,32`` (S_TG, the decode tok/s over all sequences;
 flash attention, every layer on the GPU) and ``llama-bench -n NEW`` (tg128: batch 1 with no prompt, the
 number llama.cpp users quote). anydev: ``InferEngine.generate_ids`` on the same file (its blocks kept as
