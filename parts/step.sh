@@ -65,7 +65,8 @@ make_models() {
 # `install_after PATCH...`: this tree with each patch of parts/pending/ applied (`patch -p1`), installed
 # apart in /tmp/after-site, for "after" runs beside this tree's (the "before") in one call:
 # `after NAME LIMIT CMD...` runs `step` from /tmp/after (its benchmarks/ and parts/ under $AFTER) with
-# that site first on PYTHONPATH. A patch that does not apply is logged and the after steps fail.
+# that site first on PYTHONPATH. A patch that does not apply is logged in $LOG ("1 patch FILE"): the
+# after figures are then not that patch's.
 install_after() {
   SITE=${SITE:-$PYTHONPATH}; AFTER=/tmp/after
   rm -rf $AFTER && mkdir -p $AFTER && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t $AFTER 2>/dev/null \
