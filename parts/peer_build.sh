@@ -7,7 +7,8 @@
 # wheel (nvidia-cublas 13.x; the libraries' symbols carry the version tag libcublas.so.13, so the GPU
 # machine's own cuBLAS 13 loads at run time), and an empty libcuda.so stub with the driver's soname stands
 # in for the link (--no-as-needed keeps libcuda.so.1 needed; executables may leave its symbols to it).
-# Both go into /usr/local/cuda: a throwaway machine's toolkit. About 30 minutes on 2 cores.
+# Both go into /usr/local/cuda: a throwaway machine's toolkit. About 25 minutes on 2 cores. The build
+# is llamacpp-peer.sh's own, with the two linker flags added and every core used (it keeps two spare).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 CUDA=/usr/local/cuda; BUILD=/tmp/llamacpp-build; CUBLAS=nvidia-cublas==13.10.0.20

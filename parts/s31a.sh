@@ -25,12 +25,9 @@ install_after parts/pending/attention-whole-short.patch parts/pending/int8-codes
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
 make_models Q4_K Q8_0
-# llama.cpp's CUDA libraries: the GPU machine's toolkit, else torch's wheels
-NVLIB=$(python3 -c "import os, nvidia; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
-LLAMA_LIBS=$B/bin:/usr/local/cuda/lib64:${NVLIB:-/nonexistent}
+LLAMA_LIBS=$(peer_libs)
 llamacpp() { LD_LIBRARY_PATH=$LLAMA_LIBS step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
   --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-$1.json; }
-wait_model() { for _ in $(seq 90); do grep -q " make-$1 " $LOG && return; sleep 2; done; }
 step conf-kernels 200 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/conf-kernels.json \
   -- -k kernels
 pkill -f "anydev.conformance"; sleep 1

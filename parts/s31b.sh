@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 31, call B (issue 31, one H200; written in session 30), this tree: anydev beside llama.cpp on
 # the same random 8B GGUF files, each pair in one run (gguf_peer_bench: 128-token prompts, 128 new
-# tokens; llama.cpp's llama-bench tg128 and llama-batched-bench S_TG): Q4_K and Q8_0 at batch 1 and 32, Q6_K at batch 1;
-# then the q4_k batch-32 plan sweep of the 8B GEMMs, its winners taken for one more Q4_K batch-32 run
-# (--plans: not pasted into the tree), and the Q4_K batch-32 step profiled with PDL off.
+# tokens; llama.cpp's llama-bench tg128 and llama-batched-bench S_TG): Q4_K and Q8_0 at batch 1 and 32,
+# Q6_K at batch 1; then the q4_k batch-32 plan sweep of the 8B GEMMs, its winners taken for one more
+# Q4_K batch-32 run (--plans: not pasted into the tree), and the Q4_K batch-32 step profiled with PDL off.
 # llama.cpp: llama-cpp-python 0.3.36's sources (../shared/tools/llamacpp-peer.sh fetch), built for
 # sm_90 with CUDA 13.0 on the CPU machine (cuBLAS from NVIDIA's wheel; the GPU machine's own CUDA
 # libraries load at run time). Carry .whl and .peer/llamacpp-bin.tar.xz.
@@ -15,11 +15,8 @@ B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG; ldd $B/bin/llama-bench > $R/peer-ldd.txt 2>&1 ) &
 UNPACK=$!
 make_models Q4_K Q8_0 Q6_K
-wait_model() { for _ in $(seq 90); do grep -q " make-$1 " $LOG && return; sleep 2; done; }
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --llamacpp $B)
-# llama.cpp's CUDA libraries: the GPU machine's toolkit, else torch's wheels
-NVLIB=$(python3 -c "import os, nvidia; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
-LLAMA_LIBS=$B/bin:/usr/local/cuda/lib64:${NVLIB:-/nonexistent}
+LLAMA_LIBS=$(peer_libs)
 wait $UNPACK
 for t in Q4_K Q8_0; do
   wait_model $t

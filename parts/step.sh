@@ -39,6 +39,12 @@ peer_pack() {
 peer_unpack() {
   mkdir -p /tmp/llamacpp-build && tar -C /tmp/llamacpp-build -xJf .peer/llamacpp-bin.tar.xz
 }
+# `peer_libs`: the LD_LIBRARY_PATH the unpacked binaries run with: their own folder, then the GPU
+# machine's CUDA toolkit, else the CUDA libraries of torch's wheels (when built elsewhere: parts/peer_build.sh).
+peer_libs() {
+  local wheels; wheels=$(python3 -c "import os, nvidia; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
+  echo /tmp/llamacpp-build/bin:/usr/local/cuda/lib64${wheels:+:$wheels}
+}
 # `call_init NAME BUDGET`: a call script's set-up: Python unbuffered, its outputs in R=$OUT/r, its
 # step log LOG, BUDGET seconds from now (unless BUDGET is set already), and on TERM (the call's limit)
 # whatever $R holds packed into $OUT/NAME.tgz. `call_end` packs it when the script ends.
@@ -62,6 +68,8 @@ make_models() {
       --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
   for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 }
+# `wait_model FORMAT`: until make_models has logged that 8B file (at most 180 s).
+wait_model() { for _ in $(seq 90); do grep -q " make-$1 " $LOG && return; sleep 2; done; }
 # `install_after PATCH...`: this tree with each patch of parts/pending/ applied (`patch -p1`), installed
 # apart in /tmp/after-site, for "after" runs beside this tree's (the "before") in one call:
 # `after NAME LIMIT CMD...` runs `step` from /tmp/after (its benchmarks/ and parts/ under $AFTER) with
@@ -69,8 +77,7 @@ make_models() {
 # after figures are then not that patch's.
 install_after() {
   SITE=${SITE:-$PYTHONPATH}; AFTER=/tmp/after
-  rm -rf $AFTER && mkdir -p $AFTER && git ls-files -z 2>/dev/null | xargs -0 cp --parents -t $AFTER 2>/dev/null \
-    || tar --exclude=./.whl --exclude=./.prev --exclude=./.peer --exclude=./.git -cf - . | tar -xf - -C $AFTER
+  rm -rf $AFTER && mkdir -p $AFTER && tar --exclude=./.git --exclude=./.whl --exclude=./.peer --exclude=./build --exclude="*.egg-info" -cf - . | tar -xf - -C $AFTER
   local p; for p in "$@"; do
     (cd $AFTER && patch -p1 --forward < $OLDPWD/$p) >> $R/env.txt 2>&1 || echo "1 patch $p" | tee -a $LOG
   done
