@@ -12,7 +12,10 @@ itself done on a counter per (sequence, KV head); the last of them to finish mer
 into the output and sets the counter back to zero. (The counter is an atomic with acquire-release
 order: its increment publishes the program's partition, and the last program's increment makes
 every other partition visible to it.) So there is no second kernel, and the counters are zero again
-whenever a launch ends, which is what a graph replay needs. The number of partitions depends only on
+whenever a launch ends, which is what a graph replay needs. A sequence of at most
+``WHOLE_KEYS_PER_DIM`` keys per head element is read whole by its first partition's program, which
+writes the output itself: the other partitions' programs of that sequence return without keys, and
+none of them touches the counter (a batch mixes such short sequences with long, split ones). The number of partitions depends only on
 shapes (never on ``seq_lens`` values), and nothing is allocated or read back per value: a call can
 be captured in a device graph.
 """
@@ -34,6 +37,10 @@ MAX_SPLITS = 16            # the last program to finish reads them all: more cos
 #: registers, where at 4 (BLOCK_N 64, 16 query rows) it spills to the stack in the key loop. A larger
 #: launch keeps 4 warps, which lets a multiprocessor hold two programs (255 registers a thread).
 ONE_WAVE_WARPS = 8
+#: In a split launch, a sequence with at most this many keys per head element (384 at 128-wide heads)
+#: is attended by one program, with no merge: at batch 1 on an H200, 256 keys of a 128-wide head take
+#: one 8-warp program less time than four partitions and their merge, and 1,024 keys more.
+WHOLE_KEYS_PER_DIM = 3
 
 
 # The partition count and block-table width change from step to step: not specialized (Triton would
@@ -46,7 +53,8 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
                    stride_page, stride_slot, stride_kvh,
                    GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
                    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-                   GROUP_P2: tl.constexpr, SPLITS_PAD: tl.constexpr, USE_PDL: tl.constexpr = 0):
+                   GROUP_P2: tl.constexpr, SPLITS_PAD: tl.constexpr, WHOLE_KEYS: tl.constexpr,
+                   USE_PDL: tl.constexpr = 0):
     pdl_wait(USE_PDL)
     b = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
@@ -58,6 +66,11 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
     tokens_per_split = tl.cdiv(tl.cdiv(seq_len - first, num_splits), BLOCK_N) * BLOCK_N
     lo = first + split * tokens_per_split
     hi = tl.minimum(seq_len, lo + tokens_per_split)
+    whole = seq_len - first <= WHOLE_KEYS * D
+    if SPLIT:
+        if whole:                           # the first partition reads every key; the others none
+            lo = tl.where(split == 0, first, seq_len)
+            hi = seq_len
 
     g = tl.arange(0, GROUP_PAD)
     heads = kv_head * GROUP + g
@@ -77,25 +90,29 @@ def _decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, tables_ptr, lens_ptr, out_pt
     out = tl.where(has_keys[:, None], acc / tl.where(has_keys, l_i, 1.0)[:, None], 0.0)
     out_rows = out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :]
     if SPLIT:
-        # This partition's output and log-sum-exp: scratch [B, H, num_splits, D] and [B, H, num_splits].
-        # Only the first `used` partitions hold keys (a short context in a wide table leaves the rest
-        # empty): the others store nothing and the merge reads only those.
-        part = (b * tl.num_programs(1) * GROUP + heads) * num_splits
-        used = tl.where(seq_len > first, tl.cdiv(seq_len - first, tl.maximum(tokens_per_split, 1)), 0)
-        if split < used:
-            lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-            tl.store(part_out_ptr + (part + split)[:, None] * D + d[None, :], out, mask=in_group[:, None])
-            tl.store(part_lse_ptr + part + split, lse, mask=in_group)
-        # One thread does a scalar atomic: the barrier puts every warp's stores above before it, so
-        # its release publishes the whole partition (and its acquire, broadcast, covers every warp).
-        counter = counters_ptr + b * tl.num_programs(1) + kv_head
-        tl.debug_barrier()
-        finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
-        if finished_before == num_splits - 1:                          # the last one: merge, reset
-            _merge_partitions(part_out_ptr, part_lse_ptr, out_ptr + b * stride_ob, stride_oh,
-                              (b * tl.num_programs(1) * GROUP + kv_head * GROUP) * num_splits, num_splits, used,
-                              kv_head * GROUP, GROUP, GROUP_P2, D, SPLITS_PAD)
-            tl.atomic_xchg(counter, 0, sem="relaxed")
+        if whole:
+            if split == 0:
+                tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
+        else:
+            # This partition's output and log-sum-exp: scratch [B, H, num_splits, D] and [B, H, num_splits].
+            # Only the first `used` partitions hold keys (a short context in a wide table leaves the rest
+            # empty): the others store nothing and the merge reads only those.
+            part = (b * tl.num_programs(1) * GROUP + heads) * num_splits
+            used = tl.where(seq_len > first, tl.cdiv(seq_len - first, tl.maximum(tokens_per_split, 1)), 0)
+            if split < used:
+                lse = tl.where(has_keys, m_i + tl.log2(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+                tl.store(part_out_ptr + (part + split)[:, None] * D + d[None, :], out, mask=in_group[:, None])
+                tl.store(part_lse_ptr + part + split, lse, mask=in_group)
+            # One thread does a scalar atomic: the barrier puts every warp's stores above before it, so
+            # its release publishes the whole partition (and its acquire, broadcast, covers every warp).
+            counter = counters_ptr + b * tl.num_programs(1) + kv_head
+            tl.debug_barrier()
+            finished_before = tl.atomic_add(counter, 1, sem="acq_rel")
+            if finished_before == num_splits - 1:                          # the last one: merge, reset
+                _merge_partitions(part_out_ptr, part_lse_ptr, out_ptr + b * stride_ob, stride_oh,
+                                  (b * tl.num_programs(1) * GROUP + kv_head * GROUP) * num_splits, num_splits, used,
+                                  kv_head * GROUP, GROUP, GROUP_P2, D, SPLITS_PAD)
+                tl.atomic_xchg(counter, 0, sem="relaxed")
     else:
         tl.store(out_rows, out.to(out_ptr.dtype.element_ty), mask=in_group[:, None])
 
@@ -207,6 +224,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         GROUP=group, GROUP_PAD=max(16, next_power_of_2(group)), D=D, BLOCK_SIZE=block_size,
         BLOCK_N=BLOCK_N, SPLIT=splits > 1, PRECISION=dot_precision(q.dtype), UPCAST=upcast_dots(q.dtype, q.device),
         GROUP_P2=next_power_of_2(group), SPLITS_PAD=MAX_SPLITS,   # one compiled merge for every split count
+        WHOLE_KEYS=WHOLE_KEYS_PER_DIM,
         num_warps=decode_warps(B * KV * splits, splits, q.device), num_stages=2, **pdl(q.device),
     )
     return out
