@@ -26,7 +26,7 @@ from ._gguf_int_chunks import q4_0_int_chunks, q4_1_int_chunks, q8_0_int_chunks
 from ._gguf_int_gemv import q4_0_int_gemv, q4_1_int_gemv, q4_k_int_block, q6_k_int_pair, q8_0_int_gemv
 from ._gguf_tiles import block32_gemv, block32_values, k_quant_tile, q4_k_gemv_block, q6_k_gemv_block
 from ._split_k import arrival_counters, store_summed
-from ._weight_tiles import (CODES, int8_float, q6_split_halves, q6_split_inputs, q6_split_tile, split_group_sums,
+from ._weight_tiles import (CODES, codes_float, q6_split_halves, q6_split_inputs, q6_split_tile, split_group_sums,
                             split_tile, stored_values, weight_tile)
 from .linear_plans import recorded_plan
 
@@ -216,8 +216,8 @@ def _linear_kernel(x_ptr, w_ptr, scales_ptr, out_ptr, partial_ptr, counters_ptr,
             x_second = tl.load(x_row + at_second, mask=at_second < K, other=0.0).to(tl.float32)
             acc += tl.sum(first * x_first[:, :, None] + second * x_second[:, :, None], axis=1) * scale
         elif BLOCK_M == 1:
-            if FORMAT == 1:     # int8 by the exponent trick (the compiler's bf16 operand of tl.dot has its own)
-                w = int8_float(stored_values(w_ptr, n[None, :], k[:, None], N, K))
+            if FORMAT == 1:     # int8 four codes a word (the compiler's bf16 operand of tl.dot has its own)
+                w = codes_float(stored_values(w_ptr, n[None, :], k[:, None], N, K), ASM)
             else:
                 w = weight_tile(w_ptr, n[None, :], k[:, None], N, K, FORMAT)   # [BLOCK_K, BLOCK_N]
             xk = tl.load(x_ptr + pid_m * stride_xm + k, mask=k < K, other=0.0).to(tl.float32)

@@ -63,7 +63,7 @@ CHILD = textwrap.dedent("""
         assert not int_dot or "dp4a.s32.s32" in compiled.asm["ptx"], (fmt, "no dp4a in the integer-dot GEMV")
         assert not chunks or "ld.global.v4.b32" in compiled.asm["ptx"], (fmt, "the aligned chunks not 128-bit loads")
         assert not weights_first or "wgmma.mma_async" in compiled.asm["ptx"], (fmt, "the weights-first tile without wgmma")
-        int8_codes = block_m == 1 and not int_dot and fmt == "q8_0_split"
+        int8_codes = block_m == 1 and not int_dot and fmt in ("int8", "q8_0_split")
         assert not int8_codes or "prmt.b32" in compiled.asm["ptx"], (fmt, "codes not four a word")
         ptx = compiled.asm["ptx"]
         waits = "griddepcontrol.wait" in ptx
