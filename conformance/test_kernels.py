@@ -27,7 +27,10 @@ calls it): a kernel that keeps state between launches must leave it as it found 
 The linear layers (1.5): ``linear`` and ``quantized_linear`` in every weight format over rows ``T`` of 1
 (decode), a few and more than 16 (where an implementation may change method), output counts that are
 not a multiple of a power of two, several blocks per row; quantized weights are random bytes whose
-float16 scale fields hold small random values, so every bit of a block matters.
+float16 scale fields hold small random values, so every bit of a block matters. Every plan anydev's
+Triton linear family records for a device (``linear_plans.RECORDED``: a GEMM's blocks, warps, stages and
+K split) runs at its own shape and rows on whatever device this is, in bfloat16 (full sweep only): a plan
+measured on one card of an architecture is checked on any other of it.
 
 A kernel offered for some inputs only (``KernelOffer``, contract 1.6: e.g. ``quantized_linear`` for
 q4_k alone) is checked on the dtypes and weight formats it declares; each other one is skipped as
@@ -454,6 +457,58 @@ def test_quantized_linear_equals_the_reference(kernels, torch_device, quick, dty
             f"quantized_linear {weight_format} (T {T}): output {got.dtype}, contiguous {got.is_contiguous()}"
         want = reference.quantized_linear(x.float(), weight, scales, weight_format)
         assert_close(got, want, dtype, f"quantized_linear {weight_format} (T {T}, N {N}, K {K})")
+
+
+def recorded_linear_plans() -> list[tuple]:
+    """Every plan of anydev's Triton linear family recorded for some device (``linear_plans.RECORDED``:
+    key, plan), or none where Triton is not importable."""
+    from anydev.backends.triton_kernels import triton_importable
+
+    if not triton_importable():
+        return []
+    from anydev.backends.triton_kernels.linear_plans import RECORDED
+
+    return sorted(RECORDED.items(), key=str)
+
+
+def _plan_id(case) -> str:
+    (device, rows, weight_format, N, K), _ = case
+    return f"{device.replace(' ', '_')}-{rows}-{weight_format}-{N}x{K}"
+
+
+@pytest.mark.parametrize("case", recorded_linear_plans(), ids=_plan_id)
+def test_every_recorded_linear_plan_equals_the_reference(kernels, torch_device, quick, monkeypatch, case):
+    """A plan recorded for any device (one of the same architecture may have measured it) computes the
+    reference product here, at its own shape and rows, in bfloat16 (a GGUF format's batch-1 plans are the
+    integer-dot GEMV's): the plans of a card this run is not on are checked on one that compiles the
+    same kernel."""
+    (device, rows, weight_format, N, K), recorded = case
+    if quick:
+        pytest.skip("a recorded plan is sized for a GPU's GEMM (up to 128256 x 4096): the full sweep runs it")
+    from anydev.backends.triton_kernels import linear, linear_plans
+
+    name = "linear" if weight_format == "dense" else "quantized_linear"
+    kernel = native(kernels, name, torch.bfloat16, None if weight_format == "dense" else weight_format)
+    if kernels.offers[name].kernel is not getattr(linear, name):
+        pytest.skip(f"'{kernels.backend}' runs its own {name}, not anydev's Triton linear family whose plans these are")
+    here = (linear_plans.device_name(torch_device), rows, weight_format, N, K)
+    monkeypatch.setitem(linear_plans.RECORDED, here, recorded)
+    taken = linear.plan(rows, N, K, weight_format, torch_device, torch.bfloat16)
+    assert (taken.block_m, taken.block_n, taken.block_k, taken.num_warps, taken.num_stages) == \
+        (recorded[0], recorded[1], recorded[2], recorded[4], recorded[5]), f"plan {recorded} of {device} not taken: {taken}"
+    gen = torch.Generator().manual_seed(N + K + rows)
+    x = torch.randn(rows, K + 8, generator=gen).bfloat16().to(torch_device)[:, 8:]     # strided rows
+    what = f"{name} {weight_format} (T {rows}, N {N}, K {K}) with {device}'s plan {recorded}"
+    if weight_format == "dense":
+        weight = (torch.randn(N, K, generator=gen) / K ** 0.5).bfloat16().to(torch_device)
+        got, want = kernel(x, weight), reference.linear(x.float(), weight.float())
+    else:
+        weight, scales = random_weight(weight_format, N, K, gen)
+        weight = weight.to(torch_device)
+        scales = scales.to(torch_device) if scales is not None else None
+        got = kernel(x, weight, scales, weight_format)
+        want = reference.quantized_linear(x.float(), weight, scales, weight_format)
+    assert_close(got, want, torch.bfloat16, what)
 
 
 def embedding_cases(quick: bool) -> list[tuple[int, int, int]]:
