@@ -20,7 +20,8 @@ runs each anydev mode once per quantization of the projections (quantized while 
 and prints each quantized engine's decode speed over the same mode's unquantized one. ``--repeats N``
 builds every anydev engine N times, their order reversed on every other round (an engine built later
 in the process runs a few percent slower: the order would otherwise favour the first), and reports
-each case's median over the rounds; the JSON's ``order`` lists each round's engines.
+each case's median over the rounds; the JSON's ``order`` lists each round's engines. ``--plans FILE``
+(a ``linear_bench.py --table-out`` file) runs the anydev engines with those plans added to the recorded ones.
 
 Engines: "anydev graphs" (decode graphs, captured at start-up; step N+1 built and launched while the
 device runs step N), "anydev graphs-sync" (the same without the overlap: each step's tokens read back
@@ -87,6 +88,9 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=1,
                    help="rounds of the anydev engines, the order reversed every other round; medians reported")
     p.add_argument("--no-kernel-count", action="store_true", help="skip the profiled runs that count kernels/step")
+    p.add_argument("--plans", action="append", default=[],
+                   help="a linear_bench --table-out file whose plans the anydev engines take for this run "
+                        "(merged into linear_plans.RECORDED; the threads executor only); repeatable")
     p.add_argument("--out", help="write the results as JSON here")
     return p.parse_args(argv)
 
@@ -103,6 +107,12 @@ def _list(text: str, allowed, what: str) -> list[str]:
 
 
 def run(args) -> int:
+    if args.plans:
+        if "mp" in _list(args.executors, ("threads", "mp"), "--executors"):
+            raise EngineConfigError("--plans reaches the engines of this process only: pass --executors threads")
+        from linear_bench import merge_plans   # the script beside this one
+
+        merge_plans(args.plans)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     contexts = [int(c) for c in args.contexts.split(",")]
     modes, hf_modes = _list(args.modes, ENGINES, "--modes"), _list(args.hf, HF_MODES, "--hf")

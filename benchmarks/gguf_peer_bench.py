@@ -121,13 +121,9 @@ def anydev_speeds(file: Path, device: str, batch_sizes, prompt_len: int, new_tok
 
 def run(args) -> int:
     if args.plans:
-        from anydev.backends.triton_kernels.linear_plans import RECORDED
-        from linear_bench import read_table   # the script beside this one
+        from linear_bench import merge_plans   # the script beside this one
 
-        for path in args.plans:
-            table = read_table(path)
-            RECORDED.update(table)
-            print(f"plans from {path}: {len(table)} merged into linear_plans.RECORDED for this run", flush=True)
+        merge_plans(args.plans)
     results = []
     for file in args.files:
         row = dict(file=str(file), gigabytes=file.stat().st_size / 1e9)

@@ -289,6 +289,17 @@ def read_table(path: str) -> dict:
         return ast.literal_eval("{" + f.read() + "}")
 
 
+def merge_plans(paths: list[str]) -> None:
+    """Each ``--table-out`` file's plans merged into ``linear_plans.RECORDED`` for this process (a
+    benchmark's ``--plans``: a sweep's winners run end to end before they are pasted into the tree)."""
+    from anydev.backends.triton_kernels.linear_plans import RECORDED
+
+    for path in paths:
+        table = read_table(path)
+        RECORDED.update(table)
+        print(f"plans from {path}: {len(table)} merged into linear_plans.RECORDED for this run", flush=True)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="nvidia")

@@ -114,6 +114,24 @@ def test_decode_bench_runs_each_quantization_beside_the_unquantized_engine(tmp_p
     assert any(line.startswith("anydev eager int8 / anydev eager, decode batch 1") for line in report["ratios"])
 
 
+def test_decode_bench_plans_reach_its_engines_and_are_refused_with_processes(tmp_path, monkeypatch, capsys):
+    """--plans merges a sweep's file into the recorded plans the engines of this process read; an
+    executor of processes would not see them, so --executors mp with --plans is an error, not a run
+    on other plans."""
+    from anydev.backends.triton_kernels import linear_plans
+
+    monkeypatch.setattr(linear_plans, "RECORDED", dict(linear_plans.RECORDED))
+    table = {("cpu", 1, "int8", 64, 64): (1, 16, 64, 1, 4, None)}
+    path = tmp_path / "plans.txt"
+    load("linear_bench").write_table(str(path), table)
+    base = ["--tiny", "--batch-sizes", "1", "--contexts", "16", "--new-tokens", "3", "--prefill-len", "0",
+            "--hf", "none", "--modes", "eager", "--no-kernel-count", "--plans", str(path)]
+    assert load("decode_bench").main(base + ["--executors", "mp"]) == 2
+    assert "--executors threads" in capsys.readouterr().err
+    assert ("cpu", 1, "int8", 64, 64) not in linear_plans.RECORDED
+    assert load("decode_bench").main(base) == 0
+    assert linear_plans.RECORDED[("cpu", 1, "int8", 64, 64)] == (1, 16, 64, 1, 4, None)
+
 def test_decode_bench_repeats_alternate_the_engines_order_and_report_medians(tmp_path):
     out = tmp_path / "decode.json"
     assert load("decode_bench").main(["--tiny", "--batch-sizes", "1", "--contexts", "16", "--new-tokens", "3",
