@@ -15,9 +15,9 @@ every other partition visible to it.) So there is no second kernel, and the coun
 whenever a launch ends, which is what a graph replay needs. A sequence of at most
 ``WHOLE_KEYS_PER_DIM`` keys per head element is read whole by its first partition's program, which
 writes the output itself: the other partitions' programs of that sequence return without keys, and
-none of them touches the counter (a batch mixes such short sequences with long, split ones). The number of partitions depends only on
-shapes (never on ``seq_lens`` values), and nothing is allocated or read back per value: a call can
-be captured in a device graph.
+none of them touches the counter (a batch mixes such short sequences with long, split ones). The
+number of partitions depends only on shapes (never on ``seq_lens`` values), and nothing is allocated
+or read back per value: a call can be captured in a device graph.
 """
 from __future__ import annotations
 
