@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 32, call B (issue 31, one H200; written in session 31): the conformance kernels group on this
 # tree (main with session 32's two landed kernel changes), the 8B Q4_K file at batch 1 and 32 beside
-# llama.cpp on it, then the profiles the record lacks. Session 31's Q4_K batch-32 and Q8_0 batch-1 profiles were cut while Triton compiled the profiled
-# graphs' kernels, so each profile here is a step of its own with room for that. In this order, each
+# llama.cpp on it, then the profiles the record lacks. Session 31's Q4_K batch-32 and Q8_0 batch-1
+# profiles were cut while Triton compiled the profiled graphs' kernels, so each profile here is a step
+# of its own with room for that. In this order, each
 # step skipped once BUDGET is spent: the 1B bf16 at batch 1 (decode_bench) and its profile; the 8B Q4_K
 # file at batch 32 profiled; the 8B Q8_0 file at batch 1 and 32 beside llama.cpp, its batch-1 step
 # profiled; the 8B Q6_K file at batch 1 beside llama.cpp (each engine in a step of its own, so that a
