@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Session 33, call A (issue 31; written in session 32): main's tree on whichever card comes (the issue's
+# targets are an H200's; sessions 31-32 got only H100s, so an H200 run of this is the record the issue
+# still lacks). In this order, each step skipped once BUDGET is spent: the whole conformance kernels group
+# (every recorded linear plan at its shape among it); the 8B Q4_K, Q8_0 and Q6_K files at batch 1 and 32
+# beside llama.cpp (each engine in a step of its own); the 8B bf16/int8/fp8 decode at batch 1 in one
+# process; the 1B bf16 decode; last, the q6_k batch-1 plan sweep (no H100 q6_k batch-1 plans are
+# recorded; Q6_K tensors are in every Q4_K_M file) and the Q6_K file on its winners (--plans).
+# Carry .whl and .peer/llamacpp-bin.tar.xz.
+set -uo pipefail
+source parts/step.sh
+call_init c33a 555
+call_start
+B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
+( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
+make_models Q4_K Q8_0 Q6_K
+step conf-main 240 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/conf-main.json \
+  -- -k kernels
+pkill -f "anydev.conformance"; sleep 1
+PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
+LLAMA_LIBS=$(peer_libs)
+pair() {
+  wait_model $1
+  step anydev-$1 45 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
+  LD_LIBRARY_PATH=$LLAMA_LIBS step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
+    --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
+}
+pair Q4_K 1,32
+pair Q8_0 1,32
+pair Q6_K 1
+DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
+    --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
+step decode-8b 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
+step decode-1b 30 "${DB[@]}" --shape 1b --out $R/decode-1b.json
+step sweep-q6_k-b1 120 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --skip-table \
+  --sweep --sweep-batches 1 --sweep-formats q6_k --table-out $R/plans-q6_k-b1.txt --out $R/sweep-q6_k-b1.json
+if [[ -s $R/plans-q6_k-b1.txt ]]; then
+  step swept-Q6_K-b1 35 "${PEER[@]}" --batch-sizes 1 --plans $R/plans-q6_k-b1.txt $G/llama-8b-Q6_K.gguf \
+    --out $R/swept-Q6_K-b1.json
+fi
+grep -h "passed\|failed" $R/conf-*.txt | tail -2 >> $LOG
+grep -h "anydev llama\|llama.cpp:\|anydev graphs.*decode\|decode batch 1" $R/anydev-*.txt $R/llamacpp-*.txt \
+  $R/swept-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
+call_end
