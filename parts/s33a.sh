@@ -3,7 +3,9 @@
 # targets are an H200's; sessions 31-32 got only H100s, so an H200 run of this is the record the issue
 # still lacks). In this order, each step skipped once BUDGET is spent: the whole conformance kernels group
 # (every recorded linear plan at its shape among it); the 8B Q4_K, Q8_0 and Q6_K files at batch 1 and 32
-# beside llama.cpp (each engine in a step of its own); the 8B bf16/int8/fp8 decode at batch 1 in one
+# beside llama.cpp (each engine in a step of its own), and after the Q4_K pair the q4_k GEMVs at batch 1
+# with their activations rounded beforehand (parts/rounded_upper_bound.py: what fusing the rounding into
+# its producers could gain at most) beside main's; the 8B bf16/int8/fp8 decode at batch 1 in one
 # process; the 1B bf16 decode; last, the q6_k batch-1 plan sweep (no H100 q6_k batch-1 plans are
 # recorded; Q6_K tensors are in every Q4_K_M file) and the Q6_K file on its winners (--plans).
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
@@ -26,6 +28,11 @@ pair() {
     --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
 }
 pair Q4_K 1,32
+install_after parts/experiments/q4k-rounded-once.patch
+LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --formats q4_k)
+step lin-q4_k-b1 30 "${LB[@]}" --out $R/lin-q4_k-b1.json
+after rounded-bound 30 taskset -c 0-1 python3 parts/rounded_upper_bound.py --device nvidia --models 8B --batches 1 \
+  --formats q4_k --out $R/rounded-bound.json
 pair Q8_0 1,32
 pair Q6_K 1
 DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
@@ -39,6 +46,7 @@ if [[ -s $R/plans-q6_k-b1.txt ]]; then
     --out $R/swept-Q6_K-b1.json
 fi
 grep -h "passed\|failed" $R/conf-*.txt | tail -2 >> $LOG
+grep -h "GEMMs per token" $R/lin-*.txt $R/rounded-bound.txt >> $LOG 2>/dev/null
 grep -h "anydev llama\|llama.cpp:\|anydev graphs.*decode\|decode batch 1" $R/anydev-*.txt $R/llamacpp-*.txt \
   $R/swept-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
 call_end
