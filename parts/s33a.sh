@@ -7,7 +7,8 @@
 # with their activations rounded beforehand (parts/rounded_upper_bound.py: what fusing the rounding into
 # its producers could gain at most) beside main's; the 8B bf16/int8/fp8 decode at batch 1 in one
 # process; the 1B bf16 decode; last, the q6_k batch-1 plan sweep (no H100 q6_k batch-1 plans are
-# recorded; Q6_K tensors are in every Q4_K_M file) and the Q6_K file on its winners (--plans).
+# recorded; Q6_K tensors are in every Q4_K_M file) and the Q6_K file on its winners (--plans), then the
+# 1B's bf16 batch-1 sweep and its decode on the winners (the 1B target is 1,400 tok/s on an H200).
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -44,6 +45,11 @@ step sweep-q6_k-b1 120 taskset -c 0-1 python3 benchmarks/linear_bench.py --devic
 if [[ -s $R/plans-q6_k-b1.txt ]]; then
   step swept-Q6_K-b1 35 "${PEER[@]}" --batch-sizes 1 --plans $R/plans-q6_k-b1.txt $G/llama-8b-Q6_K.gguf \
     --out $R/swept-Q6_K-b1.json
+fi
+step sweep-dense-1b 90 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 1B --skip-table \
+  --sweep --sweep-batches 1 --sweep-formats dense --table-out $R/plans-dense-1b.txt --out $R/sweep-dense-1b.json
+if [[ -s $R/plans-dense-1b.txt ]]; then
+  step swept-decode-1b 30 "${DB[@]}" --shape 1b --plans $R/plans-dense-1b.txt --out $R/swept-decode-1b.json
 fi
 grep -h "passed\|failed" $R/conf-*.txt | tail -2 >> $LOG
 grep -h "GEMMs per token" $R/lin-*.txt $R/rounded-bound.txt >> $LOG 2>/dev/null
