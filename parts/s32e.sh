@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 32, call E (issue 31; the session's last 278 s of device time): parts/pending/decode-read-ahead.patch
-# beside main (f7594fb's kernels). In this order, each step skipped once BUDGET is spent: the 8B Q4_K
+# beside main (32fd5b6's kernels). In this order, each step skipped once BUDGET is spent: the 8B Q4_K
 # file at batch 1 before and after; the conformance checks of decode attention and the engines' greedy
 # tokens on the after tree; the 1B bf16 decode (64-wide heads) before and after. Carry .whl.
 set -uo pipefail
