@@ -107,8 +107,9 @@ def _list(text: str, allowed, what: str) -> list[str]:
 
 
 def run(args) -> int:
+    executors = _list(args.executors, ("threads", "mp"), "--executors")
     if args.plans:
-        if "mp" in _list(args.executors, ("threads", "mp"), "--executors"):
+        if "mp" in executors:
             raise EngineConfigError("--plans reaches the engines of this process only: pass --executors threads")
         from linear_bench import merge_plans   # the script beside this one
 
@@ -132,7 +133,6 @@ def run(args) -> int:
         prompts[args.prefill_len] = torch.randint(2, model.vocab_size, (1, args.prefill_len), generator=generator).tolist()
         cases.append(("prefill", 1, args.prefill_len))
     rows, dtype, torch_device, info = [], None, None, {}
-    executors = _list(args.executors, ("threads", "mp"), "--executors")
     quantizations = [q.strip() for q in args.quantizations.split(",") if q.strip()]
     if set(quantizations) - {"none", "int8", "fp8"}:
         raise EngineConfigError(f"--quantizations takes none, int8, fp8; got {args.quantizations!r}")
