@@ -17,25 +17,16 @@ call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
 make_models Q4_K Q8_0 Q6_K
-step conf-main 240 taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/conf-main.json \
-  -- -k kernels
-pkill -f "anydev.conformance"; sleep 1
+kernels_group conf-main 240
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
-LLAMA_LIBS=$(peer_libs)
-pair() {
-  wait_model $1
-  step anydev-$1 45 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
-  LD_LIBRARY_PATH=$LLAMA_LIBS step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
-    --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
-}
-pair Q4_K 1,32
+gguf_pair Q4_K 1,32
 install_after parts/experiments/q4k-rounded-once.patch
 LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --formats q4_k)
 step lin-q4_k-b1 30 "${LB[@]}" --out $R/lin-q4_k-b1.json
 after rounded-bound 30 taskset -c 0-1 python3 parts/rounded_upper_bound.py --device nvidia --models 8B --batches 1 \
   --formats q4_k --out $R/rounded-bound.json
-pair Q8_0 1,32
-pair Q6_K 1
+gguf_pair Q8_0 1,32
+gguf_pair Q6_K 1
 DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
 step decode-8b 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json

@@ -86,3 +86,19 @@ install_after() {
   echo "after tree: this one with $*" >> $R/env.txt
 }
 after() { (cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE step "$@"); }
+# `kernels_group NAME LIMIT [PYTEST -k FILTER]`: the conformance kernels group on nvidia (default the whole
+# group) as step NAME, its report $R/NAME.json, and any worker left by a cut run stopped.
+kernels_group() {
+  local name=$1 limit=$2 filter=${3:-kernels}
+  step $name $limit taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/$name.json \
+    -- -k "$filter"
+  pkill -f "anydev.conformance"; sleep 1
+}
+# `gguf_pair FORMAT BATCHES`: anydev (the PEER array) and llama.cpp (built in $B) on $G/llama-8b-FORMAT.gguf
+# at BATCHES (e.g. 1,32), each a step of its own, once make_models has made the file.
+gguf_pair() {
+  wait_model $1
+  step anydev-$1 45 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
+  LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
+    --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
+}
