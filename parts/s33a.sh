@@ -31,6 +31,12 @@ DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-si
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count)
 step decode-8b 90 "${DB[@]}" --shape 8b --quantizations none,int8,fp8 --out $R/decode-8b.json
 step decode-1b 30 "${DB[@]}" --shape 1b --out $R/decode-1b.json
+if nvidia-smi -L | grep -q H200; then      # the profiles an H200 record lacks come before the sweeps
+  PROF=(env ANYDEV_TRITON_PDL=0 taskset -c 0-1 python3 benchmarks/step_profile.py --device nvidia --graphs --context 256
+        --steps 8 --rows 30)
+  step prof-Q4_K-b1 70 "${PROF[@]}" --batch-sizes 1 --model $G/llama-8b-Q4_K.gguf
+  step prof-1b-b1 40 "${PROF[@]}" --batch-sizes 1
+fi
 step sweep-q6_k-b1 120 taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --skip-table \
   --sweep --sweep-batches 1 --sweep-formats q6_k --table-out $R/plans-q6_k-b1.txt --out $R/sweep-q6_k-b1.json
 if [[ -s $R/plans-q6_k-b1.txt ]]; then
@@ -45,5 +51,5 @@ fi
 grep -h "passed\|failed" $R/conf-*.txt | tail -2 >> $LOG
 grep -h "GEMMs per token" $R/lin-*.txt $R/rounded-bound.txt >> $LOG 2>/dev/null
 grep -h "anydev llama\|llama.cpp:\|anydev graphs.*decode\|decode batch 1" $R/anydev-*.txt $R/llamacpp-*.txt \
-  $R/swept-*.txt $R/decode-*.txt >> $LOG 2>/dev/null
+  $R/swept-*.txt $R/decode-*.txt $R/prof-*.txt >> $LOG 2>/dev/null
 call_end
