@@ -81,6 +81,7 @@ install_after() {
   local p; for p in "$@"; do
     (cd $AFTER && patch -p1 --forward < $OLDPWD/$p) >> $R/env.txt 2>&1 || echo "1 patch $p" | tee -a $LOG
   done
+  rm -rf /tmp/after-site     # pip --target does not replace a package an earlier after tree left there
   python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/after-site $AFTER >> $R/env.txt 2>&1 \
     || echo "1 after install" | tee -a $LOG
   echo "after tree: this one with $*" >> $R/env.txt
