@@ -8,6 +8,10 @@ Forced partitions, warps and keys a tile, as attn_sweep.py; "hot" rows time one 
 comparison. The tree under test is whichever `anydev` imports (an after-tree's patch included).
 
     python parts/attn_cold.py --out attn-cold.json
+    python parts/attn_cold.py --whole --out attn-whole.json   # the whole-sequence path's tiles and warps
+
+`--whole` keeps the kernel's own partitions (a short sequence read whole by one program, as in a step)
+and forces the warps, `WHOLE_BLOCK_N` (where the tree has it) and, at 64-wide heads, `WHOLE_KEYS_PER_DIM`.
 """
 from __future__ import annotations
 
@@ -58,7 +62,10 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out")
     p.add_argument("--cache-mb", type=int, default=160, help="the caches' bytes in all (above the L2's 50-60 MB)")
+    p.add_argument("--whole", action="store_true", help="sweep the whole-sequence path (see the docstring)")
     args = p.parse_args()
+    if args.whole:
+        return whole_sweep(args)
     gen = torch.Generator().manual_seed(0)
     auto_splits, auto_warps, auto_block, auto_whole = ad.num_splits, ad.decode_warps, ad.BLOCK_N, ad.WHOLE_KEYS_PER_DIM
     rows = []
@@ -91,6 +98,39 @@ def main():
                              err=err, caches=count, auto_splits=chosen))
             print(f"d {d:4d} context {context:5d} {name:14s} cold {cold:6.2f} us  hot {hot:6.2f} us  "
                   f"(max|diff| {err:.1e}; {count} caches; auto {chosen} partitions)", flush=True)
+    if args.out:
+        json.dump(rows, open(args.out, "w"), indent=1)
+
+
+def whole_sweep(args):
+    """Rows of the whole-sequence path: (head dim, context, keys-per-dim limit) x warps x tile keys."""
+    gen = torch.Generator().manual_seed(0)
+    saved = {name: getattr(ad, name) for name in ("decode_warps", "WHOLE_BLOCK_N", "WHOLE_KEYS_PER_DIM")
+             if hasattr(ad, name)}
+    tiles = (64, 128, 256) if hasattr(ad, "WHOLE_BLOCK_N") else (None,)
+    rows = []
+    for d, context, limit in ((128, 256, 3), (128, 384, 3), (64, 192, 3), (64, 256, 3), (64, 256, 4), (64, 384, 6)):
+        count = max(8, args.cache_mb * 2 ** 20 // (2 * context * 8 * d * 2))
+        ks, vs, tables, lens = caches(count, context, 8, d, 16, gen)
+        q = torch.randn(1, 32, d, generator=gen).to(torch.bfloat16).cuda()
+        want = ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)
+        for warps, tile in itertools.product((4, 8, 16), tiles):
+            ad.decode_warps = lambda *a, w=warps: w
+            ad.WHOLE_KEYS_PER_DIM = limit
+            if tile is not None:
+                ad.WHOLE_BLOCK_N = tile
+            try:
+                got = ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)
+                err = (got.float() - want.float()).abs().max().item()
+                cold = graph_time_us([lambda i=i: ad.paged_decode_attention(q, ks[i], vs[i], tables, lens, d ** -0.5)
+                                      for i in range(count)])
+            finally:
+                for name, value in saved.items():
+                    setattr(ad, name, value)
+            rows.append(dict(d=d, context=context, keys_per_dim=limit, warps=warps, whole_block_n=tile,
+                             cold_us=round(cold, 2), err=err))
+            print(f"d {d:4d} context {context:5d} whole below {limit * d:4d} keys  warps {warps:2d} tile {tile}: "
+                  f"cold {cold:6.2f} us  (max|diff| {err:.1e})", flush=True)
     if args.out:
         json.dump(rows, open(args.out, "w"), indent=1)
 
