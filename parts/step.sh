@@ -99,7 +99,7 @@ kernels_group() {
 # at BATCHES (e.g. 1,32), each a step of its own, once make_models has made the file.
 gguf_pair() {
   wait_model $1
-  step anydev-$1 45 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
+  step anydev-$1 60 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
   LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
     --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
 }
