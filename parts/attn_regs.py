@@ -20,10 +20,14 @@ index = {name: i for i, name in enumerate(kernel.arg_names)}
 signature = {name: "i32" for name in kernel.arg_names}
 signature.update(q_ptr="*bf16", k_cache_ptr="*bf16", v_cache_ptr="*bf16", tables_ptr="*i32", lens_ptr="*i32",
                  out_ptr="*bf16", part_out_ptr="*fp32", part_lse_ptr="*fp32", counters_ptr="*i32", qk_scale="fp32")
-for warps, tile, head_dim in itertools.product((4, 8, 16), (64, 128, 256), (128, 64)):
+# WHOLE_BLOCK_N: a tree whose whole-sequence path has tiles of their own (session 33's patch); else 64.
+tiles = (64, 128, 256) if "WHOLE_BLOCK_N" in index else (attention_decode.BLOCK_N,)
+for warps, tile, head_dim in itertools.product((4, 8, 16), tiles, (128, 64)):
     constants = dict(GROUP=4, GROUP_PAD=16, D=head_dim, BLOCK_SIZE=16, BLOCK_N=attention_decode.BLOCK_N, SPLIT=True,
                      PRECISION=None, UPCAST=False, GROUP_P2=4, SPLITS_PAD=attention_decode.MAX_SPLITS,
-                     WHOLE_KEYS=attention_decode.WHOLE_KEYS_PER_DIM, WHOLE_BLOCK_N=tile, USE_PDL=3)
+                     WHOLE_KEYS=attention_decode.WHOLE_KEYS_PER_DIM, USE_PDL=3)
+    if "WHOLE_BLOCK_N" in index:
+        constants["WHOLE_BLOCK_N"] = tile
     source = ASTSource(fn=kernel, signature={**signature, **{n: "constexpr" for n in constants}},
                        constexprs={(index[n],): v for n, v in constants.items()})
     sass = triton.compile(source, target=GPUTarget("cuda", 90, 32),
