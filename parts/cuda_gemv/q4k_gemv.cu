@@ -1,0 +1,127 @@
+// Session 33 experiment (issue 31): a batch-1 q4_k GEMV in CUDA C, to measure what a kernel of the
+// nvidia backend's own could reach beside the Triton one. out[N] = W[N, K] x[K], W in q4_k blocks
+// (plugin_api/weight_formats.py), x bfloat16, K a multiple of 256.
+//
+// Each block first rounds x to int8 in shared memory, a scale and a float sum per 32 inputs (as the
+// Triton GEMV does per program). Each warp then takes ROWS rows; a lane reads 16 bytes of a super-
+// block's nibbles (a quarter of a sub-block pair) and, with the 7 other lanes of its super-block, the
+// 16-byte header (one transaction); 4 super-blocks a warp a step.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define WARPS 8
+
+__device__ __forceinline__ int byte_of(unsigned w, int i) { return (w >> (8 * i)) & 0xFF; }
+
+// Six-bit scale and min of sub-block j (0..7) from the header's words y (bytes 4-7), z (8-11), w (12-15).
+__device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, int j, float &sc, float &m) {
+  if (j < 4) {
+    sc = (float)(byte_of(y, j) & 63);
+    m = (float)(byte_of(z, j) & 63);
+  } else {
+    sc = (float)((byte_of(w, j - 4) & 0x0F) | ((byte_of(y, j - 4) >> 6) << 4));
+    m = (float)((byte_of(w, j - 4) >> 4) | ((byte_of(z, j - 4) >> 6) << 4));
+  }
+}
+
+template <int ROWS, int UNROLL>
+__device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const __nv_bfloat16 *__restrict__ x,
+                                     __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) {
+  extern __shared__ int4 shared[];
+  int8_t *codes = (int8_t *)shared;               // K
+  float *dx = (float *)(codes + K);               // K / 32
+  float *sx = dx + K / 32;                        // K / 32
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+  // Round x: a lane takes 8 inputs (16 bytes); 4 lanes make a group of 32.
+  for (int base = warp * 256; base < K; base += WARPS * 256) {
+    int at = base + lane * 8;
+    const uint4 raw = *(const uint4 *)(x + at);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float f[8], amax = 0.f, sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {      // a bfloat16 is a float's high half
+      f[2 * i] = __uint_as_float(words[i] << 16);
+      f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) { amax = fmaxf(amax, fabsf(f[i])); sum += f[i]; }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    float d = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
+    unsigned lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      lo |= ((unsigned)(__float2int_rn(f[i] * inv) & 0xFF)) << (8 * i);
+      hi |= ((unsigned)(__float2int_rn(f[i + 4] * inv) & 0xFF)) << (8 * i);
+    }
+    *(int2 *)(codes + at) = make_int2((int)lo, (int)hi);
+    if ((lane & 3) == 0) { dx[at / 32] = d; sx[at / 32] = sum; }
+  }
+  __syncthreads();
+
+  const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
+  if (row0 >= N) return;
+  const int chunk = lane & 7, pair = chunk >> 1, half = chunk & 1;
+  const int blocks = K / 256;
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+
+#pragma unroll UNROLL
+  for (int s = lane >> 3; s < blocks; s += 4) {
+    const int4 x_low = *(const int4 *)(codes + s * 256 + 64 * pair + 16 * half);
+    const int4 x_high = *(const int4 *)(codes + s * 256 + 64 * pair + 32 + 16 * half);
+    const float dx_low = dx[s * 8 + 2 * pair], dx_high = dx[s * 8 + 2 * pair + 1];
+    const float sx_low = sx[s * 8 + 2 * pair], sx_high = sx[s * 8 + 2 * pair + 1];
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) {
+      const int row = row0 + r;
+      if (row < N) {
+        const uint8_t *block = weight + row * row_bytes + s * 144;
+        const uint4 head = __ldg((const uint4 *)block);
+        const uint4 q = __ldg((const uint4 *)(block + 16 + 16 * chunk));
+        int dot_low = 0, dot_high = 0;
+        dot_low = __dp4a((int)(q.x & 0x0F0F0F0Fu), x_low.x, dot_low);
+        dot_low = __dp4a((int)(q.y & 0x0F0F0F0Fu), x_low.y, dot_low);
+        dot_low = __dp4a((int)(q.z & 0x0F0F0F0Fu), x_low.z, dot_low);
+        dot_low = __dp4a((int)(q.w & 0x0F0F0F0Fu), x_low.w, dot_low);
+        dot_high = __dp4a((int)((q.x >> 4) & 0x0F0F0F0Fu), x_high.x, dot_high);
+        dot_high = __dp4a((int)((q.y >> 4) & 0x0F0F0F0Fu), x_high.y, dot_high);
+        dot_high = __dp4a((int)((q.z >> 4) & 0x0F0F0F0Fu), x_high.z, dot_high);
+        dot_high = __dp4a((int)((q.w >> 4) & 0x0F0F0F0Fu), x_high.w, dot_high);
+        const float d = __half2float(__ushort_as_half((unsigned short)(head.x & 0xFFFFu)));
+        const float dmin = __half2float(__ushort_as_half((unsigned short)(head.x >> 16)));
+        float sc_low, m_low, sc_high, m_high;
+        scale_min(head.y, head.z, head.w, 2 * pair, sc_low, m_low);
+        scale_min(head.y, head.z, head.w, 2 * pair + 1, sc_high, m_high);
+        float part = d * (sc_low * dx_low * (float)dot_low + sc_high * dx_high * (float)dot_high);
+        if (half == 0) part -= dmin * (m_low * sx_low + m_high * sx_high);    // once a sub-block pair
+        acc[r] += part;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; r++) {
+    float v = acc[r];
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && row0 + r < N) out[row0 + r] = __float2bfloat16(v);
+  }
+}
+
+// Variants by rows a warp (loads in flight a lane) and steps unrolled; grid: ceil(N / (8 * ROWS)) blocks
+// of 256 threads, K + K / 4 bytes of dynamic shared memory.
+#define VARIANT(NAME, ROWS, UNROLL) \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const uint8_t *__restrict__ w, \
+      const __nv_bfloat16 *__restrict__ x, __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) { \
+    gemv<ROWS, UNROLL>(w, x, out, N, K, row_bytes); }
+VARIANT(q4k_gemv_r1, 1, 1)
+VARIANT(q4k_gemv_r2, 2, 1)
+VARIANT(q4k_gemv_r4, 4, 1)
+VARIANT(q4k_gemv_r2_u2, 2, 2)
+VARIANT(q4k_gemv_r1_u4, 1, 4)

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Session 33, call D (issue 31; the session's last device time): the batch-1 q4_k GEMVs of the 8B shapes
+# in CUDA C (parts/cuda_gemv/q4k_gemv.cu, five variants, compiled on the CPU machine to .cubin/q4k_gemv.cubin:
+# `nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128`) beside the Triton kernel's, each checked against the
+# float reference (parts/cuda_gemv/bench.py). Carry .whl and .cubin.
+set -uo pipefail
+source parts/step.sh
+call_init c33d 240
+call_start
+step cuda-gemv 150 taskset -c 0-1 python3 parts/cuda_gemv/bench.py --cubin .cubin/q4k_gemv.cubin --out $R/cuda-gemv.json
+grep -h "GEMMs per token\|best CUDA" $R/cuda-gemv.txt >> $LOG 2>/dev/null
+call_end
