@@ -23,7 +23,7 @@ from linear_bench import MODELS, Timer, copies_of, gemms, weight_bytes         #
 
 from anydev.plugin_api.weight_formats import dequantize                        # noqa: E402
 
-VARIANTS = {"r1": 1, "r2": 2, "r4": 4, "r2_u2": 2, "r1_u4": 1}                 # name -> rows a warp
+VARIANTS = {"r1": 1, "r2": 2, "r4": 4, "r2_u2": 2, "r1_u4": 1, "r2_pf": 2, "r4_pf": 4}                 # name -> rows a warp
 
 
 class Driver:

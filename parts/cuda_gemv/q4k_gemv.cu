@@ -25,7 +25,7 @@ __device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, in
   }
 }
 
-template <int ROWS, int UNROLL>
+template <int ROWS, int UNROLL, bool PREFETCH>
 __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const __nv_bfloat16 *__restrict__ x,
                                      __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) {
   extern __shared__ int4 shared[];
@@ -33,6 +33,14 @@ __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const _
   float *dx = (float *)(codes + K);               // K / 32
   float *sx = dx + K / 32;                        // K / 32
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (PREFETCH) {     // the warp's rows asked for into the L2 while x is rounded: a lane a 128-byte line
+    for (int r = 0; r < ROWS; r++) {
+      const long long row = (long long)(blockIdx.x * WARPS + warp) * ROWS + r;
+      if (row < N)
+        for (long long at = lane * 128; at < row_bytes; at += 32 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(weight + row * row_bytes + at));
+    }
+  }
 
   // Round x: a lane takes 8 inputs (16 bytes); 4 lanes make a group of 32.
   for (int base = warp * 256; base < K; base += WARPS * 256) {
@@ -114,14 +122,16 @@ __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const _
   }
 }
 
-// Variants by rows a warp (loads in flight a lane) and steps unrolled; grid: ceil(N / (8 * ROWS)) blocks
+// Variants by rows a warp (loads in flight a lane), steps unrolled and rows prefetched; grid: ceil(N / (8 * ROWS)) blocks
 // of 256 threads, K + K / 4 bytes of dynamic shared memory.
-#define VARIANT(NAME, ROWS, UNROLL) \
+#define VARIANT(NAME, ROWS, UNROLL, PREFETCH) \
   extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const uint8_t *__restrict__ w, \
       const __nv_bfloat16 *__restrict__ x, __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) { \
-    gemv<ROWS, UNROLL>(w, x, out, N, K, row_bytes); }
-VARIANT(q4k_gemv_r1, 1, 1)
-VARIANT(q4k_gemv_r2, 2, 1)
-VARIANT(q4k_gemv_r4, 4, 1)
-VARIANT(q4k_gemv_r2_u2, 2, 2)
-VARIANT(q4k_gemv_r1_u4, 1, 4)
+    gemv<ROWS, UNROLL, PREFETCH>(w, x, out, N, K, row_bytes); }
+VARIANT(q4k_gemv_r1, 1, 1, false)
+VARIANT(q4k_gemv_r2, 2, 1, false)
+VARIANT(q4k_gemv_r4, 4, 1, false)
+VARIANT(q4k_gemv_r2_u2, 2, 2, false)
+VARIANT(q4k_gemv_r1_u4, 1, 4, false)
+VARIANT(q4k_gemv_r2_pf, 2, 1, true)
+VARIANT(q4k_gemv_r4_pf, 4, 1, true)
