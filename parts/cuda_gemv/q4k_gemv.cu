@@ -25,7 +25,7 @@ __device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, in
   }
 }
 
-template <int ROWS, int UNROLL, bool PREFETCH>
+template <int ROWS, int UNROLL, bool PREFETCH, bool ROUND = true>
 __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const __nv_bfloat16 *__restrict__ x,
                                      __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) {
   extern __shared__ int4 shared[];
@@ -42,8 +42,9 @@ __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const _
     }
   }
 
-  // Round x: a lane takes 8 inputs (16 bytes); 4 lanes make a group of 32.
-  for (int base = warp * 256; base < K; base += WARPS * 256) {
+  // Round x: a lane takes 8 inputs (16 bytes); 4 lanes make a group of 32. (ROUND false skips it and
+  // computes garbage: a timing of the GEMV without its rounding, the most a pre-rounded x could save.)
+  for (int base = warp * 256; ROUND && base < K; base += WARPS * 256) {
     int at = base + lane * 8;
     const uint4 raw = *(const uint4 *)(x + at);
     const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
@@ -124,10 +125,10 @@ __device__ __forceinline__ void gemv(const uint8_t *__restrict__ weight, const _
 
 // Variants by rows a warp (loads in flight a lane), steps unrolled and rows prefetched; grid: ceil(N / (8 * ROWS)) blocks
 // of 256 threads, K + K / 4 bytes of dynamic shared memory.
-#define VARIANT(NAME, ROWS, UNROLL, PREFETCH) \
+#define VARIANT(NAME, ROWS, UNROLL, PREFETCH, ...) \
   extern "C" __global__ void __launch_bounds__(WARPS * 32) NAME(const uint8_t *__restrict__ w, \
       const __nv_bfloat16 *__restrict__ x, __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) { \
-    gemv<ROWS, UNROLL, PREFETCH>(w, x, out, N, K, row_bytes); }
+    gemv<ROWS, UNROLL, PREFETCH, ##__VA_ARGS__>(w, x, out, N, K, row_bytes); }
 VARIANT(q4k_gemv_r1, 1, 1, false)
 VARIANT(q4k_gemv_r2, 2, 1, false)
 VARIANT(q4k_gemv_r4, 4, 1, false)
@@ -135,3 +136,4 @@ VARIANT(q4k_gemv_r2_u2, 2, 2, false)
 VARIANT(q4k_gemv_r1_u4, 1, 4, false)
 VARIANT(q4k_gemv_r2_pf, 2, 1, true)
 VARIANT(q4k_gemv_r4_pf, 4, 1, true)
+VARIANT(q4k_gemv_r2_unrounded, 2, 1, false, false)
