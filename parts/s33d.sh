@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Session 33, call D (issue 31; the session's last device time): the batch-1 q4_k GEMVs of the 8B shapes
-# in CUDA C (parts/cuda_gemv/q4k_gemv.cu, eight variants, one of them timing the GEMV without its rounding, compiled on the CPU machine to .cubin/q4k_gemv.cubin:
-# `nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128`) beside the Triton kernel's, each checked against the
-# float reference (parts/cuda_gemv/bench.py). Carry .whl and .cubin.
+# Session 33, call D (issue 31; written in session 33, not run: its device time ran out): the batch-1
+# q4_k GEMVs of the 8B shapes in CUDA C (parts/cuda_gemv/q4k_gemv.cu, eight variants, one of them timing
+# the GEMV without its rounding) beside the Triton kernel's, each checked against the float reference
+# (parts/cuda_gemv/bench.py). The cubin is built on the CPU machine (the GPU machine may lack nvcc):
+#   mkdir -p .cubin && nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128 -o .cubin/q4k_gemv.cubin \
+#       parts/cuda_gemv/q4k_gemv.cu          # .cubin/ in .git/info/exclude
+# Carry .whl and .cubin.
 set -uo pipefail
 source parts/step.sh
 call_init c33d 240
