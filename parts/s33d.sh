@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Session 33, call D (issue 31; written in session 33, not run: its device time ran out): the batch-1
-# q4_k GEMVs of the 8B shapes in CUDA C (parts/cuda_gemv/q4k_gemv.cu, eight variants, one of them timing
-# the GEMV without its rounding) beside the Triton kernel's, each checked against the float reference
-# (parts/cuda_gemv/bench.py). The cubin is built on the CPU machine (the GPU machine may lack nvcc):
-#   mkdir -p .cubin && nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128 -o .cubin/q4k_gemv.cubin \
-#       parts/cuda_gemv/q4k_gemv.cu          # .cubin/ in .git/info/exclude
+# q4_k and q8_0_split GEMVs of the 8B shapes in CUDA C (parts/cuda_gemv/gemv.cu, seven variants each,
+# and for q4_k one more timing the GEMV without its rounding) beside the Triton kernel's, each checked
+# against the float reference (parts/cuda_gemv/bench.py). The cubin is built on the CPU machine (the
+# GPU machine may lack nvcc); .cubin/ is in .git/info/exclude:
+#   mkdir -p .cubin && nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128 -o .cubin/gemv.cubin parts/cuda_gemv/gemv.cu
 # Carry .whl and .cubin.
 set -uo pipefail
 source parts/step.sh
 call_init c33d 240
 call_start
-step cuda-gemv 150 taskset -c 0-1 python3 parts/cuda_gemv/bench.py --cubin .cubin/q4k_gemv.cubin --out $R/cuda-gemv.json
+step cuda-gemv 150 taskset -c 0-1 python3 parts/cuda_gemv/bench.py --cubin .cubin/gemv.cubin --formats q4_k,q8_0_split \
+  --out $R/cuda-gemv.json
 grep -h "GEMMs per token\|best CUDA" $R/cuda-gemv.txt >> $LOG 2>/dev/null
 call_end
