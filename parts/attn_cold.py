@@ -3,7 +3,7 @@
 In the 8B decode step a layer's attention takes 11.4 us (H100, PDL off), where `attn_sweep.py` timed
 7.3 us: there each call reads the same 1 MB of cache, which stays in the L2, while in a step the
 GEMVs' gigabytes have evicted it. Here each call of the captured graph reads a cache of its own,
-`--cache-mb` of them in all (more than the L2), so every key and value comes from HBM as in a step.
+`--cache-mb` megabytes of them in all (more than the L2), so every key and value comes from HBM as in a step.
 Forced partitions, warps and keys a tile, as attn_sweep.py; "hot" rows time one cache for
 comparison. The tree under test is whichever `anydev` imports (an after-tree's patch included).
 
