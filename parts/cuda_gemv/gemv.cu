@@ -6,7 +6,12 @@
 // Triton GEMV does per program for q4_k), and each warp then takes ROWS rows, summed with dp4a.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#ifdef __CUDACC_RTC__          // nvrtc (nvrtc_probe.py) has no C library headers
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+#else
 #include <stdint.h>
+#endif
 
 #define WARPS 8
 
