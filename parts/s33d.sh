@@ -2,9 +2,9 @@
 # Session 33, call D (issue 31; written in session 33, not run: its device time ran out): the batch-1
 # q4_k and q8_0_split GEMVs of the 8B shapes in CUDA C (parts/cuda_gemv/gemv.cu, seven variants each,
 # and for q4_k one more timing the GEMV without its rounding) beside the Triton kernel's, each checked
-# against the float reference (parts/cuda_gemv/bench.py); then whether nvrtc there compiles the same file
-# to a cubin that computes what nvcc's does (parts/cuda_gemv/nvrtc_probe.py). The cubin is built on the CPU machine (the
-# GPU machine may lack nvcc); .cubin/ is in .git/info/exclude:
+# against the float reference (parts/cuda_gemv/bench.py); then whether nvrtc there compiles the same
+# file to a cubin that computes what nvcc's does (parts/cuda_gemv/nvrtc_probe.py). The timed cubin is
+# built on the CPU machine (the GPU machine may lack nvcc); .cubin/ is in .git/info/exclude:
 #   mkdir -p .cubin && nvcc -cubin -arch=sm_90 -O3 -maxrregcount=128 -o .cubin/gemv.cubin parts/cuda_gemv/gemv.cu
 # Carry .whl and .cubin.
 set -uo pipefail
