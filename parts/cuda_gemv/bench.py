@@ -41,8 +41,9 @@ class Driver:
         for fmt, (prefix, variants) in VARIANTS.items():
             for name in variants:
                 fn = ctypes.c_void_p()
-                self._check(self.cuda.cuModuleGetFunction(ctypes.byref(fn), self.module,
-                                                          f"{prefix}_gemv_{name}".encode()), f"cuModuleGetFunction {name}")
+                symbol = f"{prefix}_gemv_{name}".encode()
+                self._check(self.cuda.cuModuleGetFunction(ctypes.byref(fn), self.module, symbol),
+                            f"cuModuleGetFunction {symbol}")
                 self.functions[fmt, name] = fn
 
     def _check(self, status, what):
@@ -98,13 +99,15 @@ def main():
                                  error=err))
                 cells.append(f"{method} {us:6.1f} ({moved / us / 1e6:4.2f}, err {err:.1e})")
             print(f"{name:8} {N:6}x{K:<6} " + " | ".join(cells), flush=True)
-            shape = [r for r in rows if (r["format"], r["gemm"]) == (fmt, name) and r["method"] not in UNCHECKED | {"triton"}]
+            shape = [r for r in rows
+                     if (r["format"], r["gemm"]) == (fmt, name) and r["method"] not in UNCHECKED | {"triton"}]
             per_token["best a shape"] = per_token.get("best a shape", 0.0) + min(r["us"] for r in shape) * layers
             del copies
         print("GEMMs per token (ms): " + " | ".join(f"{m} {us / 1e3:.3f}" for m, us in per_token.items()))
         best = min((m for m in per_token if m not in UNCHECKED | {"triton", "best a shape"}), key=per_token.get)
-        print(f"{fmt}: best CUDA variant {best}: {per_token['triton'] / per_token[best]:.3f}x the Triton GEMVs a token; "
-              f"the best variant of each shape: {per_token['triton'] / per_token['best a shape']:.3f}x", flush=True)
+        print(f"{fmt}: best CUDA variant {best}: {per_token['triton'] / per_token[best]:.3f}x the Triton GEMVs "
+              f"a token; the best variant of each shape: {per_token['triton'] / per_token['best a shape']:.3f}x",
+              flush=True)
     if args.out:
         json.dump(dict(rows=rows, per_token_us=totals), open(args.out, "w"), indent=1)
 
