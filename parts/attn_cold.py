@@ -22,6 +22,7 @@ import json
 import torch
 
 from anydev.backends.triton_kernels import attention_decode as ad
+from attn_sweep import graph_calls_us      # the script beside this one
 
 
 def caches(count, context, kv, d, block_size, gen):
@@ -32,30 +33,6 @@ def caches(count, context, kv, d, block_size, gen):
     tables = torch.randperm(pages, generator=gen).view(1, pages).to(torch.int32).cuda()
     lens = torch.tensor([context], dtype=torch.int32).cuda()
     return ks, vs, tables, lens
-
-
-def graph_time_us(calls, reps=5):
-    """Median over ``reps`` replays of one graph of every callable in ``calls``, us a call."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for fn in calls[:3]:
-            fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for fn in calls:
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / len(calls))
-    return sorted(times)[len(times) // 2]
 
 
 def main():
@@ -88,9 +65,9 @@ def main():
             try:
                 got = ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)
                 err = (got.float() - want.float()).abs().max().item()
-                cold = graph_time_us([lambda i=i: ad.paged_decode_attention(q, ks[i], vs[i], tables, lens, d ** -0.5)
+                cold = graph_calls_us([lambda i=i: ad.paged_decode_attention(q, ks[i], vs[i], tables, lens, d ** -0.5)
                                       for i in range(count)])
-                hot = graph_time_us([lambda: ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)] * 64)
+                hot = graph_calls_us([lambda: ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)] * 64)
             finally:
                 ad.num_splits, ad.decode_warps, ad.BLOCK_N = auto_splits, auto_warps, auto_block
                 ad.WHOLE_KEYS_PER_DIM = auto_whole
@@ -122,7 +99,7 @@ def whole_sweep(args):
             try:
                 got = ad.paged_decode_attention(q, ks[0], vs[0], tables, lens, d ** -0.5)
                 err = (got.float() - want.float()).abs().max().item()
-                cold = graph_time_us([lambda i=i: ad.paged_decode_attention(q, ks[i], vs[i], tables, lens, d ** -0.5)
+                cold = graph_calls_us([lambda i=i: ad.paged_decode_attention(q, ks[i], vs[i], tables, lens, d ** -0.5)
                                       for i in range(count)])
             finally:
                 for name, value in saved.items():

@@ -29,14 +29,21 @@ def paged(context, table_tokens, kv, d, block_size, gen):
 
 
 def graph_time_us(fn, calls=200, reps=5):
+    """Median over ``reps`` replays of one graph of ``calls`` calls of ``fn``, us a call."""
+    return graph_calls_us([fn] * calls, reps)
+
+
+def graph_calls_us(calls, reps=5):
+    """Median over ``reps`` replays of one graph of every callable in ``calls`` (the first three run
+    once before capture), us a call."""
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        for _ in range(3):
+        for fn in calls[:3]:
             fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls):
+        for fn in calls:
             fn()
     graph.replay()
     torch.cuda.synchronize()
@@ -47,7 +54,7 @@ def graph_time_us(fn, calls=200, reps=5):
         graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
+        times.append(start.elapsed_time(end) * 1000 / len(calls))
     return sorted(times)[len(times) // 2]
 
 
