@@ -85,25 +85,38 @@ __device__ __forceinline__ void store_rows(const float (&acc)[ROWS], __nv_bfloat
   }
 }
 
+// x rounded into shared memory (round_x's three arrays).
+struct RoundedX {
+  int8_t *codes;
+  float *dx, *sx;
+};
+
+// A block's start, the same for every GEMV: its rows asked for (PREFETCH), x rounded into shared memory
+// (ROUND), then the barrier after which every warp reads it.
+template <int ROWS, bool PREFETCH, bool ROUND>
+__device__ __forceinline__ RoundedX begin_block(const uint8_t *weight, const __nv_bfloat16 *__restrict__ x, int N,
+                                                int K, long long row_bytes, int lane, int warp) {
+  extern __shared__ int4 shared[];
+  int8_t *codes = (int8_t *)shared;
+  float *dx = (float *)(codes + K), *sx = dx + K / 32;
+  if (PREFETCH) prefetch_rows<ROWS>(weight, N, row_bytes, lane, warp);
+  if (ROUND) round_x(x, K, codes, dx, sx, lane, warp);
+  __syncthreads();
+  return RoundedX{codes, dx, sx};
+}
+
 // ROUND false skips x's rounding and computes garbage: a timing of the GEMV without its rounding, the
 // most a pre-rounded x could save.
 template <int ROWS, int UNROLL, bool PREFETCH, bool ROUND = true>
 __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const __nv_bfloat16 *__restrict__ x,
                                     __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) {
-  extern __shared__ int4 shared[];
-  int8_t *codes = (int8_t *)shared;
-  float *dx = (float *)(codes + K), *sx = dx + K / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (PREFETCH) prefetch_rows<ROWS>(weight, N, row_bytes, lane, warp);
-  if (ROUND) round_x(x, K, codes, dx, sx, lane, warp);
-  __syncthreads();
+  const auto [codes, dx, sx] = begin_block<ROWS, PREFETCH, ROUND>(weight, x, N, K, row_bytes, lane, warp);
   const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
   if (row0 >= N) return;
   const int chunk = lane & 7, pair = chunk >> 1, half = chunk & 1;
   const int blocks = K / 256;
-  float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+  float acc[ROWS] = {};
 
 #pragma unroll UNROLL
   for (int s = lane >> 3; s < blocks; s += 4) {
@@ -146,18 +159,11 @@ __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const __
 template <int ROWS, int UNROLL, bool PREFETCH>
 __device__ __forceinline__ void q8s(const uint8_t *__restrict__ weight, const __nv_bfloat16 *__restrict__ x,
                                     __nv_bfloat16 *__restrict__ out, int N, int K, long long row_bytes) {
-  extern __shared__ int4 shared[];
-  int8_t *codes = (int8_t *)shared;
-  float *dx = (float *)(codes + K), *sx = dx + K / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (PREFETCH) prefetch_rows<ROWS>(weight, N, row_bytes, lane, warp);
-  round_x(x, K, codes, dx, sx, lane, warp);
-  __syncthreads();
+  const auto [codes, dx, sx] = begin_block<ROWS, PREFETCH, true>(weight, x, N, K, row_bytes, lane, warp);
   const int row0 = (blockIdx.x * WARPS + warp) * ROWS;
   if (row0 >= N) return;
-  float acc[ROWS];
-#pragma unroll
-  for (int r = 0; r < ROWS; r++) acc[r] = 0.f;
+  float acc[ROWS] = {};
 #pragma unroll UNROLL
   for (int at = lane * 16; at < K; at += 512) {
     const int4 xw = *(const int4 *)(codes + at);
