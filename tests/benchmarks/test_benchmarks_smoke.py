@@ -132,6 +132,7 @@ def test_decode_bench_plans_reach_its_engines_and_are_refused_with_processes(tmp
     assert load("decode_bench").main(base) == 0
     assert linear_plans.RECORDED[("cpu", 1, "int8", 64, 64)] == (1, 16, 64, 1, 4, None)
 
+
 def test_decode_bench_repeats_alternate_the_engines_order_and_report_medians(tmp_path):
     out = tmp_path / "decode.json"
     assert load("decode_bench").main(["--tiny", "--batch-sizes", "1", "--contexts", "16", "--new-tokens", "3",
