@@ -216,10 +216,11 @@ def candidates(M: int, K: int, fmt: str):
 
 def swept_gemms(args, models, batch: int):
     """(model, format, GEMM, N, K) of ``--sweep-formats`` and ``--sweep-gemms`` at ``batch`` rows (the
-    lm_head above batch 1 only)."""
+    lm_head at batch 1 only when ``--sweep-gemms`` names it: a long sweep for one GEMM a token)."""
     for (model_name, model), fmt in itertools.product(models.items(), args.sweep_formats):
-        for name, N, K in gemms(model)[:4 if batch == 1 else 5]:
-            if not args.sweep_gemms or name in args.sweep_gemms:
+        for name, N, K in gemms(model):
+            named = args.sweep_gemms and name in args.sweep_gemms
+            if named or (not args.sweep_gemms and (name != "lm_head" or batch > 1)):
                 yield model_name, fmt, name, N, K
 
 
@@ -317,7 +318,7 @@ def parse_args(argv=None):
     p.add_argument("--sweep-batches", type=lambda s: [int(b) for b in s.split(",")], default=[1],
                    help="rows of the swept calls (a batch above 1 sweeps the tl.dot tiles; recorded for 1, 16, 32, 64)")
     p.add_argument("--sweep-gemms", type=lambda s: s.split(","), default=None,
-                   help="only these of qkv,o,gate_up,down (,lm_head above batch 1); default all")
+                   help="only these of qkv,o,gate_up,down,lm_head; default all but the lm_head at batch 1")
     p.add_argument("--sweep-widths", type=lambda s: [int(w) for w in s.split(",")], default=None,
                    help="only candidates of these inputs a step (block_k), e.g. 512,1024; default all")
     p.add_argument("--table-out", help="write the sweep's plans that beat the heuristic here, as linear_plans.RECORDED lines")

@@ -179,6 +179,22 @@ def test_a_sweeps_table_out_file_reads_back_as_the_plans_it_wrote(tmp_path):
     assert bench.read_table(str(path)) == table
 
 
+def test_the_sweep_takes_the_lm_head_at_batch_1_only_when_named():
+    """A batch-1 sweep leaves the lm_head out unless --sweep-gemms names it; above batch 1 it is in."""
+    import argparse
+
+    bench = load("linear_bench")
+    models = {"8B": bench.MODELS["8B"]}
+
+    def swept(batch, gemms=None):
+        args = argparse.Namespace(sweep_formats=["q8_0_split"], sweep_gemms=gemms)
+        return [name for _, _, name, _, _ in bench.swept_gemms(args, models, batch)]
+
+    assert swept(1) == ["qkv", "o", "gate_up", "down"]
+    assert swept(32) == ["qkv", "o", "gate_up", "down", "lm_head"]
+    assert swept(1, ["gate_up", "lm_head"]) == ["gate_up", "lm_head"]
+
+
 def test_sched_step_cost_times_every_phase_of_each_decode_step():
     """Every phase is timed in each of the decode steps asked for (the prefill step before them is
     left out), and the table prints."""
