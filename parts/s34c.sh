@@ -2,7 +2,8 @@
 # Session 34, call C (issue 31, on an H200): the 8-bit batch-1 plans this card never had swept, run end
 # to end in the same call. The q8_0_split GEMVs (the Q8_0 file's; no H200 plan is recorded) and the fp8
 # qkv and lm_head, 512 or 1,024 inputs a step, each table of winners then taken with --plans beside a run
-# without it: the Q8_0 file at batch 1 (anydev before and after, llama.cpp once), the 8B bf16 and fp8
+# without it: the Q8_0 file at batch 1 (anydev before and after, llama.cpp once; before and llama.cpp
+# also at batch 32), the 8B bf16 and fp8
 # decode at batch 1 (one process each, before and after); then the Q6_K file at batch 1 beside
 # llama.cpp. Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
@@ -23,10 +24,10 @@ step sweep-fp8-b1 80 "${LB[@]}" --sweep-formats fp8_e4m3 --sweep-gemms qkv,lm_he
 plans() { [ -s $R/plans-$1.txt ] && echo --plans $R/plans-$1.txt; }
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp --batch-sizes 1)
 wait_model Q8_0
-step anydev-Q8_0-before 40 "${PEER[@]}" $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0-before.json
+step anydev-Q8_0-before 50 "${PEER[@]}" $G/llama-8b-Q8_0.gguf --batch-sizes 1,32 --out $R/anydev-Q8_0-before.json
 step anydev-Q8_0-after 40 "${PEER[@]}" $G/llama-8b-Q8_0.gguf $(plans q8s) --out $R/anydev-Q8_0-after.json
 LD_LIBRARY_PATH=$(peer_libs) step llamacpp-Q8_0 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q8_0.gguf \
-  --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-Q8_0.json
+  --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-Q8_0.json
 DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count --shape 8b --quantizations none,fp8)
 step decode-8b-before 70 "${DB[@]}" --out $R/decode-8b-before.json
