@@ -3,12 +3,13 @@
 # to end in the same call. The q8_0_split GEMVs (the Q8_0 file's; no H200 plan is recorded) and the fp8
 # qkv and lm_head, 512 or 1,024 inputs a step, each table of winners then taken with --plans beside a run
 # without it: the Q8_0 file at batch 1 (anydev before and after, llama.cpp once; before and llama.cpp
-# also at batch 32), the 8B bf16 and fp8
-# decode at batch 1 (one process each, before and after); then the Q6_K file at batch 1 beside
-# llama.cpp. Carry .whl and .peer/llamacpp-bin.tar.xz.
+# also at batch 32), the 8B bf16 and fp8 decode at batch 1 (one process each, before and after); then,
+# on this tree with the winners merged into linear_plans.RECORDED (parts/merge_plans.py), the
+# conformance checks of every recorded linear plan; last the Q6_K file at batch 1 beside llama.cpp.
+# Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
-call_init c34c 420
+call_init c34c 530
 call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
@@ -32,11 +33,15 @@ DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-si
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count --shape 8b --quantizations none,fp8)
 step decode-8b-before 70 "${DB[@]}" --out $R/decode-8b-before.json
 step decode-8b-after 70 "${DB[@]}" $(plans fp8) --out $R/decode-8b-after.json
+AFTER_EDIT="python3 $PWD/parts/merge_plans.py backends/triton_kernels/linear_plans.py $R/plans-q8s.txt $R/plans-fp8.txt" \
+  install_after
+(cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE kernels_group conf-plans 150 recorded_linear_plan)
 wait_model Q6_K
 step anydev-Q6_K 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K.json
 LD_LIBRARY_PATH=$(peer_libs) step llamacpp-Q6_K 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q6_K.gguf \
   --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-Q6_K.json
 grep -h "b1 " $R/sweep-*.txt | sed 's/Plan(block_m=1, //g' >> $LOG 2>/dev/null
+grep -h "passed\|failed" $R/conf-*.txt | tail -1 >> $LOG
 grep -h "anydev llama\|llama.cpp:\|anydev graphs.*decode\|decode batch 1" $R/anydev-*.txt $R/llamacpp-*.txt \
   $R/decode-*.txt >> $LOG 2>/dev/null
 call_end

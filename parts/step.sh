@@ -74,13 +74,15 @@ wait_model() { for _ in $(seq 90); do grep -q " make-$1 " $LOG && return; sleep 
 # apart in /tmp/after-site, for "after" runs beside this tree's (the "before") in one call:
 # `after NAME LIMIT CMD...` runs `step` from /tmp/after (its benchmarks/ and parts/ under $AFTER) with
 # that site first on PYTHONPATH. A patch that does not apply is logged in $LOG ("1 patch FILE"): the
-# after figures are then not that patch's.
+# after figures are then not that patch's. AFTER_EDIT, if set, is a command run in the after tree once
+# the patches are applied (e.g. parts/merge_plans.py).
 install_after() {
   SITE=${SITE:-$PYTHONPATH}; AFTER=/tmp/after
   rm -rf $AFTER && mkdir -p $AFTER && tar --exclude=./.git --exclude=./.whl --exclude=./.peer --exclude=./build --exclude="*.egg-info" -cf - . | tar -xf - -C $AFTER
   local p; for p in "$@"; do
     (cd $AFTER && patch -p1 --forward < $OLDPWD/$p) >> $R/env.txt 2>&1 || echo "1 patch $p" | tee -a $LOG
   done
+  if [ -n "${AFTER_EDIT:-}" ]; then (cd $AFTER && eval "$AFTER_EDIT") >> $R/env.txt 2>&1 || echo "1 after edit" | tee -a $LOG; fi
   rm -rf /tmp/after-site     # pip --target does not replace a package an earlier after tree left there
   python3 -m pip install -q --no-deps --no-build-isolation --no-compile --target /tmp/after-site $AFTER >> $R/env.txt 2>&1 \
     || echo "1 after install" | tee -a $LOG
