@@ -456,16 +456,21 @@ class CudaLikeRuntime(DeviceRuntime):
     # ---- optional ------------------------------------------------------------------------
     @property
     def kernels_note(self) -> str:
+        note = "Triton" + (f" and {self.spec.own_kernels_note}" if self.spec.own_kernels else "")
         if self.spec.triton_kernels_verified:
-            return "Triton"
-        return f"Triton, unverified on {self.spec.hardware_name}"
+            return note
+        return f"{note}, unverified on {self.spec.hardware_name}"
 
     def kernels(self):
         """The shared Triton kernels (``anydev.backends.triton_kernels``) when Triton is importable
-        (CUDA builds of torch bundle it; MUSA and MACA ship their own); none otherwise."""
+        (CUDA builds of torch bundle it; MUSA and MACA ship their own), with the vendor's own over them
+        (``VendorSpec.own_kernels``); none without Triton."""
         from anydev.backends.triton_kernels import kernels, triton_importable
 
-        return kernels() if triton_importable() else {}
+        if not triton_importable():
+            return {}
+        found = kernels()
+        return self.spec.own_kernels(found) if self.spec.own_kernels else found
 
     def runtime_info(self) -> RuntimeInfo:
         notes = [self._optional_call_note("send/recv", ("Send", "Recv"), self._ccl_point_to_point is not None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from .library import LibrarySpec
 
@@ -79,6 +79,12 @@ class VendorSpec:
     #: The shared Triton kernels (contract 1.2) have been checked on this vendor's hardware by the
     #: conformance suite's kernels group; False: offered when its Triton is importable, labelled unverified.
     triton_kernels_verified: bool = False
+    #: The vendor's own kernels over the shared Triton ones: called with the Triton kernels' mapping, it
+    #: returns that mapping with some entries replaced (nvidia: ``backends/nvidia/kernels.py``); None: the
+    #: Triton kernels as they are. The conformance kernels group checks the result like any backend's.
+    own_kernels: Callable[[Mapping], Mapping] | None = None
+    #: What ``own_kernels`` adds, in the kernels note (``anydev list-backends``).
+    own_kernels_note: str = ""
     #: Point-to-point send/recv (contract 1.3: ``{ccl}Send``, ``{ccl}Recv``, ``{ccl}GroupStart``,
     #: ``{ccl}GroupEnd`` with NCCL's prototypes, offered when the library exports all four) has been
     #: checked on this vendor's hardware by the conformance suite's send_recv group; False: labelled

@@ -3,6 +3,8 @@ from anydev.backends.cudalike.library import EnvRoot, FixedRoot, LibrarySpec
 from anydev.backends.cudalike.spec import VendorSpec
 from anydev.backends.cudalike.torch_bridge import CudaArrayBridge
 
+from .kernels import NOTE, own_kernels
+
 CUDART = LibrarySpec(
     label="libcudart",
     env_var="ANYDEV_CUDART_LIBRARY",
@@ -32,6 +34,8 @@ SPEC = VendorSpec(
     compute_capability_attributes=(75, 76),  # cudaDevAttrComputeCapabilityMajor / Minor
     memory_peak_attributes=(36, 37),         # cudaDevAttrMemoryClockRate (kHz) / GlobalMemoryBusWidth (bits)
     triton_kernels_verified=True,   # the conformance kernels group has passed on NVIDIA hardware
+    own_kernels=own_kernels,
+    own_kernels_note=NOTE,
     # ncclSend/ncclRecv/ncclGroupStart/ncclGroupEnd: prototypes [V] (docs/vendor-runtimes.md); True
     # once the conformance send_recv group passes on NVIDIA hardware (benchmarks/gpu_record.sh, STEPS=pp).
     send_recv_verified=False,

@@ -1,0 +1,189 @@
+// The nvidia backend's batch-1 GEMVs (anydev.backends.nvidia.gemv): out[N] = W[N, K] x[K] for one row
+// x of bfloat16 and W in q4_k or q8_0_split rows (plugin_api/weight_formats.py), K a multiple of 256.
+// Compiled with nvrtc at first use, so it includes no header: the bfloat16 and float16 conversions are
+// bit operations or single PTX instructions.
+//
+// A block of 8 warps first rounds x to int8 in shared memory (a scale and a float sum per 32 inputs);
+// each warp then takes one row, read 16 bytes a lane and summed with dp4a. MODE is the programmatic
+// dependent launch mode of the Triton kernels around it (backends/triton_kernels/_common.py): 0 off;
+// otherwise wait until the kernel before has finished before reading x, then (1, 3) let the next one
+// be scheduled; 3 first asks the L2 for the start of the warp's row, which no kernel before writes.
+typedef unsigned char uint8_t;
+typedef signed char int8_t;
+
+#define WARPS 8
+
+__device__ __forceinline__ int byte_of(unsigned w, int i) { return (w >> (8 * i)) & 0xFF; }
+
+__device__ __forceinline__ float half_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ unsigned short float_to_bf16(float f) {
+  unsigned short b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+  return b;
+}
+
+template <int MODE>
+__device__ __forceinline__ void wait_for_inputs(const uint8_t *row, long long row_bytes, int lane) {
+#if __CUDA_ARCH__ >= 900
+  if (MODE == 3 && row != nullptr && lane * 128 < row_bytes)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row + lane * 128));
+  if (MODE > 0) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (MODE == 1 || MODE == 3) asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// x [K] rounded into shared memory: int8 codes [K], then a scale dx and a float sum sx per 32 inputs.
+// A lane takes 8 inputs (16 bytes); 4 lanes make a group of 32.
+__device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, int K, int8_t *codes, float *dx,
+                                        float *sx, int lane, int warp) {
+  for (int base = warp * 256; base < K; base += WARPS * 256) {
+    const int at = base + lane * 8;
+    const uint4 raw = *(const uint4 *)(x + at);
+    const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float f[8], amax = 0.f, sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {      // a bfloat16 is a float's high half
+      f[2 * i] = __uint_as_float(words[i] << 16);
+      f[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) { amax = fmaxf(amax, fabsf(f[i])); sum += f[i]; }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    }
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    unsigned lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      lo |= ((unsigned)(__float2int_rn(f[i] * inv) & 0xFF)) << (8 * i);
+      hi |= ((unsigned)(__float2int_rn(f[i + 4] * inv) & 0xFF)) << (8 * i);
+    }
+    *(int2 *)(codes + at) = make_int2((int)lo, (int)hi);
+    if ((lane & 3) == 0) { dx[at / 32] = amax / 127.f; sx[at / 32] = sum; }
+  }
+}
+
+// A block's start: the L2 asked for its warp's row (MODE 3), the wait for the kernel before, x rounded
+// into shared memory, the barrier after which every warp reads it. Returns the warp's row (may be >= N).
+struct Rounded {
+  int8_t *codes;
+  float *dx, *sx;
+  int row;
+};
+
+template <int MODE>
+__device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsigned short *__restrict__ x, int N,
+                                               int K, long long row_bytes) {
+  extern __shared__ int4 shared[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int row = blockIdx.x * WARPS + warp;
+  int8_t *codes = (int8_t *)shared;
+  float *dx = (float *)(codes + K), *sx = dx + K / 32;
+  wait_for_inputs<MODE>(row < N ? weight + row * row_bytes : nullptr, row_bytes, lane);
+  round_x(x, K, codes, dx, sx, lane, warp);
+  __syncthreads();
+  return Rounded{codes, dx, sx, row};
+}
+
+__device__ __forceinline__ void store_row(float v, unsigned short *out, int row, int lane) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) out[row] = float_to_bf16(v);
+}
+
+// Six-bit scale and min of sub-block j (0..7) from the header's words y (bytes 4-7), z (8-11), w (12-15).
+__device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, int j, float &sc, float &m) {
+  if (j < 4) {
+    sc = (float)(byte_of(y, j) & 63);
+    m = (float)(byte_of(z, j) & 63);
+  } else {
+    sc = (float)((byte_of(w, j - 4) & 0x0F) | ((byte_of(y, j - 4) >> 6) << 4));
+    m = (float)((byte_of(w, j - 4) >> 4) | ((byte_of(z, j - 4) >> 6) << 4));
+  }
+}
+
+// q4_k: 144-byte super-blocks of 256 values (a float16 d and dmin, 12 bytes of 6-bit scales and mins,
+// 128 bytes of nibbles). Lane groups of 8 take a super-block; a lane 16 bytes of nibbles: 32 values of
+// sub-block pair `pair` (low nibbles: sub-block 2 * pair, high: 2 * pair + 1).
+template <int MODE>
+__device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                    unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  const auto [codes, dx, sx, row] = begin_block<MODE>(weight, x, N, K, row_bytes);
+  if (row >= N) return;
+  const int lane = threadIdx.x & 31, chunk = lane & 7, pair = chunk >> 1, half = chunk & 1;
+  const uint8_t *row_start = weight + row * row_bytes;
+  float acc = 0.f;
+#pragma unroll 4
+  for (int s = lane >> 3; s < K / 256; s += 4) {
+    const int4 x_low = *(const int4 *)(codes + s * 256 + 64 * pair + 16 * half);
+    const int4 x_high = *(const int4 *)(codes + s * 256 + 64 * pair + 32 + 16 * half);
+    const float dx_low = dx[s * 8 + 2 * pair], dx_high = dx[s * 8 + 2 * pair + 1];
+    const float sx_low = sx[s * 8 + 2 * pair], sx_high = sx[s * 8 + 2 * pair + 1];
+    const uint8_t *block = row_start + s * 144;
+    const uint4 head = __ldg((const uint4 *)block);
+    const uint4 q = __ldg((const uint4 *)(block + 16 + 16 * chunk));
+    int dot_low = __dp4a((int)(q.x & 0x0F0F0F0Fu), x_low.x, 0);
+    dot_low = __dp4a((int)(q.y & 0x0F0F0F0Fu), x_low.y, dot_low);
+    dot_low = __dp4a((int)(q.z & 0x0F0F0F0Fu), x_low.z, dot_low);
+    dot_low = __dp4a((int)(q.w & 0x0F0F0F0Fu), x_low.w, dot_low);
+    int dot_high = __dp4a((int)((q.x >> 4) & 0x0F0F0F0Fu), x_high.x, 0);
+    dot_high = __dp4a((int)((q.y >> 4) & 0x0F0F0F0Fu), x_high.y, dot_high);
+    dot_high = __dp4a((int)((q.z >> 4) & 0x0F0F0F0Fu), x_high.z, dot_high);
+    dot_high = __dp4a((int)((q.w >> 4) & 0x0F0F0F0Fu), x_high.w, dot_high);
+    const float d = half_to_float((unsigned short)(head.x & 0xFFFFu));
+    const float dmin = half_to_float((unsigned short)(head.x >> 16));
+    float sc_low, m_low, sc_high, m_high;
+    scale_min(head.y, head.z, head.w, 2 * pair, sc_low, m_low);
+    scale_min(head.y, head.z, head.w, 2 * pair + 1, sc_high, m_high);
+    float part = d * (sc_low * dx_low * (float)dot_low + sc_high * dx_high * (float)dot_high);
+    if (half == 0) part -= dmin * (m_low * sx_low + m_high * sx_high);    // once a sub-block pair
+    acc += part;
+  }
+  store_row(acc, out, row, lane);
+}
+
+// q8_0_split: a row's K int8 codes, then its K / 32 float16 scales. A lane reads 16 codes (half a
+// block) and its block's scale; a warp 512 codes a step.
+template <int MODE>
+__device__ __forceinline__ void q8s(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                    unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  const auto [codes, dx, sx, row] = begin_block<MODE>(weight, x, N, K, row_bytes);
+  if (row >= N) return;
+  const int lane = threadIdx.x & 31;
+  const uint8_t *row_start = weight + row * row_bytes;
+  float acc = 0.f;
+#pragma unroll 1
+  for (int at = lane * 16; at < K; at += 512) {
+    const int4 xw = *(const int4 *)(codes + at);
+    const int4 q = __ldg((const int4 *)(row_start + at));
+    const float d = half_to_float(__ldg((const unsigned short *)(row_start + K) + at / 32));
+    int dot = __dp4a(q.x, xw.x, 0);
+    dot = __dp4a(q.y, xw.y, dot);
+    dot = __dp4a(q.z, xw.z, dot);
+    dot = __dp4a(q.w, xw.w, dot);
+    acc += d * dx[at / 32] * (float)dot;
+  }
+  store_row(acc, out, row, lane);
+}
+
+// Entry points FORMAT_gemv_MODE; grid: ceil(N / 8) blocks of 256 threads, K + K / 4 bytes of dynamic
+// shared memory.
+#define ENTRY(FORMAT, MODE) \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32) FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
+      const unsigned short *__restrict__ x, unsigned short *__restrict__ out, int N, int K, long long row_bytes) { \
+    FORMAT<MODE>(w, x, out, N, K, row_bytes); }
+ENTRY(q4k, 0)
+ENTRY(q4k, 1)
+ENTRY(q4k, 2)
+ENTRY(q4k, 3)
+ENTRY(q8s, 0)
+ENTRY(q8s, 1)
+ENTRY(q8s, 2)
+ENTRY(q8s, 3)

@@ -1,0 +1,95 @@
+"""The nvidia backend's ``quantized_linear``: its own batch-1 GEMVs (``gemv.cu``) where they are faster
+than the Triton kernel's, the Triton kernel everywhere else."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.weight_formats import check_weight
+
+#: ``quantized_linear``'s weight formats with a GEMV here -> the name of its kernels in gemv.cu.
+FORMATS = {"q4_k": "q4k", "q8_0_split": "q8s"}
+#: ``0``: the Triton kernel for every call (to compare the two, or where libnvrtc is missing); ``1``
+#: (the default): these GEMVs where :func:`takes` says.
+ENV = "ANYDEV_NVIDIA_GEMV"
+#: Inputs above which q8_0_split stays with the Triton GEMV (its K split reads long rows faster).
+Q8_0_SPLIT_MAX_K = 8192
+#: The dynamic shared memory a block may have without opting in (x rounded: K + K / 4 bytes).
+SHARED_BYTES = 48 * 1024
+WARPS = 8
+
+
+def enabled() -> bool:
+    value = os.environ.get(ENV, "1")
+    if value not in ("0", "1"):
+        raise InvalidArgumentError(f"{ENV}={value!r}: use 1 (the nvidia backend's own batch-1 GEMVs, the "
+                                   "default) or 0 (the Triton kernel everywhere)")
+    return value == "1"
+
+
+def fits(weight_format: str, rows: int, K: int, dtype: torch.dtype) -> bool:
+    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 whose rounded copy
+    (K + K / 4 bytes) fits a block's shared memory, at most :data:`Q8_0_SPLIT_MAX_K` for q8_0_split."""
+    return (weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % 256 == 0
+            and K + K // 4 <= SHARED_BYTES and (weight_format != "q8_0_split" or K <= Q8_0_SPLIT_MAX_K))
+
+
+def takes(x: torch.Tensor, weight: torch.Tensor, weight_format: str) -> bool:
+    """Whether this call runs a GEMV of gemv.cu: it :func:`fits`, on a CUDA device of compute capability
+    8.0 or later, x contiguous and 16-byte aligned, the weight's rows contiguous, and :data:`ENV` not 0."""
+    return (x.device.type == "cuda" and x.dim() == 2 and fits(weight_format, x.shape[0], x.shape[1], x.dtype)
+            and x.is_contiguous() and x.data_ptr() % 16 == 0 and weight.is_contiguous()
+            and _capability(x.device.index)[0] >= 8 and enabled())
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(index: int):
+    """gemv.cu compiled for device ``index``'s architecture and loaded into its primary context."""
+    from .driver import Module
+    from .nvrtc import compile_cubin
+
+    major, minor = _capability(index)
+    source = (Path(__file__).parent / "gemv.cu").read_text()
+    cubin = compile_cubin(source, "gemv.cu", 10 * major + minor)
+    names = [f"{kernel}_gemv_{mode}" for kernel in FORMATS.values() for mode in range(4)]
+    with torch.cuda.device(index):
+        return Module(cubin, names)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int) -> torch.Tensor:
+    """``x @ W.T`` for a call :func:`takes` (weights checked by the caller): ``[1, N]`` bfloat16, on the
+    current stream; ``pdl_mode`` as the Triton kernels' (``_common.pdl``)."""
+    K, N = x.shape[-1], weight.shape[0]
+    out = torch.empty(1, N, dtype=torch.bfloat16, device=x.device)
+    index = x.device.index
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    args = [("uint64_t", weight.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
+            ("int", N), ("int", K), ("int64_t", weight.stride(0))]
+    _module(index).launch(f"{FORMATS[weight_format]}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS,
+                          K + K // 4, stream, args, programmatic=pdl_mode > 0)
+    return out
+
+
+def with_gemvs(triton_quantized_linear: Callable) -> Callable:
+    """``quantized_linear`` (the contract's signature) that runs :func:`gemv` where :func:`takes` says
+    and ``triton_quantized_linear`` otherwise."""
+    from anydev.backends.triton_kernels._common import pdl
+
+    def quantized_linear(x, weight, scales, weight_format):
+        if takes(x, weight, weight_format):
+            check_weight(weight, scales, weight_format, x.shape[-1])
+            return gemv(x, weight, weight_format, pdl(x.device)["USE_PDL"])
+        return triton_quantized_linear(x, weight, scales, weight_format)
+
+    quantized_linear.__doc__ = triton_quantized_linear.__doc__
+    return quantized_linear

@@ -1,0 +1,71 @@
+"""CUDA C to a cubin at run time with NVRTC (cffi, ABI mode): what lets the nvidia backend ship kernels
+of its own as source, on machines with no CUDA toolkit (torch's CUDA wheels bring libnvrtc)."""
+from __future__ import annotations
+
+import functools
+
+from cffi import FFI
+
+from anydev.backends.cudalike.library import EnvRoot, FixedRoot, LibrarySpec, load_library
+from anydev.plugin_api.errors import RuntimeCallError
+
+NVRTC = LibrarySpec(
+    label="libnvrtc",
+    env_var="ANYDEV_NVRTC_LIBRARY",
+    file_names=("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"),
+    pip_paths=("nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"),
+)
+
+CDEFS = """
+typedef int nvrtcResult;
+typedef struct _nvrtcProgram *nvrtcProgram;
+const char *nvrtcGetErrorString(nvrtcResult result);
+nvrtcResult nvrtcVersion(int *major, int *minor);
+nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name, int numHeaders,
+                               const char * const *headers, const char * const *includeNames);
+nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions, const char * const *options);
+nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet);
+nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log);
+nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet);
+nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin);
+nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _nvrtc():
+    ffi = FFI()
+    ffi.cdef(CDEFS)
+    roots = (EnvRoot("CUDA_HOME"), EnvRoot("CUDA_PATH"), FixedRoot("/usr/local/cuda"))
+    return ffi, load_library(ffi, NVRTC, "nvidia", roots, ("lib64", "lib")).lib
+
+
+def _check(ffi, lib, status: int, call: str, log: str = "") -> None:
+    if status != 0:
+        message = ffi.string(lib.nvrtcGetErrorString(status)).decode()
+        raise RuntimeCallError("nvidia", call, status, message, log or "see the NVRTC documentation")
+
+
+def compile_cubin(source: str, name: str, arch: int, options: tuple[str, ...] = ()) -> bytes:
+    """``source`` compiled for ``sm_{arch}`` (e.g. 90) to a cubin (NVRTC optimizes by default; ``options``
+    are added to the architecture); RuntimeCallError with the compiler's log when it fails; BackendUnavailableError (naming what was searched) when libnvrtc is not found."""
+    ffi, lib = _nvrtc()
+    program = ffi.new("nvrtcProgram *")
+    _check(ffi, lib, lib.nvrtcCreateProgram(program, source.encode(), name.encode(), 0, ffi.NULL, ffi.NULL),
+           "nvrtcCreateProgram")
+    try:
+        flags = [ffi.new("char[]", o.encode()) for o in (f"--gpu-architecture=sm_{arch}", *options)]
+        status = lib.nvrtcCompileProgram(program[0], len(flags), ffi.new("char *[]", flags))
+        if status != 0:
+            size = ffi.new("size_t *")
+            lib.nvrtcGetProgramLogSize(program[0], size)
+            log = ffi.new("char[]", size[0])
+            lib.nvrtcGetProgramLog(program[0], log)
+            _check(ffi, lib, status, f"nvrtcCompileProgram ({name}, sm_{arch})", ffi.string(log).decode())
+        size = ffi.new("size_t *")
+        _check(ffi, lib, lib.nvrtcGetCUBINSize(program[0], size), "nvrtcGetCUBINSize")
+        cubin = ffi.new("char[]", size[0])
+        _check(ffi, lib, lib.nvrtcGetCUBIN(program[0], cubin), "nvrtcGetCUBIN")
+        return bytes(ffi.buffer(cubin, size[0]))
+    finally:
+        lib.nvrtcDestroyProgram(program)

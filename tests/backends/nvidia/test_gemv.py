@@ -1,0 +1,87 @@
+"""The nvidia backend's own batch-1 GEMVs (backends/nvidia/gemv/) where CI can check them, without a
+GPU: which calls they take, the switch that turns them off, the driver structs' layout (cuda.h's),
+the typed error when NVRTC is missing, and the kernels mapping that wraps the Triton quantized_linear.
+Their numbers are checked on the GPU by the conformance kernels group (quantized_linear at batch 1)."""
+from __future__ import annotations
+
+import pytest
+import torch
+from cffi import FFI
+
+from anydev.backends.nvidia import kernels as nvidia_kernels
+from anydev.backends.nvidia.gemv import driver, kernel, nvrtc
+from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentError
+from anydev.plugin_api.kernel_offers import KernelOffer
+
+
+@pytest.mark.parametrize("weight_format, rows, K, dtype, fits", [
+    ("q4_k", 1, 4096, torch.bfloat16, True),
+    ("q4_k", 1, 14336, torch.bfloat16, True),
+    ("q8_0_split", 1, 4096, torch.bfloat16, True),
+    ("q8_0_split", 1, 2304, torch.bfloat16, True),
+    ("q8_0_split", 1, 14336, torch.bfloat16, False),   # the Triton GEMV reads long rows faster
+    ("q4_k", 2, 4096, torch.bfloat16, False),          # batch 1 only
+    ("q4_k", 1, 4096, torch.float16, False),           # bfloat16 activations only
+    ("q4_k", 1, 4000, torch.bfloat16, False),          # K a multiple of 256
+    ("q4_k", 1, 40960, torch.bfloat16, False),         # x rounded does not fit 48 KB of shared memory
+    ("q6_k", 1, 4096, torch.bfloat16, False),          # no GEMV of its own
+])
+def test_the_gemvs_take_only_calls_within_their_limits(weight_format, rows, K, dtype, fits):
+    assert kernel.fits(weight_format, rows, K, dtype) is fits
+
+
+def test_a_cpu_call_is_never_taken():
+    x = torch.zeros(1, 4096, dtype=torch.bfloat16)
+    assert not kernel.takes(x, torch.zeros(4096, 2304, dtype=torch.uint8), "q4_k")
+
+
+def test_the_switch_turns_the_gemvs_off_and_rejects_other_values(monkeypatch):
+    monkeypatch.delenv(kernel.ENV, raising=False)
+    assert kernel.enabled()
+    monkeypatch.setenv(kernel.ENV, "0")
+    assert not kernel.enabled()
+    monkeypatch.setenv(kernel.ENV, "yes")
+    with pytest.raises(InvalidArgumentError, match=kernel.ENV):
+        kernel.enabled()
+
+
+def test_the_launch_structs_have_cuda_h_layout():
+    """cuda.h's CUlaunchAttribute (an id padded to 8 bytes, a 64-byte union) and CUlaunchConfig (seven
+    unsigned ints, then the stream, the attributes and their count at 8-byte alignment)."""
+    ffi = FFI()
+    ffi.cdef(driver.CDEFS)
+    assert (ffi.sizeof("CUlaunchAttribute"), ffi.offsetof("CUlaunchAttribute", "value")) == (72, 8)
+    assert ffi.sizeof("CUlaunchConfig") == 56
+    assert [ffi.offsetof("CUlaunchConfig", f) for f in ("sharedMemBytes", "hStream", "attrs", "numAttrs")] == \
+        [24, 32, 40, 48]
+
+
+def test_a_missing_nvrtc_is_a_typed_error_naming_its_variable(monkeypatch, tmp_path):
+    monkeypatch.setenv(nvrtc.NVRTC.env_var, str(tmp_path / "libnvrtc.so.13"))
+    nvrtc._nvrtc.cache_clear()
+    try:
+        with pytest.raises(BackendUnavailableError, match=nvrtc.NVRTC.env_var):
+            nvrtc.compile_cubin("extern \"C\" __global__ void k() {}", "k.cu", 90)
+    finally:
+        nvrtc._nvrtc.cache_clear()
+
+
+def test_the_nvidia_kernels_wrap_quantized_linear_and_keep_the_rest():
+    """own_kernels replaces quantized_linear's kernel, keeping its offer, and the wrapper hands every
+    call it does not take (here a CPU tensor) to the Triton kernel, whose result it returns."""
+    calls = []
+
+    def triton_quantized_linear(x, weight, scales, weight_format):
+        calls.append(weight_format)
+        return x + 1
+
+    offer = KernelOffer(triton_quantized_linear, dtypes=("bfloat16",), weight_formats=("q4_k",))
+    rms_norm = object()
+    got = nvidia_kernels.own_kernels({"quantized_linear": offer, "rms_norm": rms_norm})
+    assert got["rms_norm"] is rms_norm
+    wrapped = got["quantized_linear"]
+    assert (wrapped.dtypes, wrapped.weight_formats) == (offer.dtypes, offer.weight_formats)
+    assert wrapped.kernel is not triton_quantized_linear
+    x = torch.zeros(1, 256, dtype=torch.bfloat16)
+    assert torch.equal(wrapped.kernel(x, torch.zeros(1, 144, dtype=torch.uint8), None, "q4_k"), x + 1)
+    assert calls == ["q4_k"]
