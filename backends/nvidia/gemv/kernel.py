@@ -85,11 +85,11 @@ def with_gemvs(triton_quantized_linear: Callable) -> Callable:
     and ``triton_quantized_linear`` otherwise."""
     from anydev.backends.triton_kernels._common import pdl
 
+    @functools.wraps(triton_quantized_linear)      # __wrapped__: the conformance plan checks call it
     def quantized_linear(x, weight, scales, weight_format):
         if takes(x, weight, weight_format):
             check_weight(weight, scales, weight_format, x.shape[-1])
             return gemv(x, weight, weight_format, pdl(x.device)["USE_PDL"])
         return triton_quantized_linear(x, weight, scales, weight_format)
 
-    quantized_linear.__doc__ = triton_quantized_linear.__doc__
     return quantized_linear

@@ -81,7 +81,7 @@ def test_the_nvidia_kernels_wrap_quantized_linear_and_keep_the_rest():
     assert got["rms_norm"] is rms_norm
     wrapped = got["quantized_linear"]
     assert (wrapped.dtypes, wrapped.weight_formats) == (offer.dtypes, offer.weight_formats)
-    assert wrapped.kernel is not triton_quantized_linear
+    assert wrapped.kernel is not triton_quantized_linear and wrapped.kernel.__wrapped__ is triton_quantized_linear
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     assert torch.equal(wrapped.kernel(x, torch.zeros(1, 144, dtype=torch.uint8), None, "q4_k"), x + 1)
     assert calls == ["q4_k"]
