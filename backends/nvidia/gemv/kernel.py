@@ -17,10 +17,9 @@ FORMATS = {"q4_k": "q4k", "q8_0_split": "q8s"}
 #: ``0``: the Triton kernel for every call (to compare the two, or where libnvrtc is missing); ``1``
 #: (the default): these GEMVs where :func:`takes` says.
 ENV = "ANYDEV_NVIDIA_GEMV"
-#: Inputs above which q8_0_split stays with the Triton GEMV (its K split reads long rows faster).
-Q8_0_SPLIT_MAX_K = 8192
-#: The dynamic shared memory a block may have without opting in (x rounded: K + K / 4 bytes).
-SHARED_BYTES = 48 * 1024
+#: Inputs above which a call stays with the Triton GEMV: its K split spreads a long row (the down
+#: projection's) over several programs, where one warp here reads it whole.
+MAX_K = 8192
 WARPS = 8
 
 
@@ -33,10 +32,10 @@ def enabled() -> bool:
 
 
 def fits(weight_format: str, rows: int, K: int, dtype: torch.dtype) -> bool:
-    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 whose rounded copy
-    (K + K / 4 bytes) fits a block's shared memory, at most :data:`Q8_0_SPLIT_MAX_K` for q8_0_split."""
-    return (weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % 256 == 0
-            and K + K // 4 <= SHARED_BYTES and (weight_format != "q8_0_split" or K <= Q8_0_SPLIT_MAX_K))
+    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 and at most
+    :data:`MAX_K` (x rounded, K + K / 4 bytes, then fits the 48 KB of shared memory a block has
+    without opting in)."""
+    return weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % 256 == 0 and K <= MAX_K
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, weight_format: str) -> bool:
