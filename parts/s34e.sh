@@ -6,7 +6,7 @@
 # .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
-call_init c34e 300
+call_init c34e 250
 call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
 SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
