@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Written in session 34 for the next session's first call (issue 31). Main has the nvidia backend's own
+# batch-1 q4_k / q8_0_split GEMVs, measured only on H100s; parts/pending/q6k-split-gemv.patch adds
+# q6_k_split's. In this order, each step skipped once BUDGET is spent:
+#   1. the after tree (main with the patch): parts/gemv_check.py (all three formats in a graph) and the
+#      conformance quantized_linear checks;
+#   2. the 8B Q6_K file at batch 1: main, the after tree, llama.cpp;
+#   3. the Q4_K and Q8_0 files at batch 1: main with its GEMVs off (ANYDEV_NVIDIA_GEMV=0) and on,
+#      llama.cpp (on an H200 this is the issue's record of the landed GEMVs);
+#   4. the 8B q6_k_split GEMVs at batch 1: main (Triton's) and the after tree (own).
+# Carry .whl and .peer/llamacpp-bin.tar.xz.
+set -uo pipefail
+source parts/step.sh
+call_init c35a 540
+call_start
+B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
+SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
+( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
+( for t in Q6_K Q4_K Q8_0; do taskset -c 12-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \
+    --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
+install_after parts/pending/q6k-split-gemv.patch
+after gemv-check-after 60 taskset -c 0-1 python3 parts/gemv_check.py
+(cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE kernels_group conf-after 110 "quantized_linear_equals")
+PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp --batch-sizes 1)
+llama() { LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
+  --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-$1.json; }
+wait_model Q6_K
+step anydev-Q6_K-main 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K-main.json
+after anydev-Q6_K-after 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K-after.json
+llama Q6_K
+for t in Q4_K Q8_0; do
+  wait_model $t
+  ANYDEV_NVIDIA_GEMV=0 step anydev-$t-triton 40 "${PEER[@]}" $G/llama-8b-$t.gguf --out $R/anydev-$t-triton.json
+  step anydev-$t-own 40 "${PEER[@]}" $G/llama-8b-$t.gguf --out $R/anydev-$t-own.json
+  llama $t
+done
+LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --formats q6_k_split)
+step lin-q6s-main 40 "${LB[@]}" --out $R/lin-q6s-main.json
+after lin-q6s-after 40 "${LB[@]}" --out $R/lin-q6s-after.json
+cat $R/gemv-check-after.txt >> $LOG
+grep -h "passed\|failed" $R/conf-*.txt | tail -1 >> $LOG
+grep -h "GEMMs per token" $R/lin-*.txt >> $LOG 2>/dev/null
+for f in $R/anydev-*.txt $R/llamacpp-*.txt; do echo "$(basename $f): $(grep -h 'anydev llama\|llama.cpp:' $f)" >> $LOG; done
+call_end
