@@ -9,7 +9,7 @@ from typing import Callable
 
 import torch
 
-from anydev.plugin_api.errors import InvalidArgumentError
+from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentError
 from anydev.plugin_api.weight_formats import check_weight
 
 #: ``quantized_linear``'s weight formats with a GEMV here -> the name of its kernels in gemv.cu.
@@ -51,15 +51,27 @@ def _capability(index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(index)
 
 
+def compile_gemvs(arch: int) -> bytes:
+    """gemv.cu as a cubin for ``sm_{arch}``; where NVRTC is missing, the BackendUnavailableError says
+    how to do without it."""
+    from .nvrtc import compile_cubin
+
+    try:
+        return compile_cubin((Path(__file__).parent / "gemv.cu").read_text(), "gemv.cu", arch)
+    except BackendUnavailableError as error:
+        raise BackendUnavailableError(
+            error.backend, f"{error.reason}; the nvidia backend compiles its batch-1 GEMVs with it at first use "
+            f"(CUDA builds of torch bring it): install it, or set {ENV}=0 to run the Triton kernel instead",
+            error.searched) from None
+
+
 @functools.lru_cache(maxsize=None)
 def _module(index: int):
     """gemv.cu compiled for device ``index``'s architecture and loaded into its primary context."""
     from .driver import Module
-    from .nvrtc import compile_cubin
 
     major, minor = _capability(index)
-    source = (Path(__file__).parent / "gemv.cu").read_text()
-    cubin = compile_cubin(source, "gemv.cu", 10 * major + minor)
+    cubin = compile_gemvs(10 * major + minor)
     names = [f"{kernel}_gemv_{mode}" for kernel in FORMATS.values() for mode in range(4)]
     with torch.cuda.device(index):
         return Module(cubin, names)

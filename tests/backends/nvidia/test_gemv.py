@@ -56,12 +56,15 @@ def test_the_launch_structs_have_cuda_h_layout():
         [24, 32, 40, 48]
 
 
-def test_a_missing_nvrtc_is_a_typed_error_naming_its_variable(monkeypatch, tmp_path):
+def test_a_missing_nvrtc_is_a_typed_error_naming_its_variable_and_the_switch(monkeypatch, tmp_path):
     monkeypatch.setenv(nvrtc.NVRTC.env_var, str(tmp_path / "libnvrtc.so.13"))
     nvrtc._nvrtc.cache_clear()
     try:
         with pytest.raises(BackendUnavailableError, match=nvrtc.NVRTC.env_var):
             nvrtc.compile_cubin("extern \"C\" __global__ void k() {}", "k.cu", 90)
+        with pytest.raises(BackendUnavailableError, match=f"{kernel.ENV}=0") as raised:
+            kernel.compile_gemvs(90)
+        assert raised.value.searched == [f"${nvrtc.NVRTC.env_var}={tmp_path / 'libnvrtc.so.13'}"]
     finally:
         nvrtc._nvrtc.cache_clear()
 
