@@ -7,7 +7,9 @@
 #   2. the 8B Q6_K file at batch 1: main, the after tree, llama.cpp;
 #   3. the Q4_K and Q8_0 files at batch 1: main with its GEMVs off (ANYDEV_NVIDIA_GEMV=0) and on,
 #      llama.cpp (on an H200 this is the record of the landed GEMVs);
-#   4. the 8B q6_k_split GEMVs at batch 1: main (Triton's) and the after tree (own).
+#   4. the 8B q6_k_split GEMVs at batch 1: main (Triton's) and the after tree (own);
+#   5. variants of main's own q8_0_split and q4_k GEMVs (parts/gemv_variants.py: unrolling, the L2
+#      prefetch) beside the landed ones and Triton's.
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -37,7 +39,9 @@ done
 LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --formats q6_k_split)
 step lin-q6s-main 40 "${LB[@]}" --out $R/lin-q6s-main.json
 after lin-q6s-after 40 "${LB[@]}" --out $R/lin-q6s-after.json
+step gemv-variants 90 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k
 cat $R/gemv-check-after.txt >> $LOG
+grep -h "ms a token" $R/gemv-variants.txt >> $LOG 2>/dev/null
 grep -h "passed\|failed" $R/conf-*.txt | tail -1 >> $LOG
 grep -h "GEMMs per token" $R/lin-*.txt >> $LOG 2>/dev/null
 for f in $R/anydev-*.txt $R/llamacpp-*.txt; do echo "$(basename $f): $(grep -h 'anydev llama\|llama.cpp:' $f)" >> $LOG; done

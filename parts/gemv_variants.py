@@ -1,0 +1,99 @@
+"""Variants of the nvidia backend's own batch-1 GEMVs (backends/nvidia/gemv/gemv.cu), timed beside the
+landed ones and the Triton kernel at the 8B shapes, each checked against the float reference: what the
+next change to gemv.cu should be, measured before it is made. A variant is the landed source with text
+replaced (e.g. a loop's unroll pragma), compiled with the landed NVRTC path and launched as the landed
+kernels are (programmatic dependent launch in the Triton kernels' mode, in a graph of one call per
+weight copy, past the L2: linear_bench's timer).
+
+    python parts/gemv_variants.py --formats q8_0_split,q4_k
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from kernel_bench import open_kernels                                         # noqa: E402
+from linear_bench import MODELS, Timer, copies_of, gemms, weight_bytes         # noqa: E402
+
+from anydev.backends.nvidia.gemv import kernel as own                          # noqa: E402
+from anydev.backends.nvidia.gemv.driver import Module                          # noqa: E402
+from anydev.backends.nvidia.gemv.nvrtc import compile_cubin                    # noqa: E402
+from anydev.backends.triton_kernels._common import pdl                         # noqa: E402
+from anydev.plugin_api.weight_formats import dequantize                        # noqa: E402
+
+#: The L2 prefetch of MODE 3 (each lane one 128-byte line of its warp's row, 4 KB a row).
+_PREFETCH = ("if (MODE == 3 && row != nullptr && lane * 128 < row_bytes)\n"
+             "    asm volatile(\"prefetch.global.L2 [%0];\" ::\"l\"(row + lane * 128));")
+#: Variants of every format: no prefetch; the whole row prefetched (rows above 4 KB: q4_k's 8,192 inputs).
+COMMON = {"no L2 prefetch": (_PREFETCH, ""),
+          "whole row prefetched": (_PREFETCH, "if (MODE == 3 && row != nullptr)\n    for (long long at = lane * 128; "
+                                   "at < row_bytes; at += 32 * 128)\n      asm volatile(\"prefetch.global.L2 [%0];\" "
+                                   "::\"l\"(row + at));")}
+#: Variant name -> (old text, new text) of gemv.cu, per format's kernel.
+VARIANTS = {
+    "q8_0_split": {"q8s unroll 2": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 2\n  for (int at = lane * 16"),
+                   "q8s unroll 4": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 4\n  for (int at = lane * 16"),
+                   "q8s unroll 8": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 8\n  for (int at = lane * 16")},
+    "q4_k": {"q4k unroll 1": ("#pragma unroll 4\n  for (int s = lane >> 3", "#pragma unroll 1\n  for (int s = lane >> 3"),
+             "q4k unroll 2": ("#pragma unroll 4\n  for (int s = lane >> 3", "#pragma unroll 2\n  for (int s = lane >> 3")},
+}
+
+
+def variant_module(dev, old: str, new: str) -> Module:
+    source = (Path(own.__file__).parent / "gemv.cu").read_text()
+    if old not in source:
+        raise SystemExit(f"gemv.cu no longer holds {old!r}: update this variant")
+    major, minor = torch.cuda.get_device_capability(dev)
+    names = [f"{kernel}_gemv_{mode}" for kernel in own.FORMATS.values() for mode in range(4)]
+    return Module(compile_cubin(source.replace(old, new), "gemv.cu", 10 * major + minor), names)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--formats", default="q8_0_split,q4_k")
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args()
+    _, dev, kernels = open_kernels("nvidia")
+    mode = pdl(dev)["USE_PDL"]
+    timer, model = Timer(dev, args.reps), MODELS["8B"]
+    for fmt in args.formats.split(","):
+        modules = {"landed": own._module(dev.index)}
+        modules.update({name: variant_module(dev, old, new) for name, (old, new) in {**VARIANTS[fmt], **COMMON}.items()})
+        totals: dict[str, float] = {}
+        print(f"== 8B {fmt} at batch 1, PDL mode {mode}: us a call (TB/s); error against the float reference")
+        for name, N, K in gemms(model):
+            if not own.fits(fmt, 1, K, torch.bfloat16):
+                continue
+            copies = copies_of(fmt, N, K, dev, False)
+            x = torch.randn(1, K, device=dev).bfloat16()
+            want = (x.float() @ dequantize(copies[0][0], None, fmt, K).T).view(-1)
+            cells, moved = [], weight_bytes(fmt, N, K) + 2 * (K + N)
+            calls = {"triton": lambda w: kernels.quantized_linear.__wrapped__(x, w, None, fmt)}
+            for variant, module in modules.items():
+                def call(w, module=module):
+                    out = torch.empty(1, N, dtype=torch.bfloat16, device=dev)
+                    module.launch(f"{own.FORMATS[fmt]}_gemv_{mode}", -(-N // own.WARPS), 32 * own.WARPS, K + K // 4,
+                                  torch.cuda.current_stream(dev).cuda_stream,
+                                  [("uint64_t", w.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
+                                   ("int", N), ("int", K), ("int64_t", w.stride(0))], programmatic=mode > 0)
+                    return out
+                calls[variant] = call
+            for variant, call in calls.items():
+                error = (call(copies[0][0]).float().view(-1) - want).abs().max().item() / want.abs().max().item()
+                us = timer([lambda w=w, call=call: call(w) for w, _ in copies])
+                layers = 1 if name == "lm_head" else model[-1]
+                totals[variant] = totals.get(variant, 0.0) + us * layers
+                cells.append(f"{variant} {us:6.1f} ({moved / us / 1e6:4.2f}, {error:.1e})")
+            print(f"{name:8} {N:6}x{K:<6} " + " | ".join(cells), flush=True)
+            del copies
+        print(f"{fmt}: the GEMMs it takes, ms a token: " + " | ".join(f"{v} {us / 1e3:.3f}" for v, us in totals.items()),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
