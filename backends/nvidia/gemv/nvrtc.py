@@ -48,7 +48,8 @@ def _check(ffi, lib, status: int, call: str, log: str = "") -> None:
 
 def compile_cubin(source: str, name: str, arch: int, options: tuple[str, ...] = ()) -> bytes:
     """``source`` compiled for ``sm_{arch}`` (e.g. 90) to a cubin (NVRTC optimizes by default; ``options``
-    are added to the architecture); RuntimeCallError with the compiler's log when it fails; BackendUnavailableError (naming what was searched) when libnvrtc is not found."""
+    are added to the architecture). RuntimeCallError with the compiler's log when it fails;
+    BackendUnavailableError (naming what was searched) when libnvrtc is not found."""
     ffi, lib = _nvrtc()
     program = ffi.new("nvrtcProgram *")
     _check(ffi, lib, lib.nvrtcCreateProgram(program, source.encode(), name.encode(), 0, ffi.NULL, ffi.NULL),
