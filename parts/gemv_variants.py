@@ -33,14 +33,14 @@ COMMON = {"no L2 prefetch": (_PREFETCH, ""),
           "whole row prefetched": (_PREFETCH, "if (MODE == 3 && row != nullptr)\n    for (long long at = lane * 128; "
                                    "at < row_bytes; at += 32 * 128)\n      asm volatile(\"prefetch.global.L2 [%0];\" "
                                    "::\"l\"(row + at));")}
+def _unroll(loop: str, landed: int, to: int) -> tuple[str, str]:
+    """(old, new) text of gemv.cu: the loop starting ``loop`` unrolled ``to`` times, not ``landed``."""
+    return f"#pragma unroll {landed}\n  {loop}", f"#pragma unroll {to}\n  {loop}"
+
+
 #: Variant name -> (old text, new text) of gemv.cu, per format's kernel.
-VARIANTS = {
-    "q8_0_split": {"q8s unroll 2": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 2\n  for (int at = lane * 16"),
-                   "q8s unroll 4": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 4\n  for (int at = lane * 16"),
-                   "q8s unroll 8": ("#pragma unroll 1\n  for (int at = lane * 16", "#pragma unroll 8\n  for (int at = lane * 16")},
-    "q4_k": {"q4k unroll 1": ("#pragma unroll 4\n  for (int s = lane >> 3", "#pragma unroll 1\n  for (int s = lane >> 3"),
-             "q4k unroll 2": ("#pragma unroll 4\n  for (int s = lane >> 3", "#pragma unroll 2\n  for (int s = lane >> 3")},
-}
+VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16", 1, n) for n in (2, 4, 8)},
+            "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)}}
 
 
 def variant_module(dev, old: str, new: str) -> Module:
@@ -62,7 +62,8 @@ def main() -> int:
     timer, model = Timer(dev, args.reps), MODELS["8B"]
     for fmt in args.formats.split(","):
         modules = {"landed": own._module(dev.index)}
-        modules.update({name: variant_module(dev, old, new) for name, (old, new) in {**VARIANTS[fmt], **COMMON}.items()})
+        for name, (old, new) in {**VARIANTS[fmt], **COMMON}.items():
+            modules[name] = variant_module(dev, old, new)
         totals: dict[str, float] = {}
         print(f"== 8B {fmt} at batch 1, PDL mode {mode}: us a call (TB/s); error against the float reference")
         for name, N, K in gemms(model):
@@ -76,10 +77,10 @@ def main() -> int:
             for variant, module in modules.items():
                 def call(w, module=module):
                     out = torch.empty(1, N, dtype=torch.bfloat16, device=dev)
+                    args = [("uint64_t", w.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
+                            ("int", N), ("int", K), ("int64_t", w.stride(0))]
                     module.launch(f"{own.FORMATS[fmt]}_gemv_{mode}", -(-N // own.WARPS), 32 * own.WARPS, K + K // 4,
-                                  torch.cuda.current_stream(dev).cuda_stream,
-                                  [("uint64_t", w.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
-                                   ("int", N), ("int", K), ("int64_t", w.stride(0))], programmatic=mode > 0)
+                                  torch.cuda.current_stream(dev).cuda_stream, args, programmatic=mode > 0)
                     return out
                 calls[variant] = call
             for variant, call in calls.items():
@@ -90,8 +91,8 @@ def main() -> int:
                 cells.append(f"{variant} {us:6.1f} ({moved / us / 1e6:4.2f}, {error:.1e})")
             print(f"{name:8} {N:6}x{K:<6} " + " | ".join(cells), flush=True)
             del copies
-        print(f"{fmt}: the GEMMs it takes, ms a token: " + " | ".join(f"{v} {us / 1e3:.3f}" for v, us in totals.items()),
-              flush=True)
+        print(f"{fmt}: the GEMMs it takes, ms a token: "
+              + " | ".join(f"{v} {us / 1e3:.3f}" for v, us in totals.items()), flush=True)
     return 0
 
 
