@@ -33,6 +33,8 @@ COMMON = {"no L2 prefetch": (_PREFETCH, ""),
           "whole row prefetched": (_PREFETCH, "if (MODE == 3 && row != nullptr)\n    for (long long at = lane * 128; "
                                    "at < row_bytes; at += 32 * 128)\n      asm volatile(\"prefetch.global.L2 [%0];\" "
                                    "::\"l\"(row + at));")}
+
+
 def _unroll(loop: str, landed: int, to: int) -> tuple[str, str]:
     """(old, new) text of gemv.cu: the loop starting ``loop`` unrolled ``to`` times, not ``landed``."""
     return f"#pragma unroll {landed}\n  {loop}", f"#pragma unroll {to}\n  {loop}"
