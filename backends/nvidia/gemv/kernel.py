@@ -52,12 +52,12 @@ def _capability(index: int) -> tuple[int, int]:
 
 
 def compile_gemvs(arch: int) -> bytes:
-    """gemv.cu as a cubin for ``sm_{arch}``; where NVRTC is missing, the BackendUnavailableError says
-    how to do without it."""
-    from .nvrtc import compile_cubin
+    """gemv.cu as a cubin for ``sm_{arch}`` (compiled once, then from NVRTC's cache); where NVRTC is
+    missing, the BackendUnavailableError says how to do without it."""
+    from .nvrtc import cached_cubin
 
     try:
-        return compile_cubin((Path(__file__).parent / "gemv.cu").read_text(), "gemv.cu", arch)
+        return cached_cubin((Path(__file__).parent / "gemv.cu").read_text(), "gemv.cu", arch)
     except BackendUnavailableError as error:
         raise BackendUnavailableError(
             error.backend, f"{error.reason}; the nvidia backend compiles its batch-1 GEMVs with it at first use "

@@ -3,6 +3,10 @@ of its own as source, on machines with no CUDA toolkit (torch's CUDA wheels brin
 from __future__ import annotations
 
 import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
 
 from cffi import FFI
 
@@ -70,3 +74,32 @@ def compile_cubin(source: str, name: str, arch: int, options: tuple[str, ...] = 
         return bytes(ffi.buffer(cubin, size[0]))
     finally:
         lib.nvrtcDestroyProgram(program)
+
+
+def nvrtc_version() -> tuple[int, int]:
+    ffi, lib = _nvrtc()
+    major, minor = ffi.new("int *"), ffi.new("int *")
+    _check(ffi, lib, lib.nvrtcVersion(major, minor), "nvrtcVersion")
+    return major[0], minor[0]
+
+
+def cache_dir() -> Path:
+    """Where compiled cubins are kept: ``$XDG_CACHE_HOME/anydev/nvrtc`` (default ``~/.cache/...``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "anydev" / "nvrtc"
+
+
+def cached_cubin(source: str, name: str, arch: int) -> bytes:
+    """:func:`compile_cubin`'s cubin, kept in :func:`cache_dir` under a hash of the source, the
+    architecture and NVRTC's version, so that a process after the first loads it instead of compiling
+    (NVRTC takes most of a second for gemv.cu). Written whole or not at all (a file renamed into place)."""
+    key = hashlib.sha256(f"{source}\0{name}\0sm_{arch}\0{nvrtc_version()}".encode()).hexdigest()
+    path = cache_dir() / f"{key}.cubin"
+    if path.is_file():
+        return path.read_bytes()
+    cubin = compile_cubin(source, name, arch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as part:
+        part.write(cubin)
+    os.replace(part.name, path)
+    return cubin

@@ -88,3 +88,25 @@ def test_the_nvidia_kernels_wrap_quantized_linear_and_keep_the_rest():
     x = torch.zeros(1, 256, dtype=torch.bfloat16)
     assert torch.equal(wrapped.kernel(x, torch.zeros(1, 144, dtype=torch.uint8), None, "q4_k"), x + 1)
     assert calls == ["q4_k"]
+
+
+def test_a_compiled_cubin_is_kept_and_read_back_by_its_source_arch_and_nvrtc(monkeypatch, tmp_path):
+    """The second process to ask loads the cubin the first compiled; another source, architecture or
+    NVRTC version compiles anew."""
+    compiled = []
+    version = [(13, 0)]
+
+    def compile_cubin(source, name, arch):
+        compiled.append((source, arch))
+        return f"{source}@{arch}".encode()
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(nvrtc, "compile_cubin", compile_cubin)
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: version[0])
+    assert nvrtc.cached_cubin("a", "a.cu", 90) == b"a@90" and len(compiled) == 1
+    assert nvrtc.cached_cubin("a", "a.cu", 90) == b"a@90" and len(compiled) == 1
+    assert [p.parent for p in tmp_path.rglob("*.cubin")] == [tmp_path / "anydev" / "nvrtc"]
+    assert nvrtc.cached_cubin("a", "a.cu", 100) == b"a@100" and len(compiled) == 2
+    assert nvrtc.cached_cubin("b", "a.cu", 90) == b"b@90" and len(compiled) == 3
+    version[0] = (13, 1)
+    assert nvrtc.cached_cubin("a", "a.cu", 90) == b"a@90" and len(compiled) == 4
