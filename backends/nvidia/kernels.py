@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-NOTE = "its own batch-1 q4_k / q8_0_split GEMVs (CUDA C through NVRTC; ANYDEV_NVIDIA_GEMV=0: Triton's)"
+NOTE = "its own batch-1 q4_k / q8_0_split GEMVs in CUDA C"
 
 
 def own_kernels(triton: Mapping) -> dict:
