@@ -6,6 +6,7 @@ import functools
 import hashlib
 import os
 import tempfile
+import warnings
 from pathlib import Path
 
 from cffi import FFI
@@ -92,14 +93,19 @@ def cache_dir() -> Path:
 def cached_cubin(source: str, name: str, arch: int) -> bytes:
     """:func:`compile_cubin`'s cubin, kept in :func:`cache_dir` under a hash of the source, the
     architecture and NVRTC's version, so that a process after the first loads it instead of compiling
-    (NVRTC takes most of a second for gemv.cu). Written whole or not at all (a file renamed into place)."""
+    (NVRTC takes most of a second for gemv.cu). Written whole or not at all (a file renamed into place);
+    a cache that cannot be written is a RuntimeWarning, the cubin still returned."""
     key = hashlib.sha256(f"{source}\0{name}\0sm_{arch}\0{nvrtc_version()}".encode()).hexdigest()
     path = cache_dir() / f"{key}.cubin"
     if path.is_file():
         return path.read_bytes()
     cubin = compile_cubin(source, name, arch)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as part:
-        part.write(cubin)
-    os.replace(part.name, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as part:
+            part.write(cubin)
+        os.replace(part.name, path)
+    except OSError as error:        # a read-only cache costs the next process a compile, not this one its run
+        warnings.warn(f"the compiled {name} could not be kept in {path.parent} ({error}); set XDG_CACHE_HOME "
+                      "to a writable folder, or each process compiles it again", RuntimeWarning, stacklevel=2)
     return cubin

@@ -110,3 +110,12 @@ def test_a_compiled_cubin_is_kept_and_read_back_by_its_source_arch_and_nvrtc(mon
     assert nvrtc.cached_cubin("b", "a.cu", 90) == b"b@90" and len(compiled) == 3
     version[0] = (13, 1)
     assert nvrtc.cached_cubin("a", "a.cu", 90) == b"a@90" and len(compiled) == 4
+
+
+def test_a_cache_that_cannot_be_written_warns_and_still_gives_the_cubin(monkeypatch, tmp_path):
+    (tmp_path / "anydev").write_text("a file where the cache's folder would go")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(nvrtc, "compile_cubin", lambda source, name, arch: b"cubin")
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))
+    with pytest.warns(RuntimeWarning, match="XDG_CACHE_HOME"):
+        assert nvrtc.cached_cubin("a", "a.cu", 90) == b"cubin"
