@@ -50,8 +50,7 @@ def variant_module(dev, old: str, new: str) -> Module:
     if old not in source:
         raise SystemExit(f"gemv.cu no longer holds {old!r}: update this variant")
     major, minor = torch.cuda.get_device_capability(dev)
-    names = [f"{kernel}_gemv_{mode}" for kernel in own.FORMATS.values() for mode in range(4)]
-    return Module(compile_cubin(source.replace(old, new), "gemv.cu", 10 * major + minor), names)
+    return Module(compile_cubin(source.replace(old, new), "gemv.cu", 10 * major + minor), own.KERNELS)
 
 
 def main() -> int:
@@ -77,14 +76,7 @@ def main() -> int:
             cells, moved = [], weight_bytes(fmt, N, K) + 2 * (K + N)
             calls = {"triton": lambda w: kernels.quantized_linear.__wrapped__(x, w, None, fmt)}
             for variant, module in modules.items():
-                def call(w, module=module):
-                    out = torch.empty(1, N, dtype=torch.bfloat16, device=dev)
-                    args = [("uint64_t", w.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
-                            ("int", N), ("int", K), ("int64_t", w.stride(0))]
-                    module.launch(f"{own.FORMATS[fmt]}_gemv_{mode}", -(-N // own.WARPS), 32 * own.WARPS, K + K // 4,
-                                  torch.cuda.current_stream(dev).cuda_stream, args, programmatic=mode > 0)
-                    return out
-                calls[variant] = call
+                calls[variant] = lambda w, module=module: own.launch(module, x, w, fmt, mode)
             for variant, call in calls.items():
                 error = (call(copies[0][0]).float().view(-1) - want).abs().max().item() / want.abs().max().item()
                 us = timer([lambda w=w, call=call: call(w) for w, _ in copies])

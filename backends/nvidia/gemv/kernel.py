@@ -21,6 +21,8 @@ ENV = "ANYDEV_NVIDIA_GEMV"
 #: projection's) over several programs, where one warp here reads it whole.
 MAX_K = 8192
 WARPS = 8
+#: gemv.cu's entry points: each format's kernel in each programmatic dependent launch mode (0-3).
+KERNELS = [f"{kernel}_gemv_{mode}" for kernel in FORMATS.values() for mode in range(4)]
 
 
 def enabled() -> bool:
@@ -72,23 +74,27 @@ def _module(index: int):
 
     major, minor = _capability(index)
     cubin = compile_gemvs(10 * major + minor)
-    names = [f"{kernel}_gemv_{mode}" for kernel in FORMATS.values() for mode in range(4)]
     with torch.cuda.device(index):
-        return Module(cubin, names)
+        return Module(cubin, KERNELS)
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int) -> torch.Tensor:
-    """``x @ W.T`` for a call :func:`takes` (weights checked by the caller): ``[1, N]`` bfloat16, on the
-    current stream; ``pdl_mode`` as the Triton kernels' (``_common.pdl``)."""
+def launch(module, x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int) -> torch.Tensor:
+    """``x @ W.T`` by ``module``'s kernel of ``weight_format`` (a cubin of gemv.cu, or of a variant of it
+    with the same entry points), for a call :func:`takes`: ``[1, N]`` bfloat16, on the current stream;
+    ``pdl_mode`` as the Triton kernels' (``_common.pdl``)."""
     K, N = x.shape[-1], weight.shape[0]
     out = torch.empty(1, N, dtype=torch.bfloat16, device=x.device)
-    index = x.device.index
     stream = torch.cuda.current_stream(x.device).cuda_stream
     args = [("uint64_t", weight.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
             ("int", N), ("int", K), ("int64_t", weight.stride(0))]
-    _module(index).launch(f"{FORMATS[weight_format]}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS,
-                          K + K // 4, stream, args, programmatic=pdl_mode > 0)
+    module.launch(f"{FORMATS[weight_format]}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS, K + K // 4, stream, args,
+                  programmatic=pdl_mode > 0)
     return out
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int) -> torch.Tensor:
+    """:func:`launch` on the GEMVs compiled for ``x``'s device (weights checked by the caller)."""
+    return launch(_module(x.device.index), x, weight, weight_format, pdl_mode)
 
 
 def with_gemvs(triton_quantized_linear: Callable) -> Callable:
