@@ -12,10 +12,8 @@ source parts/step.sh
 call_init c34c 530
 call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
-SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
-( for t in Q8_0 Q6_K; do taskset -c 2-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \
-    --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
+MAKE_CORES=2-15 make_8b_files Q8_0 Q6_K &
 LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --skip-table --sweep --sweep-batches 1
     --sweep-widths 512,1024)
 step sweep-q8s-b1 150 "${LB[@]}" --sweep-formats q8_0_split --sweep-gemms qkv,o,gate_up,down,lm_head \
@@ -27,19 +25,17 @@ PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --rep
 wait_model Q8_0
 step anydev-Q8_0-before 50 "${PEER[@]}" $G/llama-8b-Q8_0.gguf --batch-sizes 1,32 --out $R/anydev-Q8_0-before.json
 step anydev-Q8_0-after 40 "${PEER[@]}" $G/llama-8b-Q8_0.gguf $(plans q8s) --out $R/anydev-Q8_0-after.json
-LD_LIBRARY_PATH=$(peer_libs) step llamacpp-Q8_0 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q8_0.gguf \
-  --llamacpp $B --batch-sizes 1,32 --skip-anydev --out $R/llamacpp-Q8_0.json
+llamacpp_step Q8_0 1,32 30
 DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
     --new-tokens 64 --modes graphs --hf none --repeats 1 --no-kernel-count --shape 8b --quantizations none,fp8)
 step decode-8b-before 70 "${DB[@]}" --out $R/decode-8b-before.json
 step decode-8b-after 70 "${DB[@]}" $(plans fp8) --out $R/decode-8b-after.json
 AFTER_EDIT="python3 $PWD/parts/merge_plans.py backends/triton_kernels/linear_plans.py $R/plans-q8s.txt $R/plans-fp8.txt" \
   install_after
-(cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE kernels_group conf-plans 150 recorded_linear_plan)
+in_after kernels_group conf-plans 150 recorded_linear_plan
 wait_model Q6_K
 step anydev-Q6_K 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K.json
-LD_LIBRARY_PATH=$(peer_libs) step llamacpp-Q6_K 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-Q6_K.gguf \
-  --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-Q6_K.json
+llamacpp_step Q6_K 1 30
 grep -h "b1 " $R/sweep-*.txt | sed 's/Plan(block_m=1, //g' >> $LOG 2>/dev/null
 grep -h "passed\|failed" $R/conf-*.txt | tail -1 >> $LOG
 grep -h "anydev llama\|llama.cpp:\|anydev graphs.*decode\|decode batch 1" $R/anydev-*.txt $R/llamacpp-*.txt \

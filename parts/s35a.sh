@@ -16,25 +16,21 @@ source parts/step.sh
 call_init c35a 540
 call_start
 B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
-SHAPE=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
 ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
-( for t in Q6_K Q4_K Q8_0; do taskset -c 12-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${SHAPE[@]}" \
-    --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
+MAKE_CORES=12-15 make_8b_files Q6_K Q4_K Q8_0 &
 install_after parts/pending/q6k-split-gemv.patch
 after gemv-check-after 60 taskset -c 0-1 python3 parts/gemv_check.py
-(cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE kernels_group conf-after 110 "quantized_linear_equals")
+in_after kernels_group conf-after 110 "quantized_linear_equals"
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp --batch-sizes 1)
-llama() { LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 30 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
-  --llamacpp $B --batch-sizes 1 --skip-anydev --out $R/llamacpp-$1.json; }
 wait_model Q6_K
 step anydev-Q6_K-main 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K-main.json
 after anydev-Q6_K-after 40 "${PEER[@]}" $G/llama-8b-Q6_K.gguf --out $R/anydev-Q6_K-after.json
-llama Q6_K
+llamacpp_step Q6_K 1 30
 for t in Q4_K Q8_0; do
   wait_model $t
   ANYDEV_NVIDIA_GEMV=0 step anydev-$t-triton 40 "${PEER[@]}" $G/llama-8b-$t.gguf --out $R/anydev-$t-triton.json
   step anydev-$t-own 40 "${PEER[@]}" $G/llama-8b-$t.gguf --out $R/anydev-$t-own.json
-  llama $t
+  llamacpp_step $t 1 30
 done
 LB=(taskset -c 0-1 python3 benchmarks/linear_bench.py --device nvidia --models 8B --batches 1 --formats q6_k_split)
 step lin-q6s-main 40 "${LB[@]}" --out $R/lin-q6s-main.json

@@ -58,14 +58,18 @@ call_end() {
   tar czf $OUT/$CALL.tgz -C $OUT r && rm -rf $R
   echo "call $CALL done in $((SECONDS - T0)) s" | tee -a $LOG
 }
+# `make_8b_files FORMATS...`: each random Llama-3-8B-shaped GGUF file at $G/llama-8b-FORMAT.gguf, one
+# after the other on cores MAKE_CORES (default 14-15), each logged as "make-FORMAT" in $LOG.
+make_8b_files() {
+  local shape=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256) t
+  for t in "$@"; do taskset -c ${MAKE_CORES:-14-15} python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf \
+    "${shape[@]}" --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done
+}
 # `make_models [8B FORMATS...]`: in the background, the 1B random checkpoint at /tmp/llama-1b (cores
-# 2-15), then each named 8B GGUF file at $G/llama-8b-FORMAT.gguf (cores 14-15), each logged as
-# "make-NAME" in $LOG; waits (at most 120 s) for the 1B only.
+# 2-15), then make_8b_files; waits (at most 120 s) for the 1B only.
 make_models() {
-  local shape=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256)
   ( taskset -c 2-15 python3 benchmarks/make_random_model.py /tmp/llama-1b > $R/make-1b.txt 2>&1; echo "$? make-1b $SECONDS" >> $LOG
-    for t in "$@"; do taskset -c 14-15 python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf "${shape[@]}" \
-      --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done ) &
+    make_8b_files "$@" ) &
   for _ in $(seq 60); do grep -q " make-1b " $LOG && break; sleep 2; done
 }
 # `wait_model FORMAT`: until make_models has logged that 8B file (at most 180 s).
@@ -88,7 +92,9 @@ install_after() {
     || echo "1 after install" | tee -a $LOG
   echo "after tree: this one with $*" >> $R/env.txt
 }
-after() { (cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE step "$@"); }
+# `in_after CMD...`: CMD (a step.sh function too, e.g. kernels_group) from /tmp/after with that site first.
+in_after() { (cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE "$@"); }
+after() { in_after step "$@"; }
 # `kernels_group NAME LIMIT [PYTEST -k FILTER]`: the conformance kernels group on nvidia (default the whole
 # group) as step NAME, its report $R/NAME.json, and any worker left by a cut run stopped.
 kernels_group() {
@@ -102,6 +108,11 @@ kernels_group() {
 gguf_pair() {
   wait_model $1
   step anydev-$1 60 "${PEER[@]}" --batch-sizes $2 $G/llama-8b-$1.gguf --out $R/anydev-$1.json
-  LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 40 python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
+  llamacpp_step $1 $2
+}
+# `llamacpp_step FORMAT BATCHES [LIMIT]`: llama.cpp (built in $B) on $G/llama-8b-FORMAT.gguf at BATCHES
+# as step llamacpp-FORMAT (limit 40 s unless given).
+llamacpp_step() {
+  LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 ${3:-40} python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
     --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
 }
