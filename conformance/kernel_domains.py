@@ -75,8 +75,9 @@ def linear_shapes(quick: bool) -> list[tuple[int, int, int]]:
     """(T, N, K): decode's one row, a few rows, more than 16 rows; K a multiple of 256 (GGUF K-quant
     blocks); in the full sweep the projections of a Llama 8B layer at decode (4096 -> 4096,
     14336 -> 4096). Each sweep has one row of an N that is not a multiple of 8 (a kernel's last group
-    of outputs part-filled: e.g. 8 rows a block)."""
+    of outputs part-filled: e.g. 8 rows a block); the full sweep's has K = 6,144, not a power of two
+    but a multiple of 2,048, so that a GEMV limited to such rows is checked there too."""
     if quick:
         return [(1, 37, 512), (3, 24, 768), (20, 40, 512)]
-    return [(1, 4096, 4096), (1, 1001, 2304), (5, 512, 4096), (16, 640, 1024), (33, 256, 1024), (128, 384, 512),
+    return [(1, 4096, 4096), (1, 1001, 6144), (5, 512, 4096), (16, 640, 1024), (33, 256, 1024), (128, 384, 512),
             (1, 4096, 14336)]

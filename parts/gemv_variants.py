@@ -5,7 +5,7 @@ replaced (e.g. a loop's unroll pragma), compiled with the landed NVRTC path and 
 kernels are (programmatic dependent launch in the Triton kernels' mode, in a graph of one call per
 weight copy, past the L2: linear_bench's timer).
 
-    python parts/gemv_variants.py --formats q8_0_split,q4_k
+    python parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split
 """
 from __future__ import annotations
 
@@ -41,8 +41,12 @@ def _unroll(loop: str, landed: int, to: int) -> tuple[str, str]:
 
 
 #: Variant name -> (old text, new text) of gemv.cu, per format's kernel.
-VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16", 1, n) for n in (2, 4, 8)},
-            "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)}}
+_Q6S_LOOP = "  for (int at = lane * 32; at < K; at += 32 * 32)"
+VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16", 1, n) for n in (2, 4, 8)}
+            | {"q8s L2 asked": ("begin_block<MODE, false>", "begin_block<MODE, true>")},
+            "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)},
+            "q6_k_split": {f"q6s unroll {n}": (_Q6S_LOOP, f"#pragma unroll {n}\n{_Q6S_LOOP}") for n in (1, 2, 4)}}
+VARIANTS["q6_k_split"]["q6s L2 asked"] = VARIANTS["q8_0_split"]["q8s L2 asked"]
 
 
 def variant_module(dev, old: str, new: str) -> Module:
@@ -55,7 +59,7 @@ def variant_module(dev, old: str, new: str) -> Module:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--formats", default="q8_0_split,q4_k")
+    p.add_argument("--formats", default="q8_0_split,q4_k,q6_k_split")
     p.add_argument("--reps", type=int, default=20)
     args = p.parse_args()
     _, dev, kernels = open_kernels("nvidia")

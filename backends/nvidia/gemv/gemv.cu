@@ -1,5 +1,6 @@
 // The nvidia backend's batch-1 GEMVs (anydev.backends.nvidia.gemv): out[N] = W[N, K] x[K] for one row
-// x of bfloat16 and W in q4_k or q8_0_split rows (plugin_api/weight_formats.py), K a multiple of 256.
+// x of bfloat16 and W in q4_k, q8_0_split or q6_k_split rows (plugin_api/weight_formats.py), K a
+// multiple of 256 (of 2,048 for q6_k_split, whose rows are then 16-byte aligned).
 // Compiled with nvrtc at first use, so it includes no header: the bfloat16 and float16 conversions are
 // bit operations or single PTX instructions.
 //
@@ -7,7 +8,8 @@
 // each warp then takes one row, read 16 bytes a lane and summed with dp4a. MODE is the programmatic
 // dependent launch mode of the Triton kernels around it (backends/triton_kernels/_common.py): 0 off;
 // otherwise wait until the kernel before has finished before reading x, then (1, 3) let the next one
-// be scheduled; 3 first asks the L2 for the start of the warp's row, which no kernel before writes.
+// be scheduled; 3 first asks the L2 for the start of the warp's row, which no kernel before writes
+// (q4_k and q6_k_split: q8_0_split's GEMVs are faster without, measured on an H100).
 typedef unsigned char uint8_t;
 typedef signed char int8_t;
 
@@ -70,7 +72,7 @@ __device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, in
   }
 }
 
-// A block's start: the L2 asked for its warp's row (MODE 3), the wait for the kernel before, x rounded
+// A block's start: the L2 asked for its warp's row (MODE 3, if ASK_L2), the wait for the kernel before, x rounded
 // into shared memory, the barrier after which every warp reads it. Returns the warp's row (may be >= N).
 struct Rounded {
   int8_t *codes;
@@ -78,7 +80,7 @@ struct Rounded {
   int row;
 };
 
-template <int MODE>
+template <int MODE, bool ASK_L2>
 __device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsigned short *__restrict__ x, int N,
                                                int K, long long row_bytes) {
   extern __shared__ int4 shared[];
@@ -86,7 +88,7 @@ __device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsi
   const int row = blockIdx.x * WARPS + warp;
   int8_t *codes = (int8_t *)shared;
   float *dx = (float *)(codes + K), *sx = dx + K / 32;
-  wait_for_inputs<MODE>(row < N ? weight + row * row_bytes : nullptr, row_bytes, lane);
+  wait_for_inputs<MODE>(ASK_L2 && row < N ? weight + row * row_bytes : nullptr, row_bytes, lane);
   round_x(x, K, codes, dx, sx, lane, warp);
   __syncthreads();
   return Rounded{codes, dx, sx, row};
@@ -115,7 +117,7 @@ __device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, in
 template <int MODE>
 __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
                                     unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
-  const auto [codes, dx, sx, row] = begin_block<MODE>(weight, x, N, K, row_bytes);
+  const auto [codes, dx, sx, row] = begin_block<MODE, true>(weight, x, N, K, row_bytes);
   if (row >= N) return;
   const int lane = threadIdx.x & 31, chunk = lane & 7, pair = chunk >> 1, half = chunk & 1;
   const uint8_t *row_start = weight + row * row_bytes;
@@ -154,7 +156,7 @@ __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const un
 template <int MODE>
 __device__ __forceinline__ void q8s(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
                                     unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
-  const auto [codes, dx, sx, row] = begin_block<MODE>(weight, x, N, K, row_bytes);
+  const auto [codes, dx, sx, row] = begin_block<MODE, false>(weight, x, N, K, row_bytes);
   if (row >= N) return;
   const int lane = threadIdx.x & 31;
   const uint8_t *row_start = weight + row * row_bytes;
@@ -173,6 +175,49 @@ __device__ __forceinline__ void q8s(const uint8_t *__restrict__ weight, const un
   store_row(acc, out, row, lane);
 }
 
+// q6_k_split's four codes 4c .. 4c + 3 (c = 0..3) of a 16-value group as bytes 0..63: the group's low
+// nibbles are its first 8 low-plane bytes (l0: bytes 0-3, l1: 4-7; values 0-7 in their low nibbles,
+// 8-15 in their high ones), its top 2 bits byte i of its high-plane word h at bits 2c. Returns the
+// group's sum of (code - 32) * x code (0xE0 is -32 as a signed byte).
+__device__ __forceinline__ int q6_group_dot(unsigned l0, unsigned l1, unsigned h, int4 xw) {
+  const int c0 = (int)((l0 & 0x0F0F0F0Fu) | ((h & 0x03030303u) << 4));
+  const int c1 = (int)((l1 & 0x0F0F0F0Fu) | (((h >> 2) & 0x03030303u) << 4));
+  const int c2 = (int)(((l0 >> 4) & 0x0F0F0F0Fu) | (((h >> 4) & 0x03030303u) << 4));
+  const int c3 = (int)(((l1 >> 4) & 0x0F0F0F0Fu) | (((h >> 6) & 0x03030303u) << 4));
+  const int minus32 = (int)0xE0E0E0E0u;
+  int dot = __dp4a(c0, xw.x, 0);
+  dot = __dp4a(c1, xw.y, dot);
+  dot = __dp4a(c2, xw.z, dot);
+  dot = __dp4a(c3, xw.w, dot);
+  dot = __dp4a(minus32, xw.x, dot);
+  dot = __dp4a(minus32, xw.y, dot);
+  dot = __dp4a(minus32, xw.z, dot);
+  return __dp4a(minus32, xw.w, dot);
+}
+
+// q6_k_split: a row's K / 2 bytes of low nibbles, K / 4 of high bits, K / 16 int8 group scales, K / 256
+// float16 d. A lane takes two 16-value groups (16 + 8 bytes of codes) a step, a warp 1,024 values.
+template <int MODE>
+__device__ __forceinline__ void q6s(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                    unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  const auto [codes, dx, sx, row] = begin_block<MODE, true>(weight, x, N, K, row_bytes);
+  if (row >= N) return;
+  const int lane = threadIdx.x & 31;
+  const uint8_t *low = weight + row * row_bytes, *high = low + K / 2;
+  const signed char *scales = (const signed char *)(high + K / 4);
+  const unsigned short *d = (const unsigned short *)(scales + K / 16);
+  float acc = 0.f;
+  for (int at = lane * 32; at < K; at += 32 * 32) {
+    const uint4 l = __ldg((const uint4 *)(low + at / 2));
+    const uint2 h = __ldg((const uint2 *)(high + at / 4));
+    const int dot_a = q6_group_dot(l.x, l.y, h.x, *(const int4 *)(codes + at));
+    const int dot_b = q6_group_dot(l.z, l.w, h.y, *(const int4 *)(codes + at + 16));
+    const float s_a = (float)__ldg(scales + at / 16), s_b = (float)__ldg(scales + at / 16 + 1);
+    acc += half_to_float(__ldg(d + at / 256)) * dx[at / 32] * (s_a * (float)dot_a + s_b * (float)dot_b);
+  }
+  store_row(acc, out, row, lane);
+}
+
 // Entry points FORMAT_gemv_MODE; grid: ceil(N / 8) blocks of 256 threads, K + K / 4 bytes of dynamic
 // shared memory.
 #define ENTRY(FORMAT, MODE) \
@@ -187,3 +232,7 @@ ENTRY(q8s, 0)
 ENTRY(q8s, 1)
 ENTRY(q8s, 2)
 ENTRY(q8s, 3)
+ENTRY(q6s, 0)
+ENTRY(q6s, 1)
+ENTRY(q6s, 2)
+ENTRY(q6s, 3)

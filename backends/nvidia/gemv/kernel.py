@@ -13,7 +13,7 @@ from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentErr
 from anydev.plugin_api.weight_formats import check_weight
 
 #: ``quantized_linear``'s weight formats with a GEMV here -> the name of its kernels in gemv.cu.
-FORMATS = {"q4_k": "q4k", "q8_0_split": "q8s"}
+FORMATS = {"q4_k": "q4k", "q8_0_split": "q8s", "q6_k_split": "q6s"}
 #: ``0``: the Triton kernel for every call (to compare the two, or where libnvrtc is missing); ``1``
 #: (the default): these GEMVs where :func:`takes` says.
 ENV = "ANYDEV_NVIDIA_GEMV"
@@ -34,10 +34,11 @@ def enabled() -> bool:
 
 
 def fits(weight_format: str, rows: int, K: int, dtype: torch.dtype) -> bool:
-    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 and at most
-    :data:`MAX_K` (x rounded, K + K / 4 bytes, then fits the 48 KB of shared memory a block has
-    without opting in)."""
-    return weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % 256 == 0 and K <= MAX_K
+    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 (of 2,048 for
+    q6_k_split, whose rows are then 16-byte aligned) and at most :data:`MAX_K` (x rounded, K + K / 4
+    bytes, then fits the 48 KB of shared memory a block has without opting in)."""
+    step = 2048 if weight_format == "q6_k_split" else 256
+    return weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % step == 0 and K <= MAX_K
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, weight_format: str) -> bool:

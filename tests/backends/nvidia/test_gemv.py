@@ -24,6 +24,8 @@ from anydev.plugin_api.kernel_offers import KernelOffer
     ("q4_k", 2, 4096, torch.bfloat16, False),          # batch 1 only
     ("q4_k", 1, 4096, torch.float16, False),           # bfloat16 activations only
     ("q4_k", 1, 4000, torch.bfloat16, False),          # K a multiple of 256
+    ("q6_k_split", 1, 4096, torch.bfloat16, True),
+    ("q6_k_split", 1, 2304, torch.bfloat16, False),    # its rows 16-byte aligned: K a multiple of 2,048
     ("q6_k", 1, 4096, torch.bfloat16, False),          # no GEMV of its own
 ])
 def test_the_gemvs_take_only_calls_within_their_limits(weight_format, rows, K, dtype, fits):
