@@ -72,8 +72,9 @@ __device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, in
   }
 }
 
-// A block's start: the L2 asked for its warp's row (MODE 3, if ASK_L2), the wait for the kernel before, x rounded
-// into shared memory, the barrier after which every warp reads it. Returns the warp's row (may be >= N).
+// A block's start: the L2 asked for its warp's row (MODE 3, if ASK_L2), the wait for the kernel
+// before, x rounded into shared memory, the barrier after which every warp reads it. Returns the
+// warp's row (may be >= N).
 struct Rounded {
   int8_t *codes;
   float *dx, *sx;
