@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cffi import FFI
 
-from anydev.backends.cudalike.library import EnvRoot, FixedRoot, LibrarySpec, load_library
+from anydev.backends.cudalike.library import LibrarySpec, load_library
 from anydev.plugin_api.errors import RuntimeCallError
 
 NVRTC = LibrarySpec(
@@ -39,10 +39,11 @@ nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
 
 @functools.lru_cache(maxsize=None)
 def _nvrtc():
+    from anydev.backends.nvidia.spec import SPEC     # searched where the backend finds the CUDA runtime
+
     ffi = FFI()
     ffi.cdef(CDEFS)
-    roots = (EnvRoot("CUDA_HOME"), EnvRoot("CUDA_PATH"), FixedRoot("/usr/local/cuda"))
-    return ffi, load_library(ffi, NVRTC, "nvidia", roots, ("lib64", "lib")).lib
+    return ffi, load_library(ffi, NVRTC, SPEC.name, SPEC.sdk_roots, SPEC.lib_subdirs).lib
 
 
 def _check(ffi, lib, status: int, call: str, log: str = "") -> None:
