@@ -15,8 +15,7 @@ set -uo pipefail
 source parts/step.sh
 call_init c36a 560
 call_start
-B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
-( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
+peer_start
 MAKE_CORES=8-15 make_8b_files Q8_0 Q6_K Q4_K &
 install_after parts/pending/split-long-rows.patch parts/pending/gemv-early-loads.patch
 after gemv-check-after2 30 taskset -c 0-1 python3 parts/gemv_check.py

@@ -39,6 +39,12 @@ peer_pack() {
 peer_unpack() {
   mkdir -p /tmp/llamacpp-build && tar -C /tmp/llamacpp-build -xJf .peer/llamacpp-bin.tar.xz
 }
+# `peer_start`: a GGUF call's folders (B: llama.cpp's build, G: the GGUF files) and peer_unpack in the
+# background, logged as "unpack" in $LOG.
+peer_start() {
+  B=/tmp/llamacpp-build; G=/tmp/g; mkdir -p $G $B
+  ( peer_unpack; echo "$? unpack $SECONDS" >> $LOG ) &
+}
 # `peer_libs`: the LD_LIBRARY_PATH the unpacked binaries run with: their own folder, then the GPU
 # machine's CUDA toolkit, else the CUDA libraries of torch's wheels (when built elsewhere: parts/peer_build.sh).
 peer_libs() {
