@@ -1,9 +1,10 @@
 """NVIDIA: the CUDA runtime (12 or 13) + NCCL. Every fact here is verified [V] (docs/vendor-runtimes.md)."""
-from anydev.backends.cudalike.library import EnvRoot, FixedRoot, LibrarySpec
+from anydev.backends.cudalike.library import LibrarySpec
 from anydev.backends.cudalike.spec import VendorSpec
 from anydev.backends.cudalike.torch_bridge import CudaArrayBridge
 
 from .kernels import NOTE, own_kernels
+from .sdk import LIB_SUBDIRS, SDK_ROOTS
 
 CUDART = LibrarySpec(
     label="libcudart",
@@ -26,8 +27,8 @@ SPEC = VendorSpec(
     ccl_display_name="NCCL",
     runtime_library=CUDART,
     ccl_library=NCCL,
-    sdk_roots=(EnvRoot("CUDA_HOME"), EnvRoot("CUDA_PATH"), FixedRoot("/usr/local/cuda")),
-    lib_subdirs=("lib64", "lib"),
+    sdk_roots=SDK_ROOTS,
+    lib_subdirs=LIB_SUBDIRS,
     hardware_name="NVIDIA GPU",
     visible_devices_env="CUDA_VISIBLE_DEVICES",
     torch_bridge=CudaArrayBridge("nvidia", "install a CUDA build of torch (e.g. pip install torch from the cu130 index)"),

@@ -12,6 +12,7 @@ from pathlib import Path
 from cffi import FFI
 
 from anydev.backends.cudalike.library import LibrarySpec, load_library
+from anydev.backends.nvidia.sdk import LIB_SUBDIRS, SDK_ROOTS
 from anydev.plugin_api.errors import RuntimeCallError
 
 NVRTC = LibrarySpec(
@@ -39,11 +40,9 @@ nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog);
 
 @functools.lru_cache(maxsize=None)
 def _nvrtc():
-    from anydev.backends.nvidia.spec import SPEC     # searched where the backend finds the CUDA runtime
-
     ffi = FFI()
     ffi.cdef(CDEFS)
-    return ffi, load_library(ffi, NVRTC, SPEC.name, SPEC.sdk_roots, SPEC.lib_subdirs).lib
+    return ffi, load_library(ffi, NVRTC, "nvidia", SDK_ROOTS, LIB_SUBDIRS).lib
 
 
 def _check(ffi, lib, status: int, call: str, log: str = "") -> None:
