@@ -44,7 +44,7 @@ def _unroll(loop: str, landed: int, to: int) -> tuple[str, str]:
 
 
 #: Variant name -> (old text, new text) of gemv.cu, per format's kernel.
-_Q6S_LOOP = "  for (int at = lane * 32; at < K; at += 32 * 32)"
+_Q6S_LOOP = "  for (int at = first; at < K; at += 32 * 32)"
 VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16", 1, n) for n in (2, 4, 8)}
             | {"q8s L2 asked": ("begin_block<MODE, false>", "begin_block<MODE, true>")},
             "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)},

@@ -72,27 +72,27 @@ __device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, in
   }
 }
 
-// A block's start: the L2 asked for its warp's row (MODE 3, if ASK_L2), the wait for the kernel
-// before, x rounded into shared memory, the barrier after which every warp reads it. Returns the
-// warp's row (may be >= N).
+// A block's start: the L2 asked for the warp's row (MODE 3, if ASK_L2), the wait for the kernel
+// before, x rounded into shared memory, the barrier after which every warp reads it.
 struct Rounded {
   int8_t *codes;
   float *dx, *sx;
-  int row;
 };
+
+// The warp's row (may be >= N).
+__device__ __forceinline__ int warp_row() { return blockIdx.x * WARPS + (threadIdx.x >> 5); }
 
 template <int MODE, bool ASK_L2>
 __device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsigned short *__restrict__ x, int N,
-                                               int K, long long row_bytes) {
+                                               int K, long long row_bytes, int row) {
   extern __shared__ int4 shared[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int row = blockIdx.x * WARPS + warp;
   int8_t *codes = (int8_t *)shared;
   float *dx = (float *)(codes + K), *sx = dx + K / 32;
   wait_for_inputs<MODE>(ASK_L2 && row < N ? weight + row * row_bytes : nullptr, row_bytes, lane);
   round_x(x, K, codes, dx, sx, lane, warp);
   __syncthreads();
-  return Rounded{codes, dx, sx, row};
+  return Rounded{codes, dx, sx};
 }
 
 __device__ __forceinline__ void store_row(float v, unsigned short *out, int row, int lane) {
@@ -118,7 +118,8 @@ __device__ __forceinline__ void scale_min(unsigned y, unsigned z, unsigned w, in
 template <int MODE>
 __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
                                     unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
-  const auto [codes, dx, sx, row] = begin_block<MODE, true>(weight, x, N, K, row_bytes);
+  const int row = warp_row();
+  const auto [codes, dx, sx] = begin_block<MODE, true>(weight, x, N, K, row_bytes, row);
   if (row >= N) return;
   const int lane = threadIdx.x & 31, chunk = lane & 7, pair = chunk >> 1, half = chunk & 1;
   const uint8_t *row_start = weight + row * row_bytes;
@@ -157,7 +158,8 @@ __device__ __forceinline__ void q4k(const uint8_t *__restrict__ weight, const un
 template <int MODE>
 __device__ __forceinline__ void q8s(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
                                     unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
-  const auto [codes, dx, sx, row] = begin_block<MODE, false>(weight, x, N, K, row_bytes);
+  const int row = warp_row();
+  const auto [codes, dx, sx] = begin_block<MODE, false>(weight, x, N, K, row_bytes, row);
   if (row >= N) return;
   const int lane = threadIdx.x & 31;
   const uint8_t *row_start = weight + row * row_bytes;
@@ -197,20 +199,28 @@ __device__ __forceinline__ int q6_group_dot(unsigned l0, unsigned l1, unsigned h
 }
 
 // q6_k_split: a row's K / 2 bytes of low nibbles, K / 4 of high bits, K / 16 int8 group scales, K / 256
-// float16 d. A lane takes two 16-value groups (16 + 8 bytes of codes) a step, a warp 1,024 values.
+// float16 d. A lane takes two 16-value groups (16 + 8 bytes of codes) a step, a warp 1,024 values. The
+// first step's codes are read before the wait for x (no kernel before writes them), so that their
+// latency passes while x is rounded.
 template <int MODE>
 __device__ __forceinline__ void q6s(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
                                     unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
-  const auto [codes, dx, sx, row] = begin_block<MODE, true>(weight, x, N, K, row_bytes);
-  if (row >= N) return;
-  const int lane = threadIdx.x & 31;
+  const int row = warp_row(), lane = threadIdx.x & 31, first = lane * 32;
   const uint8_t *low = weight + row * row_bytes, *high = low + K / 2;
   const signed char *scales = (const signed char *)(high + K / 4);
   const unsigned short *d = (const unsigned short *)(scales + K / 16);
+  uint4 l_first = make_uint4(0, 0, 0, 0);
+  uint2 h_first = make_uint2(0, 0);
+  if (row < N && first < K) {
+    l_first = __ldg((const uint4 *)(low + first / 2));
+    h_first = __ldg((const uint2 *)(high + first / 4));
+  }
+  const auto [codes, dx, sx] = begin_block<MODE, true>(weight, x, N, K, row_bytes, row);
+  if (row >= N) return;
   float acc = 0.f;
-  for (int at = lane * 32; at < K; at += 32 * 32) {
-    const uint4 l = __ldg((const uint4 *)(low + at / 2));
-    const uint2 h = __ldg((const uint2 *)(high + at / 4));
+  for (int at = first; at < K; at += 32 * 32) {
+    const uint4 l = at == first ? l_first : __ldg((const uint4 *)(low + at / 2));
+    const uint2 h = at == first ? h_first : __ldg((const uint2 *)(high + at / 4));
     const int dot_a = q6_group_dot(l.x, l.y, h.x, *(const int4 *)(codes + at));
     const int dot_b = q6_group_dot(l.z, l.w, h.y, *(const int4 *)(codes + at + 16));
     const float s_a = (float)__ldg(scales + at / 16), s_b = (float)__ldg(scales + at / 16 + 1);

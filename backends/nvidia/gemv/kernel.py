@@ -2,6 +2,7 @@
 than the Triton kernel's, the Triton kernel everywhere else."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -12,17 +13,28 @@ import torch
 from anydev.plugin_api.errors import BackendUnavailableError, InvalidArgumentError
 from anydev.plugin_api.weight_formats import check_weight
 
-#: ``quantized_linear``'s weight formats with a GEMV here -> the name of its kernels in gemv.cu.
-FORMATS = {"q4_k": "q4k", "q8_0_split": "q8s", "q6_k_split": "q6s"}
+
+@dataclasses.dataclass(frozen=True)
+class Gemv:
+    """One weight format's GEMV in gemv.cu: its kernels' name, K's step (a multiple of 256; q6_k_split's
+    rows are 16-byte aligned at 2,048) and largest value. Each block rounds x to int8 in shared memory,
+    K + K / 4 bytes: any K here fits the 48 KB a block has without opting in."""
+    kernel: str
+    k_step: int
+    max_k: int
+
+
+#: The formats with a GEMV here. q4_k and q8_0_split stop at 8,192 inputs: the Triton GEMV's K split
+#: spreads a longer row (the down projection's) over several programs and reads it faster.
+#: q6_k_split's GEMV reads it faster here.
+GEMVS = {"q4_k": Gemv("q4k", 256, 8192), "q8_0_split": Gemv("q8s", 256, 8192),
+         "q6_k_split": Gemv("q6s", 2048, 16384)}
 #: ``0``: the Triton kernel for every call (to compare the two, or where libnvrtc is missing); ``1``
 #: (the default): these GEMVs where :func:`takes` says.
 ENV = "ANYDEV_NVIDIA_GEMV"
-#: Inputs above which a call stays with the Triton GEMV: its K split spreads a long row (the down
-#: projection's) over several programs, where one warp here reads it whole.
-MAX_K = 8192
 WARPS = 8
 #: gemv.cu's entry points: each format's kernel in each programmatic dependent launch mode (0-3).
-KERNELS = [f"{kernel}_gemv_{mode}" for kernel in FORMATS.values() for mode in range(4)]
+KERNELS = [f"{gemv.kernel}_gemv_{mode}" for gemv in GEMVS.values() for mode in range(4)]
 
 
 def enabled() -> bool:
@@ -34,18 +46,19 @@ def enabled() -> bool:
 
 
 def fits(weight_format: str, rows: int, K: int, dtype: torch.dtype) -> bool:
-    """The GEMVs' own limits: one row of bfloat16, a format here, K a multiple of 256 (of 2,048 for
-    q6_k_split, whose rows are then 16-byte aligned) and at most :data:`MAX_K` (x rounded, K + K / 4
-    bytes, then fits the 48 KB of shared memory a block has without opting in)."""
-    step = 2048 if weight_format == "q6_k_split" else 256
-    return weight_format in FORMATS and rows == 1 and dtype == torch.bfloat16 and K % step == 0 and K <= MAX_K
+    """The GEMVs' own limits: one row of bfloat16, a format of :data:`GEMVS`, K a multiple of its step
+    and at most its largest."""
+    gemv = GEMVS.get(weight_format)
+    return gemv is not None and rows == 1 and dtype == torch.bfloat16 and K % gemv.k_step == 0 and K <= gemv.max_k
 
 
 def takes(x: torch.Tensor, weight: torch.Tensor, weight_format: str) -> bool:
     """Whether this call runs a GEMV of gemv.cu: it :func:`fits`, on a CUDA device of compute capability
-    8.0 or later, x contiguous and 16-byte aligned, the weight's rows contiguous, and :data:`ENV` not 0."""
+    8.0 or later, x contiguous, x and the weight 16-byte aligned, the weight's rows contiguous, and
+    :data:`ENV` not 0."""
     return (x.device.type == "cuda" and x.dim() == 2 and fits(weight_format, x.shape[0], x.shape[1], x.dtype)
             and x.is_contiguous() and x.data_ptr() % 16 == 0 and weight.is_contiguous()
+            and weight.data_ptr() % 16 == 0
             and _capability(x.device.index)[0] >= 8 and enabled())
 
 
@@ -88,8 +101,8 @@ def launch(module, x: torch.Tensor, weight: torch.Tensor, weight_format: str, pd
     stream = torch.cuda.current_stream(x.device).cuda_stream
     args = [("uint64_t", weight.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
             ("int", N), ("int", K), ("int64_t", weight.stride(0))]
-    module.launch(f"{FORMATS[weight_format]}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS, K + K // 4, stream, args,
-                  programmatic=pdl_mode > 0)
+    module.launch(f"{GEMVS[weight_format].kernel}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS, K + K // 4, stream,
+                  args, programmatic=pdl_mode > 0)
     return out
 
 

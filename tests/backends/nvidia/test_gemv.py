@@ -19,8 +19,11 @@ from anydev.plugin_api.kernel_offers import KernelOffer
     ("q4_k", 1, 8192, torch.bfloat16, True),
     ("q8_0_split", 1, 4096, torch.bfloat16, True),
     ("q8_0_split", 1, 2304, torch.bfloat16, True),
-    ("q8_0_split", 1, 14336, torch.bfloat16, False),   # the Triton GEMV reads long rows faster
+    ("q8_0_split", 1, 14336, torch.bfloat16, False),   # the Triton GEMV reads these long rows faster
     ("q4_k", 1, 14336, torch.bfloat16, False),
+    ("q6_k_split", 1, 14336, torch.bfloat16, True),    # and these slower: up to 16,384 inputs here
+    ("q6_k_split", 1, 16384, torch.bfloat16, True),
+    ("q6_k_split", 1, 18432, torch.bfloat16, False),
     ("q4_k", 2, 4096, torch.bfloat16, False),          # batch 1 only
     ("q4_k", 1, 4096, torch.float16, False),           # bfloat16 activations only
     ("q4_k", 1, 4000, torch.bfloat16, False),          # K a multiple of 256
