@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Written in session 36 for the next session's first call (issue 31). After tree: main with
-# parts/pending/q8s-row-groups.patch (q8_0_split's own GEMV takes the down projection, each block two
-# groups of 8 rows so that x is rounded once for 16 rows; session 36 measured one group a block with
-# early loads: the Q8_0 file 0.989x).
+# parts/pending/q8s-row-groups.patch and q4k-row-groups.patch (the own q8_0_split and q4_k GEMVs take
+# the down projection, each block two groups of 8 rows there, so that x is rounded once for 16 rows;
+# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x). The
+# Q8_0 file runs only q8_0_split's GEMV and the Q4_K file only q4_k's, so each file's after / main is
+# its own patch's.
 # In order, each step skipped once BUDGET is spent: main's own GEMVs in a graph (q6_k_split's 14,336-input
 # rows among them, not yet run on a GPU); the after tree's likewise and its conformance quantized_linear
-# checks; q8_0_split's GEMVs at 1, 2 and 4 row groups a block beside Triton's; the Q8_0 file on main,
-# after and llama.cpp. On an H200 also the issue's record on main: the conformance kernels group, the
-# Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp, the 1B and the 8B bf16 / fp8 decodes.
+# checks; the Q8_0 and Q4_K files at batch 1 on main, after and llama.cpp; the q8_0_split and q4_k
+# GEMVs at 1, 2 and 4 row groups a block beside Triton's. On an H200 also the issue's record on main:
+# the conformance kernels group, the Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp, the
+# 1B and the 8B bf16 / fp8 decodes.
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -15,23 +18,25 @@ call_init c37a 560
 call_start
 peer_start
 MAKE_CORES=8-15 make_8b_files Q8_0 Q4_K Q6_K &
-install_after parts/pending/q8s-row-groups.patch
+install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch
 step gemv-check-main 40 taskset -c 0-1 python3 parts/gemv_check.py
 after gemv-check-after 40 taskset -c 0-1 python3 parts/gemv_check.py
 in_after kernels_group conf-after 150 "quantized_linear_equals"
-after variants-after 60 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split --groups 1,2,4
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
-wait_model Q8_0
-step anydev-Q8_0-main 30 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0-main.json
-after anydev-Q8_0-after 30 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-Q8_0.gguf --out $R/anydev-Q8_0-after.json
-llamacpp_step Q8_0 1,32 30
+for t in Q8_0 Q4_K; do
+  wait_model $t
+  step anydev-$t-main 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-main.json
+  after anydev-$t-after 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-after.json
+  llamacpp_step $t 1,32 30
+done
+after variants-after 90 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k --groups 1,2,4
 if nvidia-smi -L | grep -q H200; then
   kernels_group conf-kernels-main 200
   for t in Q4_K Q8_0 Q6_K; do
     wait_model $t
     step record-$t 50 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-$t.gguf --out $R/record-$t.json
-    [ $t = Q8_0 ] || llamacpp_step $t 1,32 30
   done
+  llamacpp_step Q6_K 1,32 30
   DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
       --new-tokens 64 --modes graphs --hf none --repeats 3 --no-kernel-count)
   step decode-1b 40 "${DB[@]}" --shape 1b --out $R/decode-1b.json
