@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Written in session 36 for the next session's first call (issue 31). After tree: main with
-# parts/pending/q8s-row-groups.patch and q4k-row-groups.patch (the own q8_0_split and q4_k GEMVs take
+# parts/pending/q8s-row-groups.patch, q4k-row-groups.patch and q6s-row-groups.patch (the own GEMVs take
 # the down projection, each block two groups of 8 rows there, so that x is rounded once for 16 rows;
-# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x). The
-# Q8_0 file runs only q8_0_split's GEMV and the Q4_K file only q4_k's, so each file's after / main is
-# its own patch's.
+# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x). Each
+# GGUF file runs only its format's GEMV, so each file's after / main is its own patch's.
 # In order, each step skipped once BUDGET is spent: main's own GEMVs in a graph (q6_k_split's 14,336-input
 # rows among them, not yet run on a GPU); the after tree's likewise and its conformance quantized_linear
-# checks; the Q8_0 and Q4_K files at batch 1 on main, after and llama.cpp; the q8_0_split and q4_k
-# GEMVs at 1, 2 and 4 row groups a block beside Triton's. On an H200 also the issue's record on main:
+# checks; the Q8_0, Q4_K and Q6_K files at batch 1 on main, after and llama.cpp; the own GEMVs at 1, 2
+# and 4 row groups a block beside Triton's. On an H200 also the issue's record on main:
 # the conformance kernels group, the Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp, the
 # 1B and the 8B bf16 / fp8 decodes.
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
@@ -18,25 +17,25 @@ call_init c37a 560
 call_start
 peer_start
 MAKE_CORES=8-15 make_8b_files Q8_0 Q4_K Q6_K &
-install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch
+install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch parts/pending/q6s-row-groups.patch
 step gemv-check-main 40 taskset -c 0-1 python3 parts/gemv_check.py
 after gemv-check-after 40 taskset -c 0-1 python3 parts/gemv_check.py
 in_after kernels_group conf-after 150 "quantized_linear_equals"
 PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
-for t in Q8_0 Q4_K; do
+for t in Q8_0 Q4_K Q6_K; do
   wait_model $t
   step anydev-$t-main 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-main.json
   after anydev-$t-after 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-after.json
   llamacpp_step $t 1,32 30
 done
-after variants-after 90 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k --groups 1,2,4
+after variants-after 120 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split \
+  --groups 1,2,4
 if nvidia-smi -L | grep -q H200; then
   kernels_group conf-kernels-main 200
   for t in Q4_K Q8_0 Q6_K; do
     wait_model $t
     step record-$t 50 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-$t.gguf --out $R/record-$t.json
   done
-  llamacpp_step Q6_K 1,32 30
   DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
       --new-tokens 64 --modes graphs --hf none --repeats 3 --no-kernel-count)
   step decode-1b 40 "${DB[@]}" --shape 1b --out $R/decode-1b.json
