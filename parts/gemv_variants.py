@@ -49,7 +49,6 @@ VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16",
             | {"q8s L2 asked": ("begin_block<MODE, false>", "begin_block<MODE, true>")},
             "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)},
             "q6_k_split": {f"q6s unroll {n}": (_Q6S_LOOP, f"#pragma unroll {n}\n{_Q6S_LOOP}") for n in (1, 2, 4)}}
-VARIANTS["q6_k_split"]["q6s L2 asked"] = VARIANTS["q8_0_split"]["q8s L2 asked"]
 
 
 def variant_module(dev, old: str, new: str) -> Module | None:

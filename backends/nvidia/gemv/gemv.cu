@@ -9,7 +9,7 @@
 // dependent launch mode of the Triton kernels around it (backends/triton_kernels/_common.py): 0 off;
 // otherwise wait until the kernel before has finished before reading x, then (1, 3) let the next one
 // be scheduled; 3 first asks the L2 for the start of the warp's row, which no kernel before writes
-// (q4_k and q6_k_split: q8_0_split's GEMVs are faster without, measured on an H100).
+// (q4_k and q6_k_split; q8_0_split's GEMVs are faster without it).
 typedef unsigned char uint8_t;
 typedef signed char int8_t;
 
