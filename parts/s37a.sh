@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Written in session 36 for the next session's first call (issue 31). After tree: main with
+# Written in sessions 36 and 37 for the next session's first call (issue 31). After tree: main with
 # parts/pending/q8s-row-groups.patch, q4k-row-groups.patch and q6s-row-groups.patch (the own GEMVs take
 # the down projection, each block two groups of 8 rows there, so that x is rounded once for 16 rows;
-# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x). Each
-# GGUF file runs only its format's GEMV, so each file's after / main is its own patch's.
+# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x), and
+# gemv-warps-variant.patch (gemv_variants also times blocks of 16 and 32 warps, one row a warp: x
+# rounded once for as many rows, with no fewer warps in flight). Each GGUF file runs only its format's
+# GEMV, so each file's after / main is its own patch's.
 # In order, each step skipped once BUDGET is spent: main's own GEMVs in a graph (q6_k_split's 14,336-input
 # rows among them, not yet run on a GPU); the after tree's likewise and its conformance quantized_linear
 # checks; the Q8_0, Q4_K and Q6_K files at batch 1 on main, after and llama.cpp; the own GEMVs at 1, 2
-# and 4 row groups a block beside Triton's. On an H200 also the issue's record on main:
-# the conformance kernels group, the Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp, the
-# 1B and the 8B bf16 / fp8 decodes.
+# and 4 row groups and at 16 and 32 warps a block beside Triton's. On an H200 also the issue's record on
+# main: the conformance kernels group, the Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp,
+# the 1B and the 8B bf16 / fp8 decodes. (`parts/s37b.sh` is that record on any card, on the tree that
+# lands: run it next on the same machine.)
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -17,34 +20,27 @@ call_init c37a 560
 call_start
 peer_start
 MAKE_CORES=8-15 make_8b_files Q8_0 Q4_K Q6_K &
-install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch parts/pending/q6s-row-groups.patch
+install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch parts/pending/q6s-row-groups.patch \
+  parts/pending/gemv-warps-variant.patch
 step gemv-check-main 40 taskset -c 0-1 python3 parts/gemv_check.py
 after gemv-check-after 40 taskset -c 0-1 python3 parts/gemv_check.py
 in_after kernels_group conf-after 150 "quantized_linear_equals"
-PEER=(taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp)
 for t in Q8_0 Q4_K Q6_K; do
   wait_model $t
-  step anydev-$t-main 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-main.json
-  after anydev-$t-after 40 "${PEER[@]}" --batch-sizes 1 $G/llama-8b-$t.gguf --out $R/anydev-$t-after.json
+  file_step anydev-$t-main 40 $G/llama-8b-$t.gguf 1
+  in_after file_step anydev-$t-after 40 $G/llama-8b-$t.gguf 1
   llamacpp_step $t 1,32 30
 done
-after variants-after 120 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split \
-  --groups 1,2,4
+after variants-after 150 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split \
+  --groups 1,2,4 --warps 16,32
 if nvidia-smi -L | grep -q H200; then
   kernels_group conf-kernels-main 200
   for t in Q4_K Q8_0 Q6_K; do
     wait_model $t
-    step record-$t 50 "${PEER[@]}" --batch-sizes 1,32 $G/llama-8b-$t.gguf --out $R/record-$t.json
+    file_step record-$t 50 $G/llama-8b-$t.gguf 1,32
   done
-  DB=(taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 --prefill-len 0
-      --new-tokens 64 --modes graphs --hf none --repeats 3 --no-kernel-count)
-  step decode-1b 40 "${DB[@]}" --shape 1b --out $R/decode-1b.json
-  step decode-8b 120 "${DB[@]}" --shape 8b --quantizations none,fp8 --out $R/decode-8b.json
+  decode_step decode-1b 40 --shape 1b
+  decode_step decode-8b 120 --shape 8b --quantizations none,fp8
 fi
-cat $R/gemv-check-*.txt >> $LOG
-grep -h "ms a token" $R/variants-*.txt >> $LOG 2>/dev/null
-grep -h "passed\|failed" $R/conf-*.txt >> $LOG
-grep -h "anydev graphs.*decode" $R/decode-*.txt >> $LOG 2>/dev/null
-for f in $R/anydev-*.txt $R/record-*.txt $R/llamacpp-*.txt; do
-  [ -f $f ] && echo "$(basename $f): $(grep -h 'anydev llama\|llama.cpp:' $f)" >> $LOG; done
+summary
 call_end

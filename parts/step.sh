@@ -65,11 +65,16 @@ call_end() {
   echo "call $CALL done in $((SECONDS - T0)) s" | tee -a $LOG
 }
 # `make_8b_files FORMATS...`: each random Llama-3-8B-shaped GGUF file at $G/llama-8b-FORMAT.gguf, one
-# after the other on cores MAKE_CORES (default 14-15), each logged as "make-FORMAT" in $LOG.
+# after the other on cores MAKE_CORES (default 14-15), each logged as "make-FORMAT" in $LOG. A file an
+# earlier call on this machine made (logged in its $LOG, which is gone now) is made again unless KEEP_FILES
+# is 1: then one that exists is kept.
 make_8b_files() {
   local shape=(--hidden 4096 --layers 32 --heads 32 --kv-heads 8 --intermediate 14336 --vocab 128256) t
-  for t in "$@"; do taskset -c ${MAKE_CORES:-14-15} python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf \
-    "${shape[@]}" --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG; done
+  for t in "$@"; do
+    if [ "${KEEP_FILES:-0}" = 1 ] && [ -s $G/llama-8b-$t.gguf ]; then echo "0 make-$t kept $SECONDS" >> $LOG; continue; fi
+    taskset -c ${MAKE_CORES:-14-15} python3 benchmarks/make_random_model.py $G/llama-8b-$t.gguf \
+      "${shape[@]}" --gguf $t > $R/make-$t.txt 2>&1; echo "$? make-$t $SECONDS" >> $LOG
+  done
 }
 # `make_models [8B FORMATS...]`: in the background, the 1B random checkpoint at /tmp/llama-1b (cores
 # 2-15), then make_8b_files; waits (at most 120 s) for the 1B only.
@@ -121,4 +126,28 @@ gguf_pair() {
 llamacpp_step() {
   LD_LIBRARY_PATH=$(peer_libs) step llamacpp-$1 ${3:-40} python3 benchmarks/gguf_peer_bench.py $G/llama-8b-$1.gguf \
     --llamacpp $B --batch-sizes $2 --skip-anydev --out $R/llamacpp-$1.json
+}
+# `file_step NAME LIMIT FILE BATCHES`: anydev on a GGUF file at BATCHES (e.g. 1,32) as step NAME
+# (gguf_peer_bench: 128-token prompts, 128 new tokens, decode graphs, the median of 2 runs, on cores 0-1),
+# its figures in $R/NAME.json. `in_after file_step ...` runs it on the after tree.
+file_step() {
+  step $1 $2 taskset -c 0-1 python3 benchmarks/gguf_peer_bench.py --device nvidia --repeats 2 --skip-llamacpp \
+    --batch-sizes $4 $3 --out $R/$1.json
+}
+# `decode_step NAME LIMIT ARGS...`: decode_bench at batch 1, context 256, 64 new tokens, decode graphs, no
+# HF peer, 3 repeats, on cores 0-1, with ARGS (e.g. --shape 1b) as step NAME, its figures in $R/NAME.json.
+decode_step() {
+  local name=$1 limit=$2; shift 2
+  step $name $limit taskset -c 0-1 python3 benchmarks/decode_bench.py --device nvidia --batch-sizes 1 --contexts 256 \
+    --prefill-len 0 --new-tokens 64 --modes graphs --hf none --repeats 3 --no-kernel-count "$@" --out $R/$name.json
+}
+# `summary`: the call's key lines appended to $LOG: gemv_check, the variants' totals, conformance counts,
+# decode figures, each GGUF run's line.
+summary() {
+  cat $R/gemv-check-*.txt >> $LOG 2>/dev/null
+  grep -h "ms a token" $R/variants-*.txt >> $LOG 2>/dev/null
+  grep -h "passed\|failed" $R/conf-*.txt >> $LOG 2>/dev/null
+  grep -h "anydev graphs.*decode\|x (decode_tokens_per_s)" $R/decode-*.txt >> $LOG 2>/dev/null
+  local f; for f in $R/anydev-*.txt $R/record-*.txt $R/main-*.txt $R/llamacpp-*.txt; do
+    [ -f $f ] && echo "$(basename $f): $(grep -h 'anydev llama\|llama.cpp:' $f)" >> $LOG; done
 }
