@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Written in sessions 36 and 37 for the next session's first call (issue 31). After tree: main with
-# parts/pending/q8s-row-groups.patch, q4k-row-groups.patch and q6s-row-groups.patch (the own GEMVs take
-# the down projection, each block two groups of 8 rows there, so that x is rounded once for 16 rows;
-# session 36 measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x), and
-# gemv-warps-variant.patch (gemv_variants also times blocks of 16 and 32 warps, one row a warp: x
-# rounded once for as many rows, with no fewer warps in flight), and q4-blocks-gemv.patch (own GEMVs for
-# q4_0 and q4_1, whose files run the Triton GEMVs on main). Each GGUF file runs only its format's GEMV,
-# so each file's after / main is its own patch's.
-# In order, each step skipped once BUDGET is spent: main's own GEMVs in a graph (q6_k_split's 14,336-input
-# rows among them, not yet run on a GPU); the after tree's likewise and its conformance quantized_linear
-# checks; the Q8_0, Q4_K, Q6_K, Q4_0 and Q4_1 files at batch 1 on main, after and llama.cpp; the own
-# GEMVs at 1, 2 and 4 row groups and at 16 and 32 warps a block beside Triton's. On an H200 also the issue's record on
-# main: the conformance kernels group, the Q4_K, Q8_0 and Q6_K files at batch 1 and 32 beside llama.cpp,
-# the 1B and the 8B bf16 / fp8 decodes. (`parts/s37b.sh` is that record on any card, on the tree that
-# lands: run it next on the same machine.)
+# Written in sessions 36 and 37 for the next session's first call (issue 31). After tree: main with the
+# six patches of parts/pending/ in order: q8s-, q4k- and q6s-row-groups (the own GEMVs take the down
+# projection, each block two groups of 8 rows there, so that x is rounded once for 16 rows; session 36
+# measured q8_0_split's at one group a block with early loads: the Q8_0 file 0.989x), gemv-warps-variant
+# (gemv_variants also times blocks of 16 and 32 warps), q4-blocks-gemv (own GEMVs for q4_0 and q4_1,
+# whose files run the Triton GEMVs on main) and fp8-mma-gemv (fp8_e4m3 at batch 1 on the tensor cores).
+# Each GGUF file runs only its format's GEMV and the fp8 decode only fp8_e4m3's, so each after / main
+# is its own patch's.
+# In order, each step skipped once BUDGET is spent: the after tree's own GEMVs in a graph (every new
+# one, and q6_k_split's 14,336-input rows, not yet run on a GPU) and its conformance quantized_linear
+# checks; the Q8_0, Q4_K and Q6_K files at batch 1 on main, after and llama.cpp; the 8B fp8 decode on
+# main and (with bf16, one process) after; the Q4_0 and Q4_1 files likewise; the own GEMVs' variants
+# (1, 2 and 4 row groups, 16 and 32 warps a block) beside Triton's. On an H200 also the issue's record
+# on main. `parts/s37b.sh` is the record on any card, on the tree that lands: run it next on the same
+# machine.
 # Carry .whl and .peer/llamacpp-bin.tar.xz.
 set -uo pipefail
 source parts/step.sh
@@ -23,18 +23,21 @@ peer_start
 MAKE_CORES=8-11 make_8b_files Q8_0 Q6_K Q4_1 &
 MAKE_CORES=12-15 make_8b_files Q4_K Q4_0 &
 install_after parts/pending/q8s-row-groups.patch parts/pending/q4k-row-groups.patch parts/pending/q6s-row-groups.patch \
-  parts/pending/gemv-warps-variant.patch parts/pending/q4-blocks-gemv.patch
-step gemv-check-main 40 taskset -c 0-1 python3 parts/gemv_check.py
-after gemv-check-after 40 taskset -c 0-1 python3 parts/gemv_check.py
+  parts/pending/gemv-warps-variant.patch parts/pending/q4-blocks-gemv.patch parts/pending/fp8-mma-gemv.patch
+after gemv-check-after 50 taskset -c 0-1 python3 parts/gemv_check.py
 in_after kernels_group conf-after 150 "quantized_linear_equals"
-for t in Q8_0 Q4_K Q6_K Q4_0 Q4_1; do
-  wait_model $t
-  file_step anydev-$t-main 40 $G/llama-8b-$t.gguf 1
-  in_after file_step anydev-$t-after 40 $G/llama-8b-$t.gguf 1
-  if [[ $t == Q4_[01] ]]; then llamacpp_step $t 1 20; else llamacpp_step $t 1,32 30; fi
-done
-after variants-after 180 taskset -c 0-1 python3 parts/gemv_variants.py --formats q8_0_split,q4_0,q4_k,q6_k_split,q4_1 \
-  --groups 1,2,4 --warps 16,32
+gguf_three_ways() {
+  wait_model $1
+  file_step anydev-$1-main 40 $G/llama-8b-$1.gguf 1
+  in_after file_step anydev-$1-after 40 $G/llama-8b-$1.gguf 1
+  llamacpp_step $1 1 20
+}
+for t in Q8_0 Q4_K Q6_K; do gguf_three_ways $t; done
+decode_step decode-fp8-main 60 --shape 8b --quantizations fp8
+in_after decode_step decode-8b-after 90 --shape 8b --quantizations none,fp8
+for t in Q4_0 Q4_1; do gguf_three_ways $t; done
+after variants-after 180 taskset -c 0-1 python3 parts/gemv_variants.py \
+  --formats fp8_e4m3,q8_0_split,q4_0,q4_k,q6_k_split,q4_1 --groups 1,2,4 --warps 16,32
 if nvidia-smi -L | grep -q H200; then
   kernels_group conf-kernels-main 200
   for t in Q4_K Q8_0 Q6_K; do
