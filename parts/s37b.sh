@@ -2,7 +2,7 @@
 # Written in session 37 for the call after parts/s37a.sh and parts/s37c.sh, on the same machine (issue
 # 31's record on the tree that lands). Tree: main with PATCHES applied (space-separated paths of
 # parts/pending/; unset: main itself) and AFTER_EDIT if set (see install_after in parts/step.sh). The
-# pending patches apply only in their order (each over the ones before; branch s37-warps holds them as
+# pending patches apply only in their order (each over the ones before; branch pending-s37 holds them as
 # commits): to land some and not others, drop the others' commits from that branch (git rebase
 # --onto) and give its diff from main as one patch file. In order,
 # each step skipped once BUDGET is spent: the whole conformance kernels group on that tree (the issue's
