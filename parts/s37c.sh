@@ -4,7 +4,7 @@
 # s37a's; only fp8-mma-gemv (fp8_e4m3 at batch 1 on the tensor cores) and bf16-mma-gemv (linear's
 # bfloat16 at batch 1 likewise) change what these decodes run. In order, each step skipped once BUDGET
 # is spent: the 1B bf16 decode on main and after; the 8B bf16 and fp8 decodes on main and after (each
-# tree's fp8 / bf16 from one process); their GEMVs' variants (2 and 8 steps ahead, 16 and 32 warps) on
+# tree's fp8 / bf16 from one process); their GEMVs' variants (2 and 8 steps ahead, 16 warps a block) on
 # the 8B and the 1B beside Triton's. A gemv_check and the conformance checks of the after tree are s37a's.
 # Carry .whl.
 set -uo pipefail
