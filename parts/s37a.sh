@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Written in sessions 36 and 37 for the next session's first call (issue 31): the GGUF half of the
-# pending patches (parts/s37c.sh is the dense / fp8 half, parts/s37b.sh the record of the tree that
-# lands; run them next on the same machine). After tree: main with the seven patches of parts/pending/
+# pending patches (parts/s37c.sh is the dense / 8-bit half, parts/s37b.sh the record of the tree that
+# lands; run them next on the same machine). After tree: main with the eight patches of parts/pending/
 # in order (q8s-, q4k- and q6s-row-groups, gemv-warps-variant, q4-blocks-gemv, fp8-mma-gemv,
-# bf16-mma-gemv). Each GGUF file runs only its format's GEMV, so each file's after / main is its own
-# patch's.
+# bf16-mma-gemv, int8-mma-gemv). Each GGUF file runs only its format's GEMV, so each file's after /
+# main is its own patch's.
 # In order, each step skipped once BUDGET is spent: every own GEMV of the after tree in a graph (all new
 # on a GPU but q4_k's and q8_0_split's 4,096-input ones) and its conformance linear / quantized_linear
 # checks; the Q8_0, Q4_K, Q6_K, Q4_0 and Q4_1 files at batch 1 on main, after and llama.cpp; the GGUF
@@ -19,7 +19,7 @@ peer_start
 MAKE_CORES=8-11 make_8b_files Q8_0 Q6_K Q4_1 &
 MAKE_CORES=12-15 make_8b_files Q4_K Q4_0 &
 install_after parts/pending/{q8s-row-groups,q4k-row-groups,q6s-row-groups,gemv-warps-variant,q4-blocks-gemv}.patch \
-  parts/pending/{fp8-mma-gemv,bf16-mma-gemv}.patch
+  parts/pending/{fp8-mma-gemv,bf16-mma-gemv,int8-mma-gemv}.patch
 after gemv-check-after 60 taskset -c 0-1 python3 parts/gemv_check.py
 in_after kernels_group conf-after 150 "linear_equals and not moe"
 for t in Q8_0 Q4_K Q6_K Q4_0 Q4_1; do
