@@ -107,12 +107,13 @@ install_after() {
 in_after() { (cd $AFTER && PYTHONPATH=/tmp/after-site:$SITE "$@"); }
 after() { in_after step "$@"; }
 # `kernels_group NAME LIMIT [PYTEST -k FILTER]`: the conformance kernels group on nvidia (default the whole
-# group) as step NAME, its report $R/NAME.json, and any worker left by a cut run stopped.
+# group) as step NAME, its report $R/NAME.json, and a process of that run left by a cut run stopped (only
+# that run's: matched by its report's path).
 kernels_group() {
   local name=$1 limit=$2 filter=${3:-kernels}
   step $name $limit taskset -c 0-11 python3 -m anydev.conformance --device nvidia -n 12 --report $R/$name.json \
     -- -k "$filter"
-  pkill -f "anydev.conformance"; sleep 1
+  pkill -f -- "--report $R/$name.json"; sleep 1
 }
 # `gguf_pair FORMAT BATCHES`: anydev (the PEER array) and llama.cpp (built in $B) on $G/llama-8b-FORMAT.gguf
 # at BATCHES (e.g. 1,32), each a step of its own, once make_models has made the file.
