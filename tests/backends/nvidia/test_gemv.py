@@ -1,8 +1,11 @@
 """The nvidia backend's own batch-1 GEMVs (backends/nvidia/gemv/) where CI can check them, without a
 GPU: which calls they take, the switch that turns them off, the driver structs' layout (cuda.h's),
-the typed error when NVRTC is missing, and the kernels mapping that wraps the Triton quantized_linear.
-Their numbers are checked on the GPU by the conformance kernels group (quantized_linear at batch 1)."""
+gemv.cu compiled by NVRTC with every kernel it must hold, the typed error when NVRTC is missing, and
+the kernels mapping that wraps the Triton quantized_linear. Their numbers are checked on the GPU by
+the conformance kernels group (quantized_linear at batch 1)."""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -59,6 +62,18 @@ def test_the_launch_structs_have_cuda_h_layout():
     assert ffi.sizeof("CUlaunchConfig") == 56
     assert [ffi.offsetof("CUlaunchConfig", f) for f in ("sharedMemBytes", "hStream", "attrs", "numAttrs")] == \
         [24, 32, 40, 48]
+
+
+@pytest.mark.parametrize("arch", [80, 90])
+def test_gemv_cu_compiles_with_nvrtc_holding_every_kernel_that_kernel_py_launches(arch):
+    """NVRTC (a library: no GPU needed) compiles gemv.cu as the backend does at first use, so a change
+    to the CUDA C fails here, not first on a GPU. CI installs it (the test extra's nvidia-cuda-nvrtc)."""
+    try:
+        nvrtc._nvrtc()
+    except BackendUnavailableError as missing:
+        pytest.skip(f"no NVRTC here ({missing.reason}); pip install nvidia-cuda-nvrtc to compile gemv.cu")
+    cubin = nvrtc.compile_cubin((Path(kernel.__file__).parent / "gemv.cu").read_text(), "gemv.cu", arch)
+    assert [name for name in kernel.KERNELS if name.encode() not in cubin] == []
 
 
 def test_a_missing_nvrtc_is_a_typed_error_naming_its_variable_and_the_switch(monkeypatch, tmp_path):
