@@ -32,7 +32,8 @@ def main() -> int:
     failed = 0
     for fmt, (N, K) in [("q4_k", (8192, 4096)), ("q4_k", (4096, 8192)), ("q8_0_split", (8192, 4096)),
                           ("q8_0_split", (1002, 4096)), ("q6_k_split", (8192, 4096)),
-                          ("q6_k_split", (1002, 6144)), ("q6_k_split", (4096, 14336))]:
+                          ("q6_k_split", (1002, 6144)), ("q6_k_split", (4096, 14336)), ("q4_0", (8192, 4096)),
+                          ("q4_0", (1002, 14336)), ("q4_1", (6144, 4096)), ("q4_1", (1002, 2048))]:
         gen = torch.Generator().manual_seed(0)
         weight, scales = random_weight(fmt, N, K, gen)
         weight, scales = weight.to(dev), None

@@ -6,6 +6,7 @@ kernels are (programmatic dependent launch in the Triton kernels' mode, in a gra
 weight copy, past the L2: linear_bench's timer).
 
     python parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split
+    python parts/gemv_variants.py --formats q8_0_split --warps 16,32     # W warps (rows) a block, one group
 """
 from __future__ import annotations
 
@@ -43,12 +44,15 @@ def _unroll(loop: str, landed: int, to: int) -> tuple[str, str]:
     return f"#pragma unroll {landed}\n  {loop}", f"#pragma unroll {to}\n  {loop}"
 
 
+#: q4_0 / q4_1: the registers the compiler picks with no floor of 3 blocks an SM (q4_1: 48, spilling).
+_Q4 = {"q4 compiler's registers": ("__launch_bounds__(WARPS * 32, 3)", "__launch_bounds__(WARPS * 32)")}
 #: Variant name -> (old text, new text) of gemv.cu, per format's kernel.
-_Q6S_LOOP = "  for (int at = first; at < K; at += 32 * 32)"
+_Q6S_LOOP = "    for (int at = first; at < K; at += 32 * 32)"
 VARIANTS = {"q8_0_split": {f"q8s unroll {n}": _unroll("for (int at = lane * 16", 1, n) for n in (2, 4, 8)}
             | {"q8s L2 asked": ("begin_block<MODE, false>", "begin_block<MODE, true>")},
             "q4_k": {f"q4k unroll {n}": _unroll("for (int s = lane >> 3", 4, n) for n in (1, 2)},
-            "q6_k_split": {f"q6s unroll {n}": (_Q6S_LOOP, f"#pragma unroll {n}\n{_Q6S_LOOP}") for n in (1, 2, 4)}}
+            "q6_k_split": {f"q6s unroll {n}": (_Q6S_LOOP, f"#pragma unroll {n}\n{_Q6S_LOOP}") for n in (1, 2, 4)},
+            "q4_0": _Q4, "q4_1": _Q4}
 
 
 def variant_module(dev, old: str, new: str) -> Module | None:
@@ -64,11 +68,14 @@ def variant_module(dev, old: str, new: str) -> Module | None:
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--formats", default="q8_0_split,q4_k,q6_k_split")
+    p.add_argument("--warps", default="", help="comma list: also the landed source compiled for blocks of "
+                   "W warps (x rounded once for a block's rows, every row its own warp)")
+    p.add_argument("--model", default="8B", choices=sorted(MODELS))
     p.add_argument("--reps", type=int, default=20)
     args = p.parse_args()
     _, dev, kernels = open_kernels("nvidia")
     mode = pdl(dev)["USE_PDL"]
-    timer, model = Timer(dev, args.reps), MODELS["8B"]
+    timer, model = Timer(dev, args.reps), MODELS[args.model]
     for fmt in args.formats.split(","):
         modules = {"landed": own._module(dev.index)}
         for name, (old, new) in {**VARIANTS[fmt], **COMMON}.items():
@@ -77,21 +84,27 @@ def main() -> int:
                 print(f"{fmt}: variant {name!r} skipped: this gemv.cu does not hold {old!r}")
             else:
                 modules[name] = module
+        wide = {w: variant_module(dev, f"#define WARPS {own.WARPS}\n", f"#define WARPS {w}\n")
+                for w in [int(w) for w in args.warps.split(",") if w]}
         totals: dict[str, float] = {}
-        print(f"== 8B {fmt} at batch 1, PDL mode {mode}: us a call (TB/s); error against the float reference")
+        print(f"== {args.model} {fmt} at batch 1, PDL mode {mode}: us a call (TB/s); error against the float "
+              "reference")
         for name, N, K in gemms(model):
             if not own.fits(fmt, 1, K, torch.bfloat16):
                 continue
             copies = copies_of(fmt, N, K, dev, False)
             x = torch.randn(1, K, device=dev).bfloat16()
-            want = (x.float() @ dequantize(copies[0][0], None, fmt, K).T).view(-1)
+            w0, s0 = copies[0]
+            want = (x.float() @ dequantize(w0, s0, fmt, K).T).view(-1)
             cells, moved = [], weight_bytes(fmt, N, K) + 2 * (K + N)
-            calls = {"triton": lambda w: kernels.quantized_linear.__wrapped__(x, w, None, fmt)}
+            calls = {"triton": lambda w, s: kernels.quantized_linear.__wrapped__(x, w, s, fmt)}
             for variant, module in modules.items():
-                calls[variant] = lambda w, module=module: own.launch(module, x, w, fmt, mode)
+                calls[variant] = lambda w, s, module=module: own.launch(module, x, w, fmt, mode)
+            for n, module in wide.items():
+                calls[f"{n} warps"] = lambda w, s, n=n, module=module: own.launch(module, x, w, fmt, mode, warps=n)
             for variant, call in calls.items():
-                error = (call(copies[0][0]).float().view(-1) - want).abs().max().item() / want.abs().max().item()
-                us = timer([lambda w=w, call=call: call(w) for w, _ in copies])
+                error = (call(w0, s0).float().view(-1) - want).abs().max().item() / want.abs().max().item()
+                us = timer([lambda w=w, s=s, call=call: call(w, s) for w, s in copies])
                 layers = 1 if name == "lm_head" else model[-1]
                 totals[variant] = totals.get(variant, 0.0) + us * layers
                 cells.append(f"{variant} {us:6.1f} ({moved / us / 1e6:4.2f}, {error:.1e})")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
-NOTE = "its own batch-1 q4_k / q8_0_split / q6_k_split GEMVs in CUDA C"
+NOTE = "its own batch-1 q4_k / q8_0_split / q6_k_split / q4_0 / q4_1 GEMVs in CUDA C"
 
 
 def own_kernels(triton: Mapping) -> dict:

@@ -1,15 +1,16 @@
 // The nvidia backend's batch-1 GEMVs (anydev.backends.nvidia.gemv): out[N] = W[N, K] x[K] for one row
-// x of bfloat16 and W in q4_k, q8_0_split or q6_k_split rows (plugin_api/weight_formats.py), K a
-// multiple of 256 (of 2,048 for q6_k_split, whose rows are then 16-byte aligned).
+// x of bfloat16 and W in q4_k, q8_0_split, q6_k_split, q4_0 or q4_1 rows (plugin_api/weight_formats.py),
+// K a multiple of 256 (of 2,048 for q6_k_split, whose rows are then 16-byte aligned).
 // Compiled with nvrtc at first use, so it includes no header: the bfloat16 and float16 conversions are
 // bit operations or single PTX instructions.
 //
 // A block of 8 warps first rounds x to int8 in shared memory (a scale and a float sum per 32 inputs);
-// each warp then takes one row, read 16 bytes a lane and summed with dp4a. MODE is the programmatic
-// dependent launch mode of the Triton kernels around it (backends/triton_kernels/_common.py): 0 off;
-// otherwise wait until the kernel before has finished before reading x, then (1, 3) let the next one
-// be scheduled; 3 first asks the L2 for the start of the warp's row, which no kernel before writes
-// (q4_k and q6_k_split; q8_0_split's GEMVs are faster without it).
+// each warp then takes one row (q4_0 and q4_1: two), read 16 bytes a load and summed with dp4a. MODE
+// is the programmatic dependent launch mode of the Triton kernels around it
+// (backends/triton_kernels/_common.py): 0 off; otherwise wait until the kernel before has finished
+// before reading x, then (1, 3) let the next one be scheduled; 3 first asks the L2 for the start of the
+// warp's row, which no kernel before writes (q4_k, q6_k_split, q4_0, q4_1; q8_0_split's GEMVs are
+// faster without it).
 typedef unsigned char uint8_t;
 typedef signed char int8_t;
 
@@ -40,7 +41,13 @@ __device__ __forceinline__ void wait_for_inputs(const uint8_t *row, long long ro
 }
 
 // x [K] rounded into shared memory: int8 codes [K], then a scale dx and a float sum sx per 32 inputs.
-// A lane takes 8 inputs (16 bytes); 4 lanes make a group of 32.
+// A lane takes 8 inputs (16 bytes); 4 lanes make a group of 32. PADDED: 16 bytes after each 256 codes
+// and a float after each 8 dx and sx (padded_code, padded_group), so that lanes reading the same
+// offset of different 256-input runs find different banks.
+__device__ __forceinline__ int padded_code(int at) { return at + 16 * (at / 256); }
+__device__ __forceinline__ int padded_group(int g) { return g + g / 8; }
+
+template <bool PADDED>
 __device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, int K, int8_t *codes, float *dx,
                                         float *sx, int lane, int warp) {
   for (int base = warp * 256; base < K; base += WARPS * 256) {
@@ -67,8 +74,9 @@ __device__ __forceinline__ void round_x(const unsigned short *__restrict__ x, in
       lo |= ((unsigned)(__float2int_rn(f[i] * inv) & 0xFF)) << (8 * i);
       hi |= ((unsigned)(__float2int_rn(f[i + 4] * inv) & 0xFF)) << (8 * i);
     }
-    *(int2 *)(codes + at) = make_int2((int)lo, (int)hi);
-    if ((lane & 3) == 0) { dx[at / 32] = amax / 127.f; sx[at / 32] = sum; }
+    *(int2 *)(codes + (PADDED ? padded_code(at) : at)) = make_int2((int)lo, (int)hi);
+    const int g = PADDED ? padded_group(at / 32) : at / 32;
+    if ((lane & 3) == 0) { dx[g] = amax / 127.f; sx[g] = sum; }
   }
 }
 
@@ -82,15 +90,16 @@ struct Rounded {
 // The warp's row (may be >= N).
 __device__ __forceinline__ int warp_row() { return blockIdx.x * WARPS + (threadIdx.x >> 5); }
 
-template <int MODE, bool ASK_L2>
+template <int MODE, bool ASK_L2, bool PADDED = false>
 __device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsigned short *__restrict__ x, int N,
                                                int K, long long row_bytes, int row) {
   extern __shared__ int4 shared[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int8_t *codes = (int8_t *)shared;
-  float *dx = (float *)(codes + K), *sx = dx + K / 32;
+  float *dx = (float *)(codes + (PADDED ? padded_code(K) : K));
+  float *sx = dx + (PADDED ? padded_group(K / 32) : K / 32);
   wait_for_inputs<MODE>(ASK_L2 && row < N ? weight + row * row_bytes : nullptr, row_bytes, lane);
-  round_x(x, K, codes, dx, sx, lane, warp);
+  round_x<PADDED>(x, K, codes, dx, sx, lane, warp);
   __syncthreads();
   return Rounded{codes, dx, sx};
 }
@@ -229,8 +238,87 @@ __device__ __forceinline__ void q6s(const uint8_t *__restrict__ weight, const un
   store_row(acc, out, row, lane);
 }
 
-// Entry points FORMAT_gemv_MODE; grid: ceil(N / 8) blocks of 256 threads, K + K / 4 bytes of dynamic
-// shared memory.
+// q4_0 and q4_1: 32-value blocks of 18 bytes (a float16 d, 16 bytes of nibbles: values 0-15 low, 16-31
+// high) and of 20 (d, a float16 m, the nibbles). Eight blocks make a unit of 256 values, 144 or 160
+// bytes, which starts 16-byte aligned (K a multiple of 256). A lane takes a whole unit a step (9 or 10
+// vector loads), so that every block's fields sit at offsets known when compiling: in q4_0 an even
+// block starts a word, its nibbles 2 bytes into one (a funnel shift of two words); an odd block's
+// nibbles start a word. ROW_LANES lanes take a row, so a warp takes 32 / ROW_LANES rows and rounding x
+// is shared by that many more. x is rounded PADDED: the lanes of a row read the same offset of 16
+// different units at once. A warp's rows past N still run (clamped to the last row, unstored): the
+// sum over a row's lanes shuffles across the whole warp.
+#define ROW_LANES 16
+
+template <int MODE, bool WITH_MIN>
+__device__ __forceinline__ void q4_blocks(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                          unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  constexpr int CHUNKS = WITH_MIN ? 10 : 9;                // 16-byte loads a unit
+  const int lane = threadIdx.x & 31, sub = lane % ROW_LANES;
+  const int row = warp_row() * (32 / ROW_LANES) + lane / ROW_LANES;
+  const auto [codes, dx, sx] = begin_block<MODE, true, true>(weight, x, N, K, row_bytes, row);
+  const uint8_t *row_start = weight + (long long)(row < N ? row : N - 1) * row_bytes;
+  float acc = 0.f;
+  for (int u = sub; u < K / 256; u += ROW_LANES) {
+    const uint4 *unit = (const uint4 *)(row_start + u * 16 * CHUNKS);
+    unsigned w[4 * CHUNKS];
+#pragma unroll
+    for (int c = 0; c < CHUNKS; c++) {
+      const uint4 v = __ldg(unit + c);
+      w[4 * c] = v.x; w[4 * c + 1] = v.y; w[4 * c + 2] = v.z; w[4 * c + 3] = v.w;
+    }
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+      unsigned q[4], head;                                  // the nibbles' words; d (and m) in `head`
+      if (WITH_MIN) {
+        head = w[5 * b];
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = w[5 * b + 1 + i];
+      } else if (b % 2 == 0) {
+        head = w[9 * (b / 2)];
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = __funnelshift_r(w[9 * (b / 2) + i], w[9 * (b / 2) + i + 1], 16);
+      } else {
+        head = w[9 * (b / 2) + 4] >> 16;
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = w[9 * (b / 2) + 5 + i];
+      }
+      const int at = padded_code(u * 256 + 32 * b), g = padded_group(u * 8 + b);
+      const int4 x_low = *(const int4 *)(codes + at), x_high = *(const int4 *)(codes + at + 16);
+      int dot = __dp4a((int)(q[0] & 0x0F0F0F0Fu), x_low.x, 0);
+      dot = __dp4a((int)(q[1] & 0x0F0F0F0Fu), x_low.y, dot);
+      dot = __dp4a((int)(q[2] & 0x0F0F0F0Fu), x_low.z, dot);
+      dot = __dp4a((int)(q[3] & 0x0F0F0F0Fu), x_low.w, dot);
+      dot = __dp4a((int)((q[0] >> 4) & 0x0F0F0F0Fu), x_high.x, dot);
+      dot = __dp4a((int)((q[1] >> 4) & 0x0F0F0F0Fu), x_high.y, dot);
+      dot = __dp4a((int)((q[2] >> 4) & 0x0F0F0F0Fu), x_high.z, dot);
+      dot = __dp4a((int)((q[3] >> 4) & 0x0F0F0F0Fu), x_high.w, dot);
+      const float d = half_to_float((unsigned short)(head & 0xFFFFu));
+      if (WITH_MIN)          // W = d q + m: sum d q x + m x
+        acc += d * dx[g] * (float)dot + half_to_float((unsigned short)(head >> 16)) * sx[g];
+      else                   // W = d (q - 8): sum d q x - 8 d x
+        acc += d * (dx[g] * (float)dot - 8.f * sx[g]);
+    }
+  }
+#pragma unroll
+  for (int o = ROW_LANES / 2; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (sub == 0 && row < N) out[row] = float_to_bf16(acc);
+}
+
+template <int MODE>
+__device__ __forceinline__ void q40(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                    unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  q4_blocks<MODE, false>(weight, x, out, N, K, row_bytes);
+}
+
+template <int MODE>
+__device__ __forceinline__ void q41(const uint8_t *__restrict__ weight, const unsigned short *__restrict__ x,
+                                    unsigned short *__restrict__ out, int N, int K, long long row_bytes) {
+  q4_blocks<MODE, true>(weight, x, out, N, K, row_bytes);
+}
+
+// Entry points FORMAT_gemv_MODE; grid: ceil(N / 8) blocks of 256 threads (ceil(N / 16) for q4_0 and
+// q4_1, two rows a warp), K + K / 4 bytes of dynamic shared memory (q4_0 and q4_1, padded: K + K / 16 +
+// K / 4 + K / 32).
 #define ENTRY(FORMAT, MODE) \
   extern "C" __global__ void __launch_bounds__(WARPS * 32) FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
       const unsigned short *__restrict__ x, unsigned short *__restrict__ out, int N, int K, long long row_bytes) { \
@@ -247,3 +335,17 @@ ENTRY(q6s, 0)
 ENTRY(q6s, 1)
 ENTRY(q6s, 2)
 ENTRY(q6s, 3)
+// q4_0 and q4_1 hold a unit's words at once: at least 3 blocks an SM leaves them registers for it (75
+// for q4_1), where the compiler's own choice spills.
+#define ENTRY_3_AN_SM(FORMAT, MODE) \
+  extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
+      const unsigned short *__restrict__ x, unsigned short *__restrict__ out, int N, int K, long long row_bytes) { \
+    FORMAT<MODE>(w, x, out, N, K, row_bytes); }
+ENTRY_3_AN_SM(q40, 0)
+ENTRY_3_AN_SM(q40, 1)
+ENTRY_3_AN_SM(q40, 2)
+ENTRY_3_AN_SM(q40, 3)
+ENTRY_3_AN_SM(q41, 0)
+ENTRY_3_AN_SM(q41, 1)
+ENTRY_3_AN_SM(q41, 2)
+ENTRY_3_AN_SM(q41, 3)

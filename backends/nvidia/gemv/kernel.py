@@ -18,21 +18,36 @@ from anydev.plugin_api.weight_formats import check_weight
 class Gemv:
     """One weight format's GEMV in gemv.cu: its kernels' name, K's step (a multiple of 256; q6_k_split's
     rows are 16-byte aligned at 2,048) and largest value. Each block rounds x to int8 in shared memory,
-    K + K / 4 bytes: any K here fits the 48 KB a block has without opting in."""
+    :meth:`shared_bytes`: any K here fits the 48 KB a block has without opting in. ``warp_rows``: the
+    rows a warp takes (a block takes ``WARPS * warp_rows``). ``padded``: x rounded with gemv.cu's
+    padding (``round_x``)."""
     kernel: str
     k_step: int
     max_k: int
+    warp_rows: int = 1
+    padded: bool = False
+
+    def shared_bytes(self, K: int) -> int:
+        """A block's shared memory at ``K`` inputs: the int8 codes, then a float scale and sum a 32."""
+        if self.padded:      # 16 bytes after each 256 codes, a float after each 8 scales and sums
+            return K + K // 16 + K // 4 + K // 32
+        return K + K // 4
 
 
 #: The formats with a GEMV here. q4_k and q8_0_split stop at 8,192 inputs: the Triton GEMV's K split
 #: spreads a longer row (the down projection's) over several programs and reads it faster.
-#: q6_k_split's GEMV reads it faster here.
+#: q6_k_split's GEMV reads it faster here; q4_0's and q4_1's take it too. They take two rows a warp (a
+#: lane takes 8 blocks at once, a row 16 lanes).
 GEMVS = {"q4_k": Gemv("q4k", 256, 8192), "q8_0_split": Gemv("q8s", 256, 8192),
-         "q6_k_split": Gemv("q6s", 2048, 16384)}
+         "q6_k_split": Gemv("q6s", 2048, 16384),
+         "q4_0": Gemv("q40", 256, 16384, warp_rows=2, padded=True),
+         "q4_1": Gemv("q41", 256, 16384, warp_rows=2, padded=True)}
+WARPS = 8
+
+
 #: ``0``: the Triton kernel for every call (to compare the two, or where libnvrtc is missing); ``1``
 #: (the default): these GEMVs where :func:`takes` says.
 ENV = "ANYDEV_NVIDIA_GEMV"
-WARPS = 8
 #: gemv.cu's entry points: each format's kernel in each programmatic dependent launch mode (0-3).
 KERNELS = [f"{gemv.kernel}_gemv_{mode}" for gemv in GEMVS.values() for mode in range(4)]
 
@@ -92,17 +107,20 @@ def _module(index: int):
         return Module(cubin, KERNELS)
 
 
-def launch(module, x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int) -> torch.Tensor:
+def launch(module, x: torch.Tensor, weight: torch.Tensor, weight_format: str, pdl_mode: int,
+           warps: int = WARPS) -> torch.Tensor:
     """``x @ W.T`` by ``module``'s kernel of ``weight_format`` (a cubin of gemv.cu, or of a variant of it
     with the same entry points), for a call :func:`takes`: ``[1, N]`` bfloat16, on the current stream;
-    ``pdl_mode`` as the Triton kernels' (``_common.pdl``)."""
+    ``pdl_mode`` as the Triton kernels' (``_common.pdl``); ``warps``: a block's warps, as ``module``
+    was compiled (gemv.cu's ``WARPS``)."""
     K, N = x.shape[-1], weight.shape[0]
     out = torch.empty(1, N, dtype=torch.bfloat16, device=x.device)
     stream = torch.cuda.current_stream(x.device).cuda_stream
-    args = [("uint64_t", weight.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr()),
-            ("int", N), ("int", K), ("int64_t", weight.stride(0))]
-    module.launch(f"{GEMVS[weight_format].kernel}_gemv_{pdl_mode}", -(-N // WARPS), 32 * WARPS, K + K // 4, stream,
-                  args, programmatic=pdl_mode > 0)
+    pointers = [("uint64_t", weight.data_ptr()), ("uint64_t", x.data_ptr()), ("uint64_t", out.data_ptr())]
+    shape = [("int", N), ("int", K), ("int64_t", weight.stride(0))]
+    spec = GEMVS[weight_format]
+    module.launch(f"{spec.kernel}_gemv_{pdl_mode}", -(-N // (warps * spec.warp_rows)), 32 * warps,
+                  spec.shared_bytes(K), stream, [*pointers, *shape], programmatic=pdl_mode > 0)
     return out
 
 

@@ -33,9 +33,28 @@ from anydev.plugin_api.kernel_offers import KernelOffer
     ("q6_k_split", 1, 4096, torch.bfloat16, True),
     ("q6_k_split", 1, 2304, torch.bfloat16, False),    # its rows 16-byte aligned: K a multiple of 2,048
     ("q6_k", 1, 4096, torch.bfloat16, False),          # no GEMV of its own
+    ("q4_0", 1, 4096, torch.bfloat16, True),           # 8 blocks (144 / 160 bytes) a 16-byte aligned load run
+    ("q4_1", 1, 14336, torch.bfloat16, True),
+    ("q4_0", 1, 4128, torch.bfloat16, False),          # whole blocks, but not whole runs of 8
+    ("q4_1", 1, 16640, torch.bfloat16, False),
+    ("q8_0", 1, 4096, torch.bfloat16, False),          # loaded as q8_0_split where its GEMV runs
+    ("fp8_e4m3", 1, 4096, torch.bfloat16, False),      # per-channel formats: the Triton kernel's
 ])
 def test_the_gemvs_take_only_calls_within_their_limits(weight_format, rows, K, dtype, fits):
     assert kernel.fits(weight_format, rows, K, dtype) is fits
+
+
+def test_every_gemv_fits_its_longest_rows_in_a_blocks_default_shared_memory():
+    # 48 KB a block without opting in (cuFuncSetAttribute), which kernel.launch never asks for
+    assert all(spec.shared_bytes(spec.max_k) <= 48 * 1024 for spec in kernel.GEMVS.values())
+
+
+def test_every_format_has_its_entry_points_in_each_launch_mode():
+    names = [spec.kernel for spec in kernel.GEMVS.values()]
+    assert len(kernel.KERNELS) == 4 * len(names) == len(set(kernel.KERNELS))
+    source = (Path(kernel.__file__).parent / "gemv.cu").read_text()
+    assert all(f"ENTRY({name}, {mode})" in source or f"ENTRY_3_AN_SM({name}, {mode})" in source
+               for name in names for mode in range(4))
 
 
 def test_a_cpu_call_is_never_taken():
