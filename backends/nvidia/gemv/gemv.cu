@@ -319,10 +319,11 @@ __device__ __forceinline__ void q41(const uint8_t *__restrict__ weight, const un
 // Entry points FORMAT_gemv_MODE; grid: ceil(N / 8) blocks of 256 threads (ceil(N / 16) for q4_0 and
 // q4_1, two rows a warp), K + K / 4 bytes of dynamic shared memory (q4_0 and q4_1, padded: K + K / 16 +
 // K / 4 + K / 32).
-#define ENTRY(FORMAT, MODE) \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32) FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
+#define ENTRY_BOUNDED(FORMAT, MODE, BOUNDS) \
+  extern "C" __global__ void BOUNDS FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
       const unsigned short *__restrict__ x, unsigned short *__restrict__ out, int N, int K, long long row_bytes) { \
     FORMAT<MODE>(w, x, out, N, K, row_bytes); }
+#define ENTRY(FORMAT, MODE) ENTRY_BOUNDED(FORMAT, MODE, __launch_bounds__(WARPS * 32))
 ENTRY(q4k, 0)
 ENTRY(q4k, 1)
 ENTRY(q4k, 2)
@@ -337,10 +338,7 @@ ENTRY(q6s, 2)
 ENTRY(q6s, 3)
 // q4_0 and q4_1 hold a unit's words at once: at least 3 blocks an SM leaves them registers for it (75
 // for q4_1), where the compiler's own choice spills.
-#define ENTRY_3_AN_SM(FORMAT, MODE) \
-  extern "C" __global__ void __launch_bounds__(WARPS * 32, 3) FORMAT##_gemv_##MODE(const uint8_t *__restrict__ w, \
-      const unsigned short *__restrict__ x, unsigned short *__restrict__ out, int N, int K, long long row_bytes) { \
-    FORMAT<MODE>(w, x, out, N, K, row_bytes); }
+#define ENTRY_3_AN_SM(FORMAT, MODE) ENTRY_BOUNDED(FORMAT, MODE, __launch_bounds__(WARPS * 32, 3))
 ENTRY_3_AN_SM(q40, 0)
 ENTRY_3_AN_SM(q40, 1)
 ENTRY_3_AN_SM(q40, 2)
