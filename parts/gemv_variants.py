@@ -6,7 +6,7 @@ kernels are (programmatic dependent launch in the Triton kernels' mode, in a gra
 weight copy, past the L2: linear_bench's timer).
 
     python parts/gemv_variants.py --formats q8_0_split,q4_k,q6_k_split
-    python parts/gemv_variants.py --formats q8_0_split --warps 16,32     # W warps (rows) a block, one group
+    python parts/gemv_variants.py --formats q8_0_split --warps 16,32     # also blocks of 16 and 32 warps
 """
 from __future__ import annotations
 

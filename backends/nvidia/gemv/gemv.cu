@@ -104,10 +104,13 @@ __device__ __forceinline__ Rounded begin_block(const uint8_t *weight, const unsi
   return Rounded{codes, dx, sx};
 }
 
-__device__ __forceinline__ void store_row(float v, unsigned short *out, int row, int lane) {
+// The sum of v over each LANES lanes of the warp (every lane of the warp takes part in the shuffles),
+// stored as bfloat16 at out[row] by the first of them if `store`.
+template <int LANES = 32>
+__device__ __forceinline__ void store_row(float v, unsigned short *out, int row, int lane, bool store = true) {
 #pragma unroll
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (lane == 0) out[row] = float_to_bf16(v);
+  for (int o = LANES / 2; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (store && lane % LANES == 0) out[row] = float_to_bf16(v);
 }
 
 // Six-bit scale and min of sub-block j (0..7) from the header's words y (bytes 4-7), z (8-11), w (12-15).
@@ -299,9 +302,7 @@ __device__ __forceinline__ void q4_blocks(const uint8_t *__restrict__ weight, co
         acc += d * (dx[g] * (float)dot - 8.f * sx[g]);
     }
   }
-#pragma unroll
-  for (int o = ROW_LANES / 2; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (sub == 0 && row < N) out[row] = float_to_bf16(acc);
+  store_row<ROW_LANES>(acc, out, row, lane, row < N);
 }
 
 template <int MODE>
