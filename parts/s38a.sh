@@ -2,7 +2,7 @@
 # Written in session 38 (issue 31): blocks of 32 warps where a grid of them fills one wave
 # (parts/pending/gemv-one-wave-warps.patch: q4_k's and q6_k_split's 4,096-row projections, q4_k's down
 # projection taken from the Triton GEMV, q4_k's other blocks of 16 warps), and session 37's two q4_0 /
-# q4_1 edits (parts/s37e.sh, never run). After trees: A1 = the patch with q4_0 / q4_1's L2 ask dropped
+# q4_1 edits (timed alone in its call A). After trees: A1 = the patch with q4_0 / q4_1's L2 ask dropped
 # (their files time the ask, the Q4_K and Q6_K files the warps); A2 = the patch with q4_0 / q4_1's down
 # projection left to the Triton GEMV (max_k 8,192).
 # In order, each step skipped once BUDGET is spent: A1's GEMVs in a graph against the float reference;
