@@ -5,6 +5,7 @@ the kernels mapping that wraps the Triton quantized_linear. Their numbers are ch
 the conformance kernels group (quantized_linear at batch 1)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,13 @@ def test_a_cache_that_cannot_be_written_warns_and_still_gives_the_cubin(monkeypa
     monkeypatch.setattr(nvrtc, "nvrtc_version", lambda: (13, 0))
     with pytest.warns(RuntimeWarning, match="XDG_CACHE_HOME"):
         assert nvrtc.cached_cubin("a", "a.cu", 90) == b"cubin"
+
+
+def test_the_rows_a_warp_takes_agree_with_gemv_cu():
+    """q4_0's and q4_1's rows span ROW_LANES lanes in gemv.cu, so a warp takes 32 / ROW_LANES of them:
+    kernel.py sizes their grid by ``warp_rows``. Apart, half the rows would go unwritten, which only a
+    GPU run would show."""
+    source = (Path(kernel.__file__).parent / "gemv.cu").read_text()
+    row_lanes = int(re.search(r"^#define ROW_LANES (\d+)$", source, re.M).group(1))
+    assert {name: spec.warp_rows for name, spec in kernel.GEMVS.items() if spec.padded} == \
+        {"q4_0": 32 // row_lanes, "q4_1": 32 // row_lanes}
